@@ -1,0 +1,1 @@
+"""kdist benchmarks (see benchmarks/README.md)."""

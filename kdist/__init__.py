@@ -1,0 +1,38 @@
+"""kdist: train Keras 3 models under any tf.distribute strategy by changing one word of config.
+
+The package imports TensorFlow only when an attribute that needs it is first used, so
+`python -m kdist.train` can check the config and quiet TensorFlow's logs first.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = ["ConfigError", "Experiment", "__version__", "compose", "data", "models"]
+
+_LAZY = {
+    "ConfigError": ("kdist.config.errors", "ConfigError"),
+    "Experiment": ("kdist.experiment", "Experiment"),
+    "compose": ("kdist.config.compose", "compose"),
+    "data": ("kdist.data", None),
+    "models": ("kdist.models", None),
+}
+
+if TYPE_CHECKING:
+    from kdist import data, models
+    from kdist.config.compose import compose
+    from kdist.config.errors import ConfigError
+    from kdist.experiment import Experiment
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'kdist' has no attribute {name!r}")
+    module_name, attribute = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value
+    return value

@@ -1,0 +1,67 @@
+"""Chief-only side effects: every file kdist writes goes through `writable_dir`."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+__all__ = ["cleanup_dir", "is_chief", "on_chief", "task_info", "writable_dir"]
+
+T = TypeVar("T")
+
+
+def task_info(strategy: Any = None) -> tuple[str | None, int]:
+    """`(task_type, task_id)` of this process in its cluster; `(None, 0)` when alone."""
+    resolver = getattr(strategy, "cluster_resolver", None) if strategy is not None else None
+    if resolver is None:
+        return None, 0
+    task_type = getattr(resolver, "task_type", None)
+    task_id = getattr(resolver, "task_id", None)
+    return task_type, int(task_id or 0)
+
+
+def is_chief(strategy: Any = None) -> bool:
+    """Whether this process writes the run's files.
+
+    The chief is the `chief` task when the cluster has one, else worker 0; a process
+    with no cluster (one device, mirrored) is always the chief.
+
+    Args:
+        strategy: the run's `tf.distribute.Strategy`. Defaults to `None` (single process).
+    """
+    task_type, task_id = task_info(strategy)
+    if task_type is None:
+        return True
+    if task_type == "chief":
+        return True
+    if task_type == "worker":
+        spec = strategy.cluster_resolver.cluster_spec().as_dict()
+        return "chief" not in spec and task_id == 0
+    return False
+
+
+def on_chief(strategy: Any, action: Callable[[], T]) -> T | None:
+    """Run `action` on the chief only and return its result (`None` elsewhere)."""
+    return action() if is_chief(strategy) else None
+
+
+def writable_dir(run_dir: str | Path, strategy: Any = None) -> Path:
+    """The folder this process may write to: `run_dir` on the chief, a temporary folder
+    elsewhere (collective ops such as saving still need every worker to take part).
+    Remove the temporary one with `cleanup_dir`.
+    """
+    if is_chief(strategy):
+        path = Path(run_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    task_type, task_id = task_info(strategy)
+    return Path(tempfile.mkdtemp(prefix=f"kdist-{task_type}{task_id}-"))
+
+
+def cleanup_dir(path: str | Path, run_dir: str | Path) -> None:
+    """Remove `path` when it is a non-chief temporary folder (not `run_dir`)."""
+    if Path(path).resolve() != Path(run_dir).resolve():
+        shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,1 @@
+"""Packaged Hydra configs (the repository's top-level `conf/`)."""

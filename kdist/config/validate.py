@@ -1,0 +1,192 @@
+"""Semantic checks on a composed config, run before TensorFlow does any work.
+
+Types and unknown keys of the typed groups are checked by the schemas while Hydra
+composes; this module checks ranges and choices, and the keys of open-ended `_target_`
+nodes against the signature of the callable they name.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from hydra.utils import get_method
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from kdist.config.errors import ConfigError
+
+__all__ = ["check_choice", "check_positive", "check_target_keys", "validate"]
+
+# Keys Hydra's `instantiate` consumes itself.
+_HYDRA_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
+
+CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_device")
+SHARD_POLICIES = ("auto", "file", "data", "off")
+LR_SCALING = ("none", "linear", "sqrt")
+MIXED_PRECISION = (None, "mixed_float16", "mixed_bfloat16")
+TENSORBOARD_UPDATE_FREQ = ("epoch", "batch")
+# Keys of the optimizer node that kdist consumes before building the Keras optimizer.
+OPTIMIZER_KDIST_KEYS = ("lr_scaling",)
+# Arguments kdist gives a model callable from the data.
+MODEL_INJECTED_KEYS = ("input_shape", "num_classes")
+
+
+def check_positive(key: str, value: Any, *, allow_none: bool = False, strict: bool = True) -> None:
+    """Raise `ConfigError` unless `value` is a positive number (or None when allowed)."""
+    if value is None and allow_none:
+        return
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = ok and (value > 0 if strict else value >= 0)
+    if not ok:
+        what = "a positive number" if strict else "a number >= 0"
+        if allow_none:
+            what += " or null"
+        raise ConfigError(key, f"must be {what}", value=value)
+
+
+def check_choice(key: str, value: Any, choices: Iterable[Any]) -> None:
+    """Raise `ConfigError` unless `value` is one of `choices`."""
+    choices = tuple(choices)
+    if value not in choices:
+        shown = ", ".join("null" if c is None else str(c) for c in choices)
+        raise ConfigError(key, "is not a valid choice", value=value, hint=f"use one of: {shown}")
+
+
+def _locate(key: str, target: Any) -> Callable[..., Any]:
+    if not isinstance(target, str) or not target or target == "???":
+        raise ConfigError(
+            f"{key}._target_",
+            "must name a callable, e.g. mypkg.models.build",
+            value=target,
+        )
+    try:
+        return get_method(target)
+    except Exception as error:  # Hydra wraps ImportError/AttributeError in its own types
+        raise ConfigError(
+            f"{key}._target_",
+            f"cannot be imported ({type(error).__name__})",
+            value=target,
+            hint="give the full dotted path of a function or class that is installed",
+        ) from None
+
+
+def check_target_keys(
+    key: str, node: Any, *, injected: Iterable[str] = (), ignore: Iterable[str] = ()
+) -> Callable[..., Any]:
+    """Check that every key of a `_target_` node is a parameter of its callable.
+
+    Args:
+        key: the dotted config path of the node, used in messages.
+        node: the config node, with `_target_`.
+        injected: parameters kdist passes itself (e.g. `input_shape`); they may be absent
+            from the node but must not be set in it. Defaults to `()`.
+        ignore: kdist's own keys in the node, removed before the call. Defaults to `()`.
+
+    Returns:
+        The callable the node names.
+
+    Raises:
+        ConfigError: naming the first unknown key and the valid ones.
+    """
+    if not isinstance(node, (DictConfig, dict)):
+        raise ConfigError(key, "must be a mapping with a _target_ key", value=node)
+    target = _locate(key, node.get("_target_"))
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return target  # builtins without a signature: let the call itself complain
+    params = signature.parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return target
+    valid = [
+        name
+        for name, p in params.items()
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
+    injected = set(injected)
+    for name in node:
+        name = str(name)
+        if name in _HYDRA_KEYS or name in ignore:
+            continue
+        if name in injected:
+            raise ConfigError(f"{key}.{name}", "is set by kdist from the data; remove it")
+        if name not in valid:
+            shown = ", ".join(v for v in valid if v not in injected) or "none"
+            raise ConfigError(
+                f"{key}.{name}",
+                f"unknown key for {node.get('_target_')}",
+                hint=f"valid keys: {shown}",
+            )
+    return target
+
+
+def _check_target_list(key: str, nodes: Any) -> None:
+    if nodes is None:
+        return
+    if not isinstance(nodes, (ListConfig, list)):
+        raise ConfigError(key, "must be a list of _target_ nodes", value=nodes)
+    for i, node in enumerate(nodes):
+        check_target_keys(f"{key}[{i}]", node)
+
+
+def validate(cfg: DictConfig) -> None:
+    """Check ranges, choices and `_target_` keys of a composed train config.
+
+    Args:
+        cfg: the composed config (`kdist.compose` or a Hydra app's).
+
+    Raises:
+        ConfigError: for the first problem found, naming the key.
+    """
+    for group in ("strategy", "model", "data", "optimizer", "trainer", "runtime", "callbacks"):
+        if OmegaConf.select(cfg, group) is None:
+            raise ConfigError(group, "is missing", hint=f"select an option, e.g. {group}=...")
+
+    missing = OmegaConf.missing_keys(cfg)
+    if missing:
+        key = sorted(missing)[0]
+        raise ConfigError(key, "has no value (???)", hint=f"set it, e.g. {key}=...")
+
+    trainer = cfg.trainer
+    check_positive("trainer.epochs", trainer.epochs)
+    check_positive("trainer.global_batch_size", trainer.global_batch_size)
+    check_positive("trainer.steps_per_epoch", trainer.steps_per_epoch, allow_none=True)
+    check_positive("trainer.steps_per_execution", trainer.steps_per_execution)
+    check_positive("trainer.validation_freq", trainer.validation_freq)
+    check_target_keys("trainer.loss", trainer.loss)
+    _check_target_list("trainer.metrics", trainer.metrics)
+
+    optimizer = cfg.optimizer
+    check_positive("optimizer.learning_rate", optimizer.learning_rate)
+    check_choice("optimizer.lr_scaling", optimizer.lr_scaling, LR_SCALING)
+    check_target_keys("optimizer", optimizer, ignore=OPTIMIZER_KDIST_KEYS)
+
+    runtime = cfg.runtime
+    check_positive("runtime.logical_devices", runtime.logical_devices, allow_none=True)
+    check_choice("runtime.mixed_precision", runtime.mixed_precision, MIXED_PRECISION)
+    check_choice("runtime.tf_log_level", runtime.tf_log_level, (0, 1, 2, 3))
+    check_positive("runtime.seed", runtime.seed, strict=False)
+
+    strategy = cfg.strategy
+    check_target_keys("strategy", strategy)
+    if "cross_device_ops" in strategy:
+        check_choice("strategy.cross_device_ops", strategy.cross_device_ops, CROSS_DEVICE_OPS)
+
+    check_target_keys("model", cfg.model, injected=MODEL_INJECTED_KEYS)
+
+    data = cfg.data
+    check_target_keys("data.source", data.source)
+    check_positive("data.shuffle_buffer", data.shuffle_buffer)
+    check_choice("data.shard_policy", data.shard_policy, SHARD_POLICIES)
+
+    callbacks = cfg.callbacks
+    check_choice(
+        "callbacks.tensorboard.update_freq",
+        callbacks.tensorboard.update_freq,
+        TENSORBOARD_UPDATE_FREQ,
+    )
+    check_positive(
+        "callbacks.early_stopping.patience", callbacks.early_stopping.patience, strict=False
+    )
+    _check_target_list("callbacks.extra", callbacks.extra)

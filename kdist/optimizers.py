@@ -1,0 +1,64 @@
+"""Build the Keras optimizer from the `optimizer` node, with learning-rate scaling."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import keras
+from omegaconf import OmegaConf
+
+from kdist.config.build import instantiate
+from kdist.config.validate import OPTIMIZER_KDIST_KEYS
+
+__all__ = ["build", "scaled_learning_rate"]
+
+log = logging.getLogger(__name__)
+
+
+def scaled_learning_rate(learning_rate: float, rule: str, num_replicas: int) -> float:
+    """`learning_rate` scaled with the replica count: `none`, `linear` or `sqrt`."""
+    if rule == "linear":
+        return learning_rate * num_replicas
+    if rule == "sqrt":
+        return learning_rate * math.sqrt(num_replicas)
+    if rule == "none":
+        return learning_rate
+    raise ValueError(f"`lr_scaling` ({rule!r}) must be one of none, linear, sqrt.")
+
+
+def build(
+    optimizer_cfg: Any, *, num_replicas: int = 1, mixed_precision: str | None = None
+) -> keras.optimizers.Optimizer:
+    """Build the optimizer; call it inside `strategy.scope()`.
+
+    Args:
+        optimizer_cfg: the `optimizer` node (a `_partial_` `_target_` to a Keras optimizer).
+        num_replicas: replicas in sync, for `lr_scaling`. Defaults to `1`.
+        mixed_precision: the runtime's policy; `mixed_float16` wraps the optimizer in a
+            `LossScaleOptimizer`. Defaults to `None`.
+
+    Returns:
+        The Keras optimizer.
+    """
+    node = OmegaConf.to_container(optimizer_cfg, resolve=True)
+    assert isinstance(node, dict)
+    rule = str(node.get("lr_scaling", "none"))
+    for key in OPTIMIZER_KDIST_KEYS:
+        node.pop(key, None)
+    learning_rate = scaled_learning_rate(float(node.pop("learning_rate")), rule, num_replicas)
+    if rule != "none":
+        log.info(
+            "learning rate %g scaled (%s, %d replicas) to %g",
+            optimizer_cfg.learning_rate,
+            rule,
+            num_replicas,
+            learning_rate,
+        )
+    node["_partial_"] = True
+    factory = instantiate(node)
+    optimizer = factory(learning_rate=learning_rate)
+    if mixed_precision == "mixed_float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer

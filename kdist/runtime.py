@@ -1,0 +1,102 @@
+"""Process set-up before any model exists: logs, logical devices, seeds, precision."""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from typing import Any
+
+from kdist.config.errors import ConfigError
+
+__all__ = ["quiet_tensorflow", "setup"]
+
+log = logging.getLogger(__name__)
+
+
+def quiet_tensorflow(level: int = 2) -> None:
+    """Turn down TensorFlow's C++ log noise; effective only before TensorFlow is imported.
+
+    Args:
+        level: `TF_CPP_MIN_LOG_LEVEL` (0 all, 1 no INFO, 2 no WARNING, 3 no ERROR); an
+            explicit environment variable wins. Defaults to `2`.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", str(level))
+
+
+def _split_devices(count: int) -> None:
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    physical = gpus[0] if gpus else tf.config.list_physical_devices("CPU")[0]
+    kind = "GPU" if gpus else "CPU"
+    current = tf.config.get_logical_device_configuration(physical)
+    if current is not None and len(current) == count:
+        return
+    config = [tf.config.LogicalDeviceConfiguration() for _ in range(count)]
+    if gpus:
+        # A GPU can only be split with explicit memory limits; share its memory evenly.
+        memory = tf.config.experimental.get_device_details(physical).get("memory_limit_mb")
+        per_device = int(memory // count) if memory else 1024
+        config = [
+            tf.config.LogicalDeviceConfiguration(memory_limit=per_device) for _ in range(count)
+        ]
+    try:
+        tf.config.set_logical_device_configuration(physical, config)
+    except RuntimeError:
+        have = len(tf.config.list_logical_devices(kind))
+        raise ConfigError(
+            "runtime.logical_devices",
+            f"TensorFlow is already initialised in this process with {have} logical "
+            f"{kind} device(s)",
+            value=count,
+            hint="set it before anything runs in TensorFlow (restart the Python process or "
+            f"kernel), or use runtime.logical_devices={have}",
+        ) from None
+
+
+def _memory_growth() -> None:
+    import tensorflow as tf
+
+    for gpu in tf.config.list_physical_devices("GPU"):
+        try:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except (RuntimeError, ValueError):
+            # Already initialised, or split into logical devices: growth cannot change now.
+            log.debug("memory growth left unchanged on %s", gpu.name)
+
+
+def setup(runtime: Any) -> None:
+    """Apply `cfg.runtime`: logical devices, memory growth, seeds, determinism, precision.
+
+    Args:
+        runtime: the `runtime` config node.
+
+    Raises:
+        ConfigError: when `runtime.logical_devices` can no longer be applied.
+    """
+    quiet_tensorflow(int(runtime.tf_log_level))
+    import keras
+    import tensorflow as tf
+
+    # TensorFlow's Python logger mirrors the C++ level: INFO lines such as "Using
+    # MirroredStrategy with devices ..." only when the user asks for them.
+    python_level = {0: logging.INFO, 1: logging.WARNING, 2: logging.WARNING, 3: logging.ERROR}
+    logging.getLogger("tensorflow").setLevel(python_level[int(runtime.tf_log_level)])
+    # Raised by tf.data when a distributed dataset is iterated inside a tf.function (the
+    # validation loop); it describes TensorFlow internals, not anything the user can change.
+    warnings.filterwarnings(
+        "ignore", message="To make it possible to preserve tf.data options", category=UserWarning
+    )
+
+    if runtime.logical_devices:
+        _split_devices(int(runtime.logical_devices))
+    elif runtime.memory_growth:
+        _memory_growth()
+
+    keras.utils.set_random_seed(int(runtime.seed))
+    if runtime.deterministic:
+        tf.config.experimental.enable_op_determinism()
+
+    policy = runtime.mixed_precision or "float32"
+    keras.mixed_precision.set_global_policy(policy)

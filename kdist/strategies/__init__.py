@@ -1,0 +1,22 @@
+"""The strategy factory: `_target_` in `conf/strategy/*.yaml` names one of these."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kdist.config.build import instantiate
+from kdist.strategies.single_host import auto, mirrored, one_device
+
+__all__ = ["auto", "build", "mirrored", "one_device"]
+
+
+def build(strategy_cfg: Any) -> Any:
+    """Build the `tf.distribute.Strategy` a `strategy` config node describes.
+
+    Args:
+        strategy_cfg: the `strategy` node (with `_target_`).
+
+    Returns:
+        A `tf.distribute.Strategy`.
+    """
+    return instantiate(strategy_cfg, _convert_="all")
