@@ -11,8 +11,11 @@ python -m kdist.train -cd recipes -cn mnist_cnn_mirrored
 
 from __future__ import annotations
 
+import atexit
 import logging
+import shutil
 import sys
+import tempfile
 from typing import Any
 
 import hydra
@@ -20,10 +23,12 @@ from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from kdist.cluster import ClusterInfo
+from kdist.cluster import resolve as resolve_cluster
 from kdist.config import ConfigError, compose, exit_with, format_hydra_error, register, validate
 from kdist.runtime import quiet_tensorflow
 
-__all__ = ["main", "precheck", "run"]
+__all__ = ["main", "non_chief_overrides", "precheck", "run"]
 
 log = logging.getLogger("kdist.train")
 
@@ -90,11 +95,41 @@ def _app(cfg: DictConfig) -> float | None:
     return accuracy
 
 
+def non_chief_overrides(info: ClusterInfo) -> list[str]:
+    """Hydra overrides that keep a non-chief task from writing the run directory.
+
+    Hydra writes `.hydra/` and `train.log` into its output folder in every process. Only
+    the chief may write the run's files, so the other tasks get a temporary output
+    folder (removed at exit), no `.hydra/` copy, and console-only logging.
+
+    Args:
+        info: this process's cluster position.
+
+    Returns:
+        Overrides to append to the command line (empty on the chief).
+    """
+    if info.is_chief:
+        return []
+    scratch = tempfile.mkdtemp(prefix=f"kdist-{info.task_type}{info.task_index}-hydra-")
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    return [
+        f"hydra.run.dir={scratch}",
+        f"hydra.sweep.dir={scratch}",
+        "hydra.output_subdir=null",
+        "hydra/job_logging=stdout",
+    ]
+
+
 def main() -> None:
     """Entry point of `python -m kdist.train`."""
     register()
     # Before anything imports TensorFlow (checking `_target_` keys imports the models).
     quiet_tensorflow(_requested_log_level(sys.argv[1:]))
+    try:
+        info = resolve_cluster()
+    except ConfigError as error:
+        exit_with(error)
+    sys.argv.extend(non_chief_overrides(info))
     precheck(sys.argv[1:])
     _app()
 

@@ -26,6 +26,7 @@ __all__ = [
     "DataConfig",
     "MLPConfig",
     "MirroredStrategyConfig",
+    "MultiWorkerMirroredStrategyConfig",
     "OneDeviceStrategyConfig",
     "OptimizerConfig",
     "RuntimeConfig",
@@ -55,6 +56,15 @@ class MirroredStrategyConfig:
     _target_: str = "kdist.strategies.mirrored"
     devices: list[str] | None = None
     cross_device_ops: str = "auto"
+
+
+@dataclass
+class MultiWorkerMirroredStrategyConfig:
+    _target_: str = "kdist.strategies.multi_worker_mirrored"
+    communication: str = "auto"
+    timeout_seconds: float | None = None
+    cluster: str = "auto"
+    port_base: int = 8888
 
 
 # --- model ------------------------------------------------------------------------------
@@ -195,6 +205,8 @@ class CallbacksConfig:
     csv: CSVLoggerConfig = field(default_factory=CSVLoggerConfig)
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
     save_model: bool = True
+    # curves.png in the run directory: loss and metrics per epoch (chief only).
+    curves: bool = True
     # Extra Keras callbacks: a list of `_target_` nodes, each built inside the scope.
     extra: list[Any] = field(default_factory=list)
 
@@ -221,6 +233,7 @@ _GROUP_SCHEMAS: dict[str, dict[str, type]] = {
         "base_auto": AutoStrategyConfig,
         "base_one_device": OneDeviceStrategyConfig,
         "base_mirrored": MirroredStrategyConfig,
+        "base_multi_worker_mirrored": MultiWorkerMirroredStrategyConfig,
     },
     "model": {"base_mlp": MLPConfig, "base_cnn": CNNConfig},
     "data": {"base_data": DataConfig},

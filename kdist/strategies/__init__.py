@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from kdist.config.build import instantiate
+from kdist.strategies.multi_worker import multi_worker_mirrored
 from kdist.strategies.single_host import auto, mirrored, one_device
 
-__all__ = ["auto", "build", "mirrored", "one_device"]
+__all__ = ["auto", "build", "mirrored", "multi_worker_mirrored", "one_device"]
 
 
 def build(strategy_cfg: Any) -> Any:

@@ -1,0 +1,369 @@
+"""`python -m kdist.launch`: a local cluster on loopback, for development, tests and notebooks.
+
+It does on one machine what Kubernetes or SLURM do on many: start one process per task
+with its TF_CONFIG, give them one shared run directory, prefix each line of their output
+with the task's name, and stop every process when one fails (restarting them all, up to
+`--max-restarts` times).
+
+Example:
+
+```bash
+python -m kdist.launch --workers 2 -- strategy=multi_worker_mirrored model=cnn
+python -m kdist.launch --workers 2 --ps 1 -- strategy=parameter_server
+```
+
+```python
+from kdist.launch import run
+exit_code = run(workers=2, overrides=["strategy=multi_worker_mirrored"])
+```
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ipaddress
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import IO
+
+from kdist.cluster import tf_config_for
+
+__all__ = ["RESTART_EXIT_CODE", "free_ports", "main", "run"]
+
+# A worker that exits with this code asks to be restarted (e.g. after a preemption save).
+RESTART_EXIT_CODE = 42
+_PORT_RACE_MARKERS = ("Address already in use", "Failed to add port", "address in use")
+_PORT_RETRIES = 3
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct ports free on `host` right now.
+
+    Another process may still take one before the task binds it
+    (tensorflow/tensorflow#46602); `run` retries a launch that fails that way.
+    """
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@dataclass
+class _Task:
+    role: str
+    index: int
+    command: list[str]
+    env: dict[str, str]
+    trains: bool
+    process: subprocess.Popen | None = None
+    tail: deque = field(default_factory=lambda: deque(maxlen=40))
+    reader: threading.Thread | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.role} {self.index}"
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _default_run_dir() -> Path:
+    now = datetime.now()
+    return Path("outputs") / now.strftime("%Y-%m-%d") / now.strftime("%H-%M-%S")
+
+
+def _with_run_dir(overrides: Sequence[str], run_dir: Path) -> list[str]:
+    given = list(overrides)
+    multirun = any(arg in ("-m", "--multirun") for arg in given)
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    if not any(arg.startswith(f"{key}=") for arg in given):
+        given.append(f"{key}={run_dir}")
+    return given
+
+
+def _plan(
+    *,
+    workers: int,
+    ps: int,
+    module: str,
+    overrides: Sequence[str],
+    host: str,
+    run_dir: Path,
+    base_env: dict[str, str],
+) -> list[_Task]:
+    ports = free_ports(workers + ps + (1 if ps else 0), host)
+    addresses = [f"{host}:{port}" for port in ports]
+    python = [sys.executable, "-u", "-m"]
+    job_args = _with_run_dir(overrides, run_dir)
+    tasks: list[_Task] = []
+    if ps == 0:
+        cluster = {"worker": addresses}
+        for i in range(workers):
+            env = {**base_env, "TF_CONFIG": tf_config_for(cluster, "worker", i)}
+            tasks.append(_Task("worker", i, [*python, module, *job_args], env, trains=True))
+        return tasks
+    # Parameter-server training: the chief coordinates and runs `module`; workers and
+    # parameter servers are plain TensorFlow servers (`kdist.server`).
+    cluster = {
+        "chief": addresses[:1],
+        "worker": addresses[1 : 1 + workers],
+        "ps": addresses[1 + workers :],
+    }
+    for i in range(ps):
+        env = {**base_env, "TF_CONFIG": tf_config_for(cluster, "ps", i)}
+        tasks.append(_Task("ps", i, [*python, "kdist.server"], env, trains=False))
+    for i in range(workers):
+        env = {**base_env, "TF_CONFIG": tf_config_for(cluster, "worker", i)}
+        tasks.append(_Task("worker", i, [*python, "kdist.server"], env, trains=False))
+    env = {**base_env, "TF_CONFIG": tf_config_for(cluster, "chief", 0)}
+    tasks.append(_Task("chief", 0, [*python, module, *job_args], env, trains=True))
+    return tasks
+
+
+def _pump(task: _Task, output: IO[str], lock: threading.Lock) -> None:
+    assert task.process is not None and task.process.stdout is not None
+    for line in task.process.stdout:
+        task.tail.append(line)
+        with lock:
+            output.write(f"[{task.name}] {line}")
+            output.flush()
+
+
+def _start(tasks: list[_Task], output: IO[str], lock: threading.Lock) -> None:
+    for task in tasks:
+        task.tail.clear()
+        task.process = subprocess.Popen(
+            task.command,
+            env=task.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+            # Its own process group, so stopping a task also stops anything it started.
+            start_new_session=True,
+        )
+        task.reader = threading.Thread(target=_pump, args=(task, output, lock), daemon=True)
+        task.reader.start()
+        with lock:
+            output.write(f"[launch] {task.name} pid {task.process.pid}\n")
+            output.flush()
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)
+
+
+def _stop(tasks: list[_Task], grace_seconds: float) -> None:
+    """SIGTERM every running task, then SIGKILL what is left after `grace_seconds`."""
+    running = [t.process for t in tasks if t.process is not None and t.process.poll() is None]
+    for process in running:
+        _signal_group(process, signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    for process in running:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for task in tasks:
+        if task.process is not None:
+            # The group may still hold children even when the leader has exited.
+            _signal_group(task.process, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                task.process.wait(timeout=10)
+            if task.reader is not None:
+                task.reader.join(timeout=5)
+            if task.process.stdout is not None and (
+                task.reader is None or not task.reader.is_alive()
+            ):
+                task.process.stdout.close()
+
+
+def _port_race(task: _Task) -> bool:
+    text = "".join(task.tail)
+    return any(marker in text for marker in _PORT_RACE_MARKERS)
+
+
+def _exit_status(code: int) -> int:
+    """A process killed by signal N reports -N; shells report 128 + N."""
+    return 128 - code if code < 0 else code
+
+
+def run(
+    workers: int,
+    overrides: Sequence[str] = (),
+    *,
+    ps: int = 0,
+    module: str = "kdist.train",
+    max_restarts: int = 0,
+    host: str = "127.0.0.1",
+    run_dir: str | Path | None = None,
+    timeout: float | None = None,
+    grace_seconds: float = 5.0,
+    output: IO[str] | None = None,
+) -> int:
+    """Start a local cluster, wait for it, and return its exit status.
+
+    Args:
+        workers: worker processes (each trains under multi-worker strategies).
+        overrides: Hydra overrides passed to every task running `module`. Defaults to `()`.
+        ps: parameter-server processes; with `ps > 0` a chief runs `module` and the
+            workers and parameter servers run `kdist.server`. Defaults to `0`.
+        module: the Python module the training tasks run. Defaults to `"kdist.train"`.
+        max_restarts: times to restart every task after one fails. Defaults to `0`.
+        host: address the tasks advertise in TF_CONFIG. Defaults to `"127.0.0.1"`;
+            another address must be given explicitly (TensorFlow's gRPC servers have no
+            authentication).
+        run_dir: the shared run directory. Defaults to `None`: `outputs/<date>/<time>`.
+        timeout: seconds before every task is stopped and 124 returned. Defaults to
+            `None` (no limit).
+        grace_seconds: time between SIGTERM and SIGKILL when stopping tasks.
+            Defaults to `5.0`.
+        output: where the tasks' prefixed output goes. Defaults to `None`: `sys.stdout`.
+
+    Returns:
+        0 when every training task exited 0; otherwise the failing task's status
+        (128 + N for a task killed by signal N), or 124 on timeout.
+
+    Raises:
+        ValueError: for a non-positive `workers`, negative `ps` or `max_restarts`.
+    """
+    if workers < 1:
+        raise ValueError(f"`workers` ({workers}) must be a positive integer.")
+    if ps < 0 or max_restarts < 0:
+        raise ValueError(f"`ps` ({ps}) and `max_restarts` ({max_restarts}) must be >= 0.")
+    output = output or sys.stdout
+    lock = threading.Lock()
+    resolved_dir = Path(run_dir) if run_dir else _default_run_dir()
+    base_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    base_env.pop("TF_CONFIG", None)
+
+    def say(message: str) -> None:
+        with lock:
+            output.write(f"[launch] {message}\n")
+            output.flush()
+
+    if not _is_loopback(host):
+        say(f"tasks advertise {host}: TensorFlow's gRPC servers accept anyone who can reach it")
+    deadline = time.monotonic() + timeout if timeout else None
+    restarts = port_retries = 0
+    while True:
+        tasks = _plan(
+            workers=workers,
+            ps=ps,
+            module=module,
+            overrides=overrides,
+            host=host,
+            run_dir=resolved_dir,
+            base_env=base_env,
+        )
+        say(f"starting {', '.join(t.name for t in tasks)}; run directory {resolved_dir}")
+        status = None
+        failed: _Task | None = None
+        try:
+            _start(tasks, output, lock)
+            while status is None:
+                time.sleep(0.1)
+                for task in tasks:
+                    assert task.process is not None
+                    code = task.process.poll()
+                    if code is None:
+                        continue
+                    if code != 0 or not task.trains:
+                        failed, status = task, code if code != 0 else 1
+                        break
+                else:
+                    if all(
+                        t.process is not None and t.process.poll() == 0 for t in tasks if t.trains
+                    ):
+                        status = 0
+                    elif deadline is not None and time.monotonic() > deadline:
+                        say(f"timeout after {timeout:g} s; stopping every task")
+                        _stop(tasks, grace_seconds)
+                        return 124
+        finally:
+            _stop(tasks, grace_seconds)
+        if status == 0:
+            say("every task finished")
+            return 0
+        assert failed is not None
+        say(f"{failed.name} exited with status {_exit_status(status)}; stopped every task")
+        if _port_race(failed) and port_retries < _PORT_RETRIES:
+            port_retries += 1
+            say("a port was taken between choosing and binding it; retrying with new ports")
+            continue
+        if restarts < max_restarts:
+            restarts += 1
+            say(f"restart {restarts} of {max_restarts}")
+            continue
+        return _exit_status(status)
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of `python -m kdist.launch`."""
+    parser = argparse.ArgumentParser(
+        prog="python -m kdist.launch",
+        description="Run a kdist job as a local cluster on loopback ports.",
+        epilog="Everything after `--` is passed to the training module, e.g. "
+        "`-- strategy=multi_worker_mirrored model=cnn`.",
+    )
+    parser.add_argument("--workers", type=int, required=True, help="worker processes")
+    parser.add_argument("--ps", type=int, default=0, help="parameter-server processes")
+    parser.add_argument("--max-restarts", type=int, default=0, help="restarts after a failure")
+    parser.add_argument("--module", default="kdist.train", help="module the trainers run")
+    parser.add_argument("--host", default="127.0.0.1", help="address the tasks advertise")
+    parser.add_argument("--run-dir", default=None, help="shared run directory")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds before giving up")
+    args, rest = parser.parse_known_args(argv)
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+    unknown = [a for a in rest if a.startswith("--") and a not in ("--multirun",)]
+    if unknown:
+        parser.error(f"unknown option {unknown[0]}; put training overrides after `--`")
+    if args.workers < 1:
+        parser.error(f"--workers ({args.workers}) must be a positive integer")
+    if args.ps < 0 or args.max_restarts < 0:
+        parser.error("--ps and --max-restarts must be >= 0")
+    # Stopping the launcher stops its tasks (they run in their own process groups).
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    code = run(
+        args.workers,
+        rest,
+        ps=args.ps,
+        module=args.module,
+        max_restarts=args.max_restarts,
+        host=args.host,
+        run_dir=args.run_dir,
+        timeout=args.timeout,
+    )
+    raise SystemExit(code)
+
+
+if __name__ == "__main__":
+    main()

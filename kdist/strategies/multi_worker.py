@@ -1,0 +1,122 @@
+"""MultiWorkerMirroredStrategy from the resolved cluster (TF_CONFIG, SLURM or none)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import tensorflow as tf
+
+from kdist import cluster as kdist_cluster
+from kdist.config.errors import ConfigError
+
+__all__ = ["multi_worker_mirrored"]
+
+log = logging.getLogger(__name__)
+
+_IMPLEMENTATIONS = {
+    "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
+    "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+    "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+}
+
+# TensorFlow enables collective ops once per process, so a process builds one
+# MultiWorkerMirroredStrategy; later experiments (a Hydra multirun, a notebook) reuse it.
+_built: dict[tuple[Any, ...], tf.distribute.Strategy] = {}
+
+
+def multi_worker_mirrored(
+    *,
+    communication: str = "auto",
+    timeout_seconds: float | None = None,
+    cluster: str = "auto",
+    port_base: int = 8888,
+) -> tf.distribute.Strategy:
+    """`tf.distribute.MultiWorkerMirroredStrategy` over the resolved cluster.
+
+    Args:
+        communication: collective implementation: `auto`, `ring` or `nccl` (GPUs only).
+            Defaults to `"auto"`.
+        timeout_seconds: deadline of each collective; a worker that stops responding makes
+            the others fail with `DeadlineExceededError` instead of waiting for the
+            heartbeat. Defaults to `None` (TensorFlow's default).
+        cluster: where the cluster comes from: `auto` (TF_CONFIG, else a multi-task SLURM
+            step, else this process alone), `tf_config`, `slurm` or `none`.
+            Defaults to `"auto"`.
+        port_base: first port of the tasks on each SLURM node. Defaults to `8888`.
+
+    Returns:
+        The strategy.
+
+    Raises:
+        ConfigError: naming `strategy.communication`, `strategy.timeout_seconds`,
+            TF_CONFIG or a SLURM variable.
+    """
+    if communication not in _IMPLEMENTATIONS:
+        raise ConfigError(
+            "strategy.communication",
+            "is not a valid choice",
+            value=communication,
+            hint="use one of: auto, ring, nccl",
+        )
+    if communication == "nccl" and not tf.config.list_physical_devices("GPU"):
+        raise ConfigError(
+            "strategy.communication",
+            "NCCL needs GPUs and this machine has none",
+            value=communication,
+            hint="use auto or ring",
+        )
+    if timeout_seconds is not None and timeout_seconds <= 0:
+        raise ConfigError(
+            "strategy.timeout_seconds", "must be a positive number or null", value=timeout_seconds
+        )
+    info = kdist_cluster.resolve(mode=cluster, port_base=port_base)
+    if "ps" in info.cluster:
+        raise ConfigError(
+            "strategy",
+            "multi_worker_mirrored cannot use a cluster with ps tasks",
+            value="multi_worker_mirrored",
+            hint="use strategy=parameter_server",
+        )
+    if info.source != "none" and info.task_type not in ("chief", "worker"):
+        raise ConfigError(
+            "TF_CONFIG",
+            f"task type {info.task_type!r} does not train under multi_worker_mirrored",
+            hint="run chief and worker tasks only",
+        )
+    if info.source == "none":
+        log.warning(
+            "strategy=multi_worker_mirrored found no cluster (no TF_CONFIG, no SLURM step): "
+            "training as one worker; start several with `python -m kdist.launch --workers N`"
+        )
+    key = (
+        communication,
+        timeout_seconds,
+        info.source,
+        info.task_type,
+        info.task_index,
+        tuple(sorted((job, tuple(a)) for job, a in info.cluster.items())),
+    )
+    if key in _built:
+        return _built[key]
+    if _built:
+        raise ConfigError(
+            "strategy",
+            "this process already runs a different multi-worker cluster",
+            hint="TensorFlow allows one per process; start a new process",
+        )
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=_IMPLEMENTATIONS[communication], timeout_seconds=timeout_seconds
+    )
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(
+        cluster_resolver=info.resolver(), communication_options=options
+    )
+    log.info(
+        "MultiWorkerMirroredStrategy: %s of %d worker(s) from %s, %d replica(s) in sync",
+        info.task_name,
+        max(info.num_workers, 1),
+        info.source,
+        strategy.num_replicas_in_sync,
+    )
+    _built[key] = strategy
+    return strategy

@@ -1,0 +1,321 @@
+"""Multi-worker training through `kdist.launch`: 2 local workers on loopback ports.
+
+Each test starts its own processes, bounds every wait, and checks by process id that
+nothing is left running.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import compose
+
+import kdist
+from kdist.launch import free_ports, run
+
+pytestmark = pytest.mark.multiworker
+
+EXACT = [
+    "model=cnn",
+    "model.dense_units=64",
+    "data.shuffle=false",
+    "trainer.epochs=2",
+    "trainer.steps_per_epoch=6",
+    "trainer.global_batch_size=32",
+    "trainer.steps_per_execution=3",
+    "optimizer=sgd",
+    "optimizer.learning_rate=0.05",
+    "runtime.seed=7",
+]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie has exited; only its parent's wait is missing.
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _pids(text: str) -> dict[str, int]:
+    return {m[0]: int(m[1]) for m in re.findall(r"\[launch\] (\w+ \d+) pid (\d+)", text)}
+
+
+def _temp_leftovers() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("kdist-worker*")}
+
+
+def test_free_ports_are_distinct():
+    ports = free_ports(5)
+    assert len(set(ports)) == 5 and all(p > 0 for p in ports)
+
+
+def test_two_workers_match_one_device_and_only_the_chief_writes(tmp_path: Path):
+    before = _temp_leftovers()
+    log = io.StringIO()
+    run_dir = tmp_path / "run"
+    code = run(
+        2,
+        ["strategy=multi_worker_mirrored", *EXACT],
+        run_dir=run_dir,
+        timeout=240,
+        output=log,
+    )
+    text = log.getvalue()
+    assert code == 0, text[-3000:]
+    # Both workers report the same final metrics.
+    finals = re.findall(r"\[(worker \d)\] .*validation: (loss [\d.]+, accuracy [\d.]+)", text)
+    assert {w for w, _ in finals} == {"worker 0", "worker 1"}
+    assert len({m for _, m in finals}) == 1, finals
+    # Only the chief's run directory holds outputs, and nothing else was left behind.
+    names = {p.name for p in run_dir.iterdir()}
+    assert {"metrics.json", "model.keras", "history.csv", "train.log", ".hydra"} <= names
+    assert _temp_leftovers() <= before
+    assert not any(_alive(pid) for pid in _pids(text).values())
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["strategy"] == "CollectiveAllReduceStrategy"
+    assert metrics["num_replicas"] == 2
+    assert metrics["steps"] == 12
+
+    # The same global batch of 32 on one device gives the same weights.
+    import keras
+
+    two = keras.models.load_model(run_dir / "model.keras").get_weights()
+    exp = kdist.Experiment(
+        compose(["strategy=one_device", *EXACT, "trainer.verbose=0", "callbacks=minimal"]),
+        run_dir=tmp_path / "one",
+    )
+    exp.fit()
+    one = exp.model.get_weights()
+    worst = max(float(np.max(np.abs(a - b))) for a, b in zip(one, two, strict=True))
+    assert worst < 1e-5, worst
+
+
+def test_sigkill_of_one_worker_stops_the_launch_within_60s(tmp_path: Path):
+    command = [
+        sys.executable,
+        "-m",
+        "kdist.launch",
+        "--workers",
+        "2",
+        "--run-dir",
+        str(tmp_path / "r"),
+        "--",
+        "strategy=multi_worker_mirrored",
+        "trainer.epochs=200",
+        "trainer.verbose=2",
+    ]
+    launcher = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + 180
+        assert launcher.stdout is not None
+        for line in launcher.stdout:
+            seen.append(line)
+            if "[worker 0] Epoch 3/" in line:
+                break
+            assert time.monotonic() < deadline, "training did not start in time"
+        pids = _pids("".join(seen))
+        os.kill(pids["worker 1"], signal.SIGKILL)
+        killed_at = time.monotonic()
+        rest, _ = launcher.communicate(timeout=90)
+        elapsed = time.monotonic() - killed_at
+        text = "".join(seen) + rest
+        assert launcher.returncode != 0
+        assert elapsed < 60, elapsed
+        assert "worker 1 exited with status 137" in text
+        assert not any(_alive(pid) for pid in pids.values())
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait(timeout=30)
+
+
+def test_a_failing_task_stops_the_others_and_restarts_are_counted(tmp_path: Path):
+    script = tmp_path / "flaky.py"
+    # Worker 1 fails at once; worker 0 would otherwise sleep for a long time.
+    script.write_text(
+        "import json, os, sys, time\n"
+        "index = json.loads(os.environ['TF_CONFIG'])['task']['index']\n"
+        "print('started', index, flush=True)\n"
+        "sys.exit(3) if index == 1 else time.sleep(600)\n"
+    )
+    log = io.StringIO()
+    started = time.monotonic()
+    code = run(
+        2,
+        [],
+        module="flaky",
+        max_restarts=1,
+        run_dir=tmp_path / "r",
+        output=log,
+        timeout=120,
+        grace_seconds=2,
+    )
+    text = log.getvalue()
+    assert code == 3, text
+    assert time.monotonic() - started < 60
+    assert text.count("[worker 1] started 1") == 2  # the first run and one restart
+    assert "restart 1 of 1" in text
+    assert not any(_alive(pid) for pid in _pids(text).values())
+
+
+@pytest.fixture(autouse=True)
+def _importable_tmp(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    )
+
+
+def test_timeout_stops_everything(tmp_path: Path):
+    (tmp_path / "sleepy.py").write_text("import time\nprint('up', flush=True)\ntime.sleep(600)\n")
+    log = io.StringIO()
+    code = run(2, [], module="sleepy", timeout=3, grace_seconds=1, output=log, run_dir=tmp_path)
+    assert code == 124
+    assert not any(_alive(pid) for pid in _pids(log.getvalue()).values())
+
+
+def test_cli_rejects_bad_arguments(tmp_path: Path):
+    for args, message in [
+        (["--workers", "0"], "--workers (0) must be a positive integer"),
+        (["--workers", "2", "--bogus", "1"], "unknown option --bogus"),
+    ]:
+        result = subprocess.run(
+            [sys.executable, "-m", "kdist.launch", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+        assert result.returncode == 2
+        assert message in result.stderr
+
+
+def test_bad_tf_config_in_a_worker_exits_2(tmp_path: Path):
+    env = {**os.environ, "TF_CONFIG": '{"clusters": {"worker": ["127.0.0.1:1"]}}'}
+    result = subprocess.run(
+        [sys.executable, "-m", "kdist.train", "strategy=multi_worker_mirrored"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert result.returncode == 2
+    assert "kdist: config error: TF_CONFIG: unknown key 'clusters'" in result.stderr
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.slow
+def test_cnn_on_two_workers_reaches_095(tmp_path: Path):
+    log = io.StringIO()
+    code = run(
+        2,
+        ["strategy=multi_worker_mirrored", "model=cnn", "trainer.verbose=0"],
+        run_dir=tmp_path / "run",
+        timeout=900,
+        output=log,
+    )
+    text = log.getvalue()
+    assert code == 0, text[-3000:]
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["validation"]["accuracy"] >= 0.95
+    finals = re.findall(r"\[(worker \d)\] validation accuracy: ([\d.]+)", text)
+    assert len(finals) == 2 and finals[0][1] == finals[1][1]
+    assert not any(_alive(pid) for pid in _pids(text).values())
+
+
+@pytest.mark.slow
+def test_multirun_under_the_launcher_writes_one_sweep_folder(tmp_path: Path):
+    log = io.StringIO()
+    sweep = tmp_path / "sweep"
+    code = run(
+        2,
+        [
+            "-m",
+            "strategy=multi_worker_mirrored",
+            "optimizer.learning_rate=1e-3,3e-3",
+            "trainer=fast_dev",
+            "trainer.verbose=0",
+        ],
+        run_dir=sweep,
+        timeout=600,
+        output=log,
+    )
+    assert code == 0, log.getvalue()[-3000:]
+    jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert jobs == ["0", "1"]
+    for job in jobs:
+        assert (sweep / job / "metrics.json").is_file()
+
+
+@pytest.mark.slow
+def test_collective_timeout_turns_a_stalled_worker_into_an_error(tmp_path: Path):
+    command = [
+        sys.executable,
+        "-m",
+        "kdist.launch",
+        "--workers",
+        "2",
+        "--run-dir",
+        str(tmp_path / "r"),
+        "--",
+        "strategy=multi_worker_mirrored",
+        "strategy.timeout_seconds=5",
+        "trainer.epochs=200",
+        "trainer.verbose=2",
+    ]
+    launcher = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + 180
+        assert launcher.stdout is not None
+        for line in launcher.stdout:
+            seen.append(line)
+            if "[worker 0] Epoch 3/" in line:
+                break
+            assert time.monotonic() < deadline, "training did not start in time"
+        pids = _pids("".join(seen))
+        os.kill(pids["worker 1"], signal.SIGSTOP)  # alive but silent: no heartbeat loss yet
+        stopped_at = time.monotonic()
+        rest, _ = launcher.communicate(timeout=120)
+        elapsed = time.monotonic() - stopped_at
+        text = "".join(seen) + rest
+        assert launcher.returncode != 0
+        assert "DeadlineExceeded" in text or "Unavailable" in text
+        assert elapsed < 60, elapsed
+        assert not any(_alive(pid) for pid in pids.values())
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait(timeout=30)
