@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from kdist import quiet as _quiet
+
 __version__ = "0.1.0"
 
 __all__ = ["ConfigError", "Experiment", "__version__", "compose", "data", "models"]
@@ -20,6 +22,11 @@ _LAZY = {
     "data": ("kdist.data", None),
     "models": ("kdist.models", None),
 }
+
+# Before anything imports TensorFlow: level 2 by default (a run's runtime.tf_log_level
+# replaces it), and the start-up lines that level cannot silence dropped (kdist.quiet).
+_quiet.set_level(2)
+_quiet.install()
 
 if TYPE_CHECKING:
     from kdist import data, models

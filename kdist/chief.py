@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -48,6 +49,21 @@ def on_chief(strategy: Any, action: Callable[[], T]) -> T | None:
     return action() if is_chief(strategy) else None
 
 
+def scratch_dir(run_dir: str | Path, strategy: Any, purpose: str) -> Path:
+    """An empty temporary folder for this task's throw-away writes in run `run_dir`.
+
+    Its name is fixed by the run directory, the task and `purpose`, so a task that was
+    killed before it could remove its folder reuses (and empties) it when the run is
+    restarted, and a finished run leaves nothing behind.
+    """
+    task_type, task_id = task_info(strategy)
+    digest = hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[:10]
+    path = Path(tempfile.gettempdir()) / f"kdist-{task_type}{task_id}-{digest}-{purpose}"
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
 def writable_dir(run_dir: str | Path, strategy: Any = None) -> Path:
     """The folder this process may write to: `run_dir` on the chief, a temporary folder
     elsewhere (collective ops such as saving still need every worker to take part).
@@ -57,8 +73,7 @@ def writable_dir(run_dir: str | Path, strategy: Any = None) -> Path:
         path = Path(run_dir)
         path.mkdir(parents=True, exist_ok=True)
         return path
-    task_type, task_id = task_info(strategy)
-    return Path(tempfile.mkdtemp(prefix=f"kdist-{task_type}{task_id}-"))
+    return scratch_dir(run_dir, strategy, "outputs")
 
 
 def cleanup_dir(path: str | Path, run_dir: str | Path) -> None:

@@ -45,6 +45,9 @@ __all__ = ["RESTART_EXIT_CODE", "free_ports", "main", "run"]
 RESTART_EXIT_CODE = 42
 _PORT_RACE_MARKERS = ("Address already in use", "Failed to add port", "address in use")
 _PORT_RETRIES = 3
+# After a parameter server dies, the chief gets this long to notice and stop with its own
+# error (naming the ps) before the launcher stops it.
+_PS_LOSS_GRACE_SECONDS = 60.0
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -201,6 +204,14 @@ def _stop(tasks: list[_Task], grace_seconds: float) -> None:
                 task.process.stdout.close()
 
 
+def _wait_for_all(tasks: list[_Task], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    for task in tasks:
+        if task.process is not None and task.trains:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                task.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+
+
 def _port_race(task: _Task) -> bool:
     text = "".join(task.tail)
     return any(marker in text for marker in _PORT_RACE_MARKERS)
@@ -222,6 +233,7 @@ def run(
     run_dir: str | Path | None = None,
     timeout: float | None = None,
     grace_seconds: float = 5.0,
+    restart_grace_seconds: float = 60.0,
     output: IO[str] | None = None,
 ) -> int:
     """Start a local cluster, wait for it, and return its exit status.
@@ -241,6 +253,9 @@ def run(
             `None` (no limit).
         grace_seconds: time between SIGTERM and SIGKILL when stopping tasks.
             Defaults to `5.0`.
+        restart_grace_seconds: after a task exits with the restart code 42 (it saved
+            on SIGTERM), how long the others get to finish the same save and exit.
+            Defaults to `60.0`.
         output: where the tasks' prefixed output goes. Defaults to `None`: `sys.stdout`.
 
     Returns:
@@ -282,6 +297,10 @@ def run(
         say(f"starting {', '.join(t.name for t in tasks)}; run directory {resolved_dir}")
         status = None
         failed: _Task | None = None
+        # Parameter-server mode: servers that died and were reported, and the lost ps.
+        lost: set[str] = set()
+        lost_ps: _Task | None = None
+        ps_deadline = 0.0
         try:
             _start(tasks, output, lock)
             while status is None:
@@ -289,16 +308,54 @@ def run(
                 for task in tasks:
                     assert task.process is not None
                     code = task.process.poll()
-                    if code is None:
+                    if code is None or task.name in lost:
+                        continue
+                    if ps and task.role == "worker":
+                        # The chief reruns the worker's functions on the other workers.
+                        lost.add(task.name)
+                        alive = [
+                            t
+                            for t in tasks
+                            if t.role == "worker"
+                            and t.process is not None
+                            and t.process.poll() is None
+                        ]
+                        if alive:
+                            say(
+                                f"{task.name} exited with status {_exit_status(code)}; "
+                                f"training goes on with {len(alive)} worker(s)"
+                            )
+                            continue
+                        failed, status = task, code if code != 0 else 1
+                        say("no worker is left")
+                        break
+                    if ps and task.role == "ps":
+                        # The variables are gone: give the chief time to report it itself.
+                        lost.add(task.name)
+                        if lost_ps is None:
+                            lost_ps = task
+                            ps_deadline = time.monotonic() + _PS_LOSS_GRACE_SECONDS
+                        say(
+                            f"{task.name} exited with status {_exit_status(code)}; waiting up "
+                            f"to {_PS_LOSS_GRACE_SECONDS:g} s for the chief to stop"
+                        )
                         continue
                     if code != 0 or not task.trains:
                         failed, status = task, code if code != 0 else 1
+                        if code == RESTART_EXIT_CODE:
+                            # The others are saving at the same agreed step: let them
+                            # finish and exit on their own before anything is stopped.
+                            _wait_for_all(tasks, restart_grace_seconds)
                         break
                 else:
                     if all(
                         t.process is not None and t.process.poll() == 0 for t in tasks if t.trains
                     ):
                         status = 0
+                    elif lost_ps is not None and time.monotonic() > ps_deadline:
+                        assert lost_ps.process is not None
+                        code = lost_ps.process.returncode
+                        failed, status = lost_ps, code if code else 1
                     elif deadline is not None and time.monotonic() > deadline:
                         say(f"timeout after {timeout:g} s; stopping every task")
                         _stop(tasks, grace_seconds)

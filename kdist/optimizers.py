@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from kdist.config.build import instantiate
 from kdist.config.validate import OPTIMIZER_KDIST_KEYS
+from kdist.schedules import build_schedule
 
 __all__ = ["build", "scaled_learning_rate"]
 
@@ -29,15 +30,24 @@ def scaled_learning_rate(learning_rate: float, rule: str, num_replicas: int) -> 
 
 
 def build(
-    optimizer_cfg: Any, *, num_replicas: int = 1, mixed_precision: str | None = None
+    optimizer_cfg: Any,
+    *,
+    num_replicas: int = 1,
+    mixed_precision: str | None = None,
+    total_steps: int | None = None,
 ) -> keras.optimizers.Optimizer:
     """Build the optimizer; call it inside `strategy.scope()`.
+
+    The (scaled) learning rate is the peak of the schedule `optimizer.schedule`,
+    `warmup_steps`, `decay_steps` and `alpha` describe (see `kdist.schedules`).
 
     Args:
         optimizer_cfg: the `optimizer` node (a `_partial_` `_target_` to a Keras optimizer).
         num_replicas: replicas in sync, for `lr_scaling`. Defaults to `1`.
         mixed_precision: the runtime's policy; `mixed_float16` wraps the optimizer in a
             `LossScaleOptimizer`. Defaults to `None`.
+        total_steps: optimizer steps of the run, from which a cosine schedule's
+            `decay_steps` is derived when not set. Defaults to `None`.
 
     Returns:
         The Keras optimizer.
@@ -45,6 +55,7 @@ def build(
     node = OmegaConf.to_container(optimizer_cfg, resolve=True)
     assert isinstance(node, dict)
     rule = str(node.get("lr_scaling", "none"))
+    schedule_keys = {k: node.get(k) for k in ("schedule", "warmup_steps", "decay_steps", "alpha")}
     for key in OPTIMIZER_KDIST_KEYS:
         node.pop(key, None)
     learning_rate = scaled_learning_rate(float(node.pop("learning_rate")), rule, num_replicas)
@@ -58,7 +69,16 @@ def build(
         )
     node["_partial_"] = True
     factory = instantiate(node)
-    optimizer = factory(learning_rate=learning_rate)
+    optimizer = factory(
+        learning_rate=build_schedule(
+            learning_rate,
+            schedule=schedule_keys["schedule"],
+            warmup_steps=int(schedule_keys["warmup_steps"] or 0),
+            decay_steps=schedule_keys["decay_steps"],
+            alpha=float(schedule_keys["alpha"] or 0.0),
+            total_steps=total_steps,
+        )
+    )
     if mixed_precision == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer

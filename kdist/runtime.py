@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
 import warnings
 from typing import Any
 
+from kdist import quiet
 from kdist.config.errors import ConfigError
 
 __all__ = ["quiet_tensorflow", "setup"]
@@ -17,11 +18,15 @@ log = logging.getLogger(__name__)
 def quiet_tensorflow(level: int = 2) -> None:
     """Turn down TensorFlow's C++ log noise; effective only before TensorFlow is imported.
 
+    At level 1 or more it also drops the start-up lines the variable cannot silence
+    (see `kdist.quiet`).
+
     Args:
         level: `TF_CPP_MIN_LOG_LEVEL` (0 all, 1 no INFO, 2 no WARNING, 3 no ERROR); an
             explicit environment variable wins. Defaults to `2`.
     """
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", str(level))
+    quiet.set_level(level)
+    quiet.install()
 
 
 def _split_devices(count: int) -> None:
@@ -82,17 +87,24 @@ def setup(runtime: Any) -> None:
     # TensorFlow's Python logger mirrors the C++ level: INFO lines such as "Using
     # MirroredStrategy with devices ..." only when the user asks for them.
     python_level = {0: logging.INFO, 1: logging.WARNING, 2: logging.WARNING, 3: logging.ERROR}
-    logging.getLogger("tensorflow").setLevel(python_level[int(runtime.tf_log_level)])
+    # Parts of TensorFlow log through absl instead ("Sharding callback duration" on each
+    # checkpoint save): the same level.
+    for name in ("tensorflow", "absl"):
+        logging.getLogger(name).setLevel(python_level[int(runtime.tf_log_level)])
     # Raised by tf.data when a distributed dataset is iterated inside a tf.function (the
     # validation loop); it describes TensorFlow internals, not anything the user can change.
     warnings.filterwarnings(
         "ignore", message="To make it possible to preserve tf.data options", category=UserWarning
     )
 
-    if runtime.logical_devices:
-        _split_devices(int(runtime.logical_devices))
-    elif runtime.memory_growth:
-        _memory_growth()
+    # The first use of a device prints the cuInit ERROR line on a machine without CUDA.
+    filtered = quiet.filtered_stderr(quiet.stderr_noise())
+    with filtered if quiet.enabled() else contextlib.nullcontext():
+        if runtime.logical_devices:
+            _split_devices(int(runtime.logical_devices))
+        elif runtime.memory_growth:
+            _memory_growth()
+        tf.config.list_physical_devices()
 
     keras.utils.set_random_seed(int(runtime.seed))
     if runtime.deterministic:

@@ -32,6 +32,10 @@ __all__ = ["main", "non_chief_overrides", "precheck", "run"]
 
 log = logging.getLogger("kdist.train")
 
+# Exit statuses besides 0: 2 bad config, 3 non-finite loss, 4 unreadable checkpoints,
+# 42 saved on SIGTERM and asks to be restarted.
+EXIT_CHECKPOINT = 4
+
 
 def precheck(argv: list[str], *, config_name: str = "train") -> DictConfig | None:
     """Compose and validate the command line's config before Hydra starts the job.
@@ -82,7 +86,21 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         experiment.build_model()
     except ConfigError as error:
         exit_with(error)
-    experiment.fit()
+    from kdist.callbacks.checkpoint import CheckpointError
+    from kdist.callbacks.guards import EXIT_NON_FINITE, NonFiniteLossError
+
+    try:
+        experiment.fit()
+    except ConfigError as error:
+        exit_with(error)
+    except NonFiniteLossError as error:
+        log.error("%s", error)
+        print(f"kdist: error: {error}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_NON_FINITE) from None
+    except CheckpointError as error:
+        log.error("%s", error)
+        print(f"kdist: checkpoint error: {error}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_CHECKPOINT) from None
     return experiment.metrics()
 
 
@@ -92,32 +110,36 @@ def _app(cfg: DictConfig) -> float | None:
     accuracy = metrics["validation"].get("accuracy")
     if accuracy is not None:
         print(f"validation accuracy: {accuracy:.4f}", flush=True)
-    return accuracy
+    # The configured objective, so Hydra sweepers (Optuna, ...) can optimise it.
+    value = metrics.get("objective", {}).get("value")
+    return None if value is None else float(value)
 
 
-def non_chief_overrides(info: ClusterInfo) -> list[str]:
+def non_chief_overrides(info: ClusterInfo, *, multirun: bool = False) -> list[str]:
     """Hydra overrides that keep a non-chief task from writing the run directory.
 
     Hydra writes `.hydra/` and `train.log` into its output folder in every process. Only
-    the chief may write the run's files, so the other tasks get a temporary output
-    folder (removed at exit), no `.hydra/` copy, and console-only logging.
+    the chief may write the run's files, so the other tasks get no `.hydra/` copy and
+    console-only logging; under multirun their sweep folder is a temporary one (removed
+    at exit).
 
     Args:
         info: this process's cluster position.
+        multirun: the command is a Hydra multirun. Defaults to `False`.
 
     Returns:
         Overrides to append to the command line (empty on the chief).
     """
     if info.is_chief:
         return []
+    quiet = ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
+    if not multirun:
+        # Same run directory as the chief (to read its backups), but nothing written.
+        return quiet
+    # A sweep writes multirun.yaml into its folder: give other tasks their own.
     scratch = tempfile.mkdtemp(prefix=f"kdist-{info.task_type}{info.task_index}-hydra-")
     atexit.register(shutil.rmtree, scratch, ignore_errors=True)
-    return [
-        f"hydra.run.dir={scratch}",
-        f"hydra.sweep.dir={scratch}",
-        "hydra.output_subdir=null",
-        "hydra/job_logging=stdout",
-    ]
+    return [f"hydra.sweep.dir={scratch}", *quiet]
 
 
 def main() -> None:
@@ -129,7 +151,8 @@ def main() -> None:
         info = resolve_cluster()
     except ConfigError as error:
         exit_with(error)
-    sys.argv.extend(non_chief_overrides(info))
+    multirun = any(arg in ("-m", "--multirun") for arg in sys.argv[1:])
+    sys.argv.extend(non_chief_overrides(info, multirun=multirun))
     precheck(sys.argv[1:])
     _app()
 

@@ -116,3 +116,232 @@ class StopAfterEpoch:
                     self.model.stop_training = True
 
         return _Stop()
+
+
+class KillAtStep:
+    """`callbacks.extra` target: SIGKILL this process once `step` optimizer steps are done.
+
+    With `once_file`, it fires only if that file does not exist yet (and creates it), so a
+    restarted run is not killed again; with `only_worker`, only that TF_CONFIG index dies.
+    """
+
+    def __new__(
+        cls,
+        *,
+        step: int,
+        signal_name: str = "SIGKILL",
+        once_file: str | None = None,
+        only_worker: int | None = None,
+    ):
+        import json
+        import signal
+
+        import keras
+
+        class _Kill(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                if int(self.model.optimizer.iterations.numpy()) < step:
+                    return
+                if only_worker is not None:
+                    task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
+                    if task.get("index") != only_worker:
+                        return
+                if once_file is not None:
+                    if os.path.exists(once_file):
+                        return
+                    Path(once_file).write_text("fired")
+                os.kill(os.getpid(), getattr(signal, signal_name))
+
+        return _Kill()
+
+
+class InjectNaN:
+    """`callbacks.extra` target: set the first weight to NaN once `step` steps are done."""
+
+    def __new__(cls, *, step: int):
+        import keras
+        import numpy as np
+
+        class _Inject(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                if int(self.model.optimizer.iterations.numpy()) == step:
+                    weight = self.model.weights[0]
+                    weight.assign(np.full(weight.shape, np.nan, dtype="float32"))
+
+        return _Inject()
+
+
+class StopAtStep:
+    """`callbacks.extra` target: ask training to stop once `step` steps are done."""
+
+    def __new__(cls, *, step: int):
+        import keras
+
+        class _Stop(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                if int(self.model.optimizer.iterations.numpy()) >= step:
+                    self.model.stop_training = True
+
+        return _Stop()
+
+
+def flaky_model(*, input_shape, num_classes, mode: str = "ok", width: int = 16):
+    """A `model=custom` callable for tuning tests: `mode` ok, diverge (NaN outputs) or error."""
+    import keras
+
+    if mode == "error":
+        raise ValueError(f"flaky_model cannot build mode={mode!r}")
+    inputs = keras.Input(shape=tuple(input_shape))
+    x = keras.layers.Flatten()(inputs)
+    x = keras.layers.Dense(width, activation="relu")(x)
+    outputs = keras.layers.Dense(num_classes)(x)
+    if mode == "diverge":
+        outputs = keras.layers.Lambda(lambda t: t * float("nan"))(outputs)
+    return keras.Model(inputs, outputs)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on `host` right now."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+# --- small generated data sets for the file-based `data` options (issue 7) -------------
+
+
+def learnable_arrays(count: int, *, shape=(8,), classes: int = 3, seed: int = 0):
+    """`(x, y)`: float32 features and labels that are the argmax of a fixed linear map."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((count, *shape)).astype(np.float32)
+    weights = np.random.default_rng(1000).standard_normal((int(np.prod(shape)), classes))
+    y = np.argmax(x.reshape(count, -1) @ weights, axis=1).astype(np.int64)
+    return x, y
+
+
+def write_class_images(root: Path, *, per_class: int = 40, size: int = 8, classes: int = 3):
+    """PNG images in `root/<class>/`: class c has a bright channel c, plus noise."""
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    for c in range(classes):
+        folder = root / f"class_{c}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            image = rng.integers(0, 80, (size, size, 3)).astype(np.uint8)
+            image[..., c % 3] += 150
+            (folder / f"{i:03d}.png").write_bytes(tf.io.encode_png(image).numpy())
+    return root
+
+
+def write_fake_mnist(cache_dir: Path, *, train: int = 600, test: int = 120) -> Path:
+    """A small `mnist.npz` in Keras's layout: uint8 28x28 images, a bright block per class."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+
+    def images(count):
+        y = rng.integers(0, 10, count).astype(np.uint8)
+        x = rng.integers(0, 60, (count, 28, 28)).astype(np.uint8)
+        for i, label in enumerate(y):
+            row, col = divmod(int(label), 5)
+            x[i, row * 14 : row * 14 + 14, col * 5 : col * 5 + 5] += 180
+        return x, y
+
+    (x_train, y_train), (x_test, y_test) = images(train), images(test)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    path = cache_dir / "mnist.npz"
+    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    return path
+
+
+def write_csv(path: Path, x, y, *, label_names=None) -> Path:
+    """A CSV file with columns f0..fN and `label` (class ids, or `label_names[id]`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = [f"f{i}" for i in range(x.shape[1])] + ["label"]
+    lines = [",".join(header)]
+    for row, label in zip(x, y, strict=True):
+        shown = label_names[int(label)] if label_names else str(int(label))
+        lines.append(",".join(f"{v:.6f}" for v in row) + "," + shown)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def build_tiny_tfds(data_dir: Path, *, train: int = 600, test: int = 120) -> str:
+    """Prepare a small TFDS dataset under `data_dir` with no download; returns its name.
+
+    The builder is not registered: kdist then reads the prepared files as a user's
+    machine would, without the dataset's code.
+    """
+    import numpy as np
+    import tensorflow_datasets as tfds
+
+    class KdistTinyVectors(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+        VERSION = tfds.core.Version("1.0.0")
+
+        def _info(self):
+            return tfds.core.DatasetInfo(
+                builder=self,
+                features=tfds.features.FeaturesDict(
+                    {
+                        "image": tfds.features.Tensor(shape=(8,), dtype=np.float32),
+                        "label": tfds.features.ClassLabel(num_classes=3),
+                    }
+                ),
+            )
+
+        def _split_generators(self, dl_manager):
+            return {
+                "train": self._generate_examples(train, 0),
+                "test": self._generate_examples(test, 1),
+            }
+
+        def _generate_examples(self, count, seed):
+            x, y = learnable_arrays(count, seed=seed)
+            for i in range(count):
+                yield i, {"image": x[i], "label": int(y[i])}
+
+    builder = KdistTinyVectors(data_dir=str(data_dir))
+    builder.download_and_prepare()
+    return builder.name
+
+
+def option_overrides(group: str, option: str, root: Path) -> list[str]:
+    """Overrides (and small files under `root`) with which `group=option` builds in a test.
+
+    File-based data options get generated files; models that need particular data get it.
+    """
+    from kdist.data.tfrecord_io import write_tfrecords
+
+    if group == "model" and option == "transformer":
+        return ["data=synthetic_text", "data.source.num_train=256", "data.source.num_validation=64"]
+    if group != "data":
+        return []
+    x, y = learnable_arrays(320, shape=(8, 8, 1))
+    if option == "npz":
+        import numpy as np
+
+        np.savez(root / "data.npz", x=x, y=y)
+        return [f"data.source.path={root / 'data.npz'}"]
+    if option == "tfrecord":
+        splits = {"train": (x[:256], y[:256]), "validation": (x[256:], y[256:])}
+        write_tfrecords(root / "tfrecord", splits)
+        return [f"data.source.path={root / 'tfrecord'}"]
+    if option == "image_dir":
+        write_class_images(root / "images", per_class=10)
+        return [f"data.source.path={root / 'images'}"]
+    if option == "csv":
+        write_csv(root / "data.csv", x.reshape(len(x), -1), y)
+        return [f"data.source.path={root / 'data.csv'}"]
+    if option == "keras":
+        write_fake_mnist(root / "keras", train=128, test=32)
+        return [f"data.source.cache_dir={root / 'keras'}"]
+    if option == "tfds":
+        name = build_tiny_tfds(root / "tfds", train=128, test=32)
+        return [f"data.source.name={name}", f"data.source.data_dir={root / 'tfds'}"]
+    return []

@@ -27,7 +27,11 @@ def monitor_mode(monitor: str, mode: str, directions: Mapping[str, str]) -> str:
 
 
 def build(
-    callbacks_cfg: Any, *, output_dir: Path, directions: Mapping[str, str] | None = None
+    callbacks_cfg: Any,
+    *,
+    output_dir: Path,
+    directions: Mapping[str, str] | None = None,
+    resuming: bool = False,
 ) -> list[keras.callbacks.Callback]:
     """The callbacks a `callbacks` node asks for, writing under `output_dir`.
 
@@ -37,6 +41,8 @@ def build(
             other workers (see `kdist.chief.writable_dir`).
         directions: metric name -> `min` or `max`, for monitored metrics. Defaults to
             `None`: losses are minimised, everything else maximised.
+        resuming: the run continues from a backup: `history.csv` is appended to.
+            Defaults to `False`.
 
     Returns:
         Keras callbacks, in the order they run.
@@ -51,7 +57,9 @@ def build(
             )
         )
     if callbacks_cfg.csv.enabled:
-        callbacks.append(keras.callbacks.CSVLogger(str(output_dir / "history.csv")))
+        callbacks.append(
+            keras.callbacks.CSVLogger(str(output_dir / "history.csv"), append=resuming)
+        )
     stopping = callbacks_cfg.early_stopping
     if stopping.enabled:
         callbacks.append(

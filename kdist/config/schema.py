@@ -16,23 +16,36 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import II
 
 __all__ = [
     "AdamConfig",
     "AdamWConfig",
+    "AugmentConfig",
     "AutoStrategyConfig",
+    "BayesianTunerConfig",
     "CNNConfig",
     "CallbacksConfig",
     "DataConfig",
+    "HyperbandTunerConfig",
     "MLPConfig",
     "MirroredStrategyConfig",
     "MultiWorkerMirroredStrategyConfig",
+    "ObjectiveConfig",
     "OneDeviceStrategyConfig",
     "OptimizerConfig",
+    "ParameterServerStrategyConfig",
+    "RandomTunerConfig",
+    "ResNetConfig",
     "RuntimeConfig",
     "SGDConfig",
     "TrainConfig",
     "TrainerConfig",
+    "TransformerConfig",
+    "TunerConfig",
+    "TunerDistributedConfig",
+    "TunerObjectiveConfig",
+    "WideDeepConfig",
     "register",
 ]
 
@@ -67,6 +80,19 @@ class MultiWorkerMirroredStrategyConfig:
     port_base: int = 8888
 
 
+@dataclass
+class ParameterServerStrategyConfig:
+    _target_: str = "kdist.strategies.parameter_server"
+    # Optimizer steps per function the chief schedules on a worker.
+    steps_per_schedule: int = 8
+    # Variable sharding over the ps: set min_shard_bytes or max_shard_bytes (not both).
+    min_shard_bytes: int | None = None
+    max_shard_bytes: int | None = None
+    max_shards: int | None = None
+    cluster: str = "auto"
+    port_base: int = 8888
+
+
 # --- model ------------------------------------------------------------------------------
 
 
@@ -87,7 +113,48 @@ class CNNConfig:
     dropout: float = 0.0
 
 
+@dataclass
+class ResNetConfig:
+    _target_: str = "kdist.models.resnet"
+    # resnet20, resnet32, resnet44, resnet56, resnet110 (32x32 images) or resnet50
+    # (keras.applications, weights=None).
+    variant: str = "resnet20"
+    width: int = 16
+    weight_decay: float = 1e-4
+
+
+@dataclass
+class TransformerConfig:
+    _target_: str = "kdist.models.transformer"
+    vocab_size: int = 1000
+    embed_dim: int = 64
+    num_heads: int = 4
+    ff_dim: int = 128
+    num_layers: int = 2
+    dropout: float = 0.1
+    mask_padding: bool = True
+
+
+@dataclass
+class WideDeepConfig:
+    _target_: str = "kdist.models.wide_and_deep.wide_deep"
+    num_buckets: int = 20_000
+    embedding_dim: int = 16
+    units: list[int] = field(default_factory=lambda: [64])
+    dropout: float = 0.0
+
+
 # --- data -------------------------------------------------------------------------------
+
+
+@dataclass
+class AugmentConfig:
+    """`data.augment`: training-time image augmentation (kdist.data.augment)."""
+
+    # null, horizontal, vertical or horizontal_and_vertical
+    random_flip: str | None = None
+    # Zero-pad each side by this many pixels, then crop back at random (0: off).
+    random_crop_padding: int = 0
 
 
 @dataclass
@@ -99,6 +166,7 @@ class DataConfig:
     shuffle_buffer: int = 10_000
     cache: bool = True
     shard_policy: str = "auto"
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
 
 
 # --- optimizer --------------------------------------------------------------------------
@@ -113,6 +181,13 @@ class OptimizerConfig:
     learning_rate: float = 1e-3
     # kdist: scale `learning_rate` with the replica count: none, linear or sqrt.
     lr_scaling: str = "none"
+    # kdist: learning-rate schedule (kdist.schedules): null (constant) or cosine, after
+    # `warmup_steps` of linear warm-up; cosine decays over `decay_steps` (null: the rest
+    # of the run) down to `alpha` times the peak rate.
+    schedule: str | None = None
+    warmup_steps: int = 0
+    decay_steps: int | None = None
+    alpha: float = 0.0
     clipnorm: float | None = None
 
 
@@ -200,15 +275,127 @@ class EarlyStoppingConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    """`callbacks.checkpoint`: periodic checkpoints in `checkpoints/`."""
+
+    enabled: bool = True
+    every_n_steps: int = 0  # 0: at the end of every epoch
+    keep: int = 3
+
+
+@dataclass
+class BackupConfig:
+    """`callbacks.backup`: backup-and-restore in `backup/` (step-exact resume)."""
+
+    enabled: bool = True
+    every_n_steps: int = 100
+    keep: int = 2
+
+
+@dataclass
+class BestModelConfig:
+    """`callbacks.best_model`: export `model.keras` and `saved_model/` of the best epoch."""
+
+    monitor: str | None = None  # e.g. val_accuracy; null exports the final model
+    mode: str = "auto"
+
+
+@dataclass
 class CallbacksConfig:
     tensorboard: TensorBoardConfig = field(default_factory=TensorBoardConfig)
     csv: CSVLoggerConfig = field(default_factory=CSVLoggerConfig)
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    backup: BackupConfig = field(default_factory=BackupConfig)
+    best_model: BestModelConfig = field(default_factory=BestModelConfig)
+    # Stop with exit status 3 when the training loss is NaN or infinite.
+    nan_guard: bool = True
+    # On SIGTERM save a backup and exit 42 (restart code of `kdist.launch --max-restarts`).
+    preemption: bool = True
     save_model: bool = True
     # curves.png in the run directory: loss and metrics per epoch (chief only).
     curves: bool = True
     # Extra Keras callbacks: a list of `_target_` nodes, each built inside the scope.
     extra: list[Any] = field(default_factory=list)
+
+
+# --- objective and tuner (kdist.tune) -------------------------------------------------
+
+
+@dataclass
+class ObjectiveConfig:
+    """The metric a run is judged by: the train app returns it (for Hydra sweepers)."""
+
+    # A key of the final logs: loss, accuracy, val_loss, val_accuracy, ...
+    name: str = "val_accuracy"
+    direction: str = "max"
+
+
+@dataclass
+class TunerObjectiveConfig:
+    name: str = II("objective.name")
+    direction: str = II("objective.direction")
+
+
+@dataclass
+class TunerDistributedConfig:
+    """Deadlines of a distributed search (`kdist.launch --module kdist.tune`)."""
+
+    # Seconds each oracle call may take before the worker gives up and exits.
+    timeout: float = 60.0
+    # Seconds a worker's first call waits for the chief's oracle to start.
+    connect_timeout: float = 300.0
+    # Seconds between a worker's heartbeats while it runs a trial.
+    heartbeat: float = 5.0
+    # Seconds of silence after which the chief counts a worker lost and fails its trial.
+    worker_timeout: float = 120.0
+    # Tuners the chief waits for (up to connect_timeout) before taking trials itself;
+    # null: every chief and worker task of the cluster.
+    tuners: int | None = None
+    # Whether the chief runs trials too, besides serving the oracle.
+    chief_runs_trials: bool = True
+    # The run directory shared by every process; null: Hydra's output folder.
+    run_dir: str | None = None
+
+
+@dataclass
+class TunerConfig:
+    """Keys every tuner has; `_target_` builds the keras-tuner oracle."""
+
+    _target_: str = "kdist.tuning.oracles.RandomSearchOracle"
+    max_trials: int = 10
+    objective: TunerObjectiveConfig = field(default_factory=TunerObjectiveConfig)
+    # Config key -> sweep expression: choice(...), interval(lo, hi), tag(log, interval(...)),
+    # range(start, stop, step); nested mappings are joined with dots.
+    space: dict[str, Any] = field(default_factory=dict)
+    seed: int | None = II("runtime.seed")
+    max_retries_per_trial: int = 0
+    max_consecutive_failed_trials: int = 3
+    # Start afresh instead of resuming a search found in the run directory.
+    overwrite: bool = False
+    verbose: int = 1
+    distributed: TunerDistributedConfig = field(default_factory=TunerDistributedConfig)
+
+
+@dataclass
+class RandomTunerConfig(TunerConfig):
+    pass
+
+
+@dataclass
+class BayesianTunerConfig(TunerConfig):
+    _target_: str = "kdist.tuning.oracles.BayesianOptimizationOracle"
+    num_initial_points: int | None = None
+    alpha: float = 1e-4
+    beta: float = 2.6
+
+
+@dataclass
+class HyperbandTunerConfig(TunerConfig):
+    _target_: str = "kdist.tuning.oracles.HyperbandOracle"
+    max_epochs: int = II("trainer.epochs")
+    factor: int = 3
+    hyperband_iterations: int = 1
 
 
 # --- top level --------------------------------------------------------------------------
@@ -223,6 +410,9 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     callbacks: CallbacksConfig = field(default_factory=CallbacksConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    # Set by conf/tune.yaml (`python -m kdist.tune`); kdist.train ignores it.
+    tuner: Any = None
     # Where outputs go when kdist runs outside a Hydra app (notebooks); the train app
     # uses Hydra's output directory.
     run_dir: str | None = None
@@ -234,13 +424,25 @@ _GROUP_SCHEMAS: dict[str, dict[str, type]] = {
         "base_one_device": OneDeviceStrategyConfig,
         "base_mirrored": MirroredStrategyConfig,
         "base_multi_worker_mirrored": MultiWorkerMirroredStrategyConfig,
+        "base_parameter_server": ParameterServerStrategyConfig,
     },
-    "model": {"base_mlp": MLPConfig, "base_cnn": CNNConfig},
+    "model": {
+        "base_mlp": MLPConfig,
+        "base_cnn": CNNConfig,
+        "base_resnet": ResNetConfig,
+        "base_transformer": TransformerConfig,
+        "base_wide_deep": WideDeepConfig,
+    },
     "data": {"base_data": DataConfig},
     "optimizer": {"base_adam": AdamConfig, "base_adamw": AdamWConfig, "base_sgd": SGDConfig},
     "trainer": {"base_trainer": TrainerConfig},
     "runtime": {"base_runtime": RuntimeConfig},
     "callbacks": {"base_callbacks": CallbacksConfig},
+    "tuner": {
+        "base_random": RandomTunerConfig,
+        "base_bayesian": BayesianTunerConfig,
+        "base_hyperband": HyperbandTunerConfig,
+    },
 }
 
 _registered = False

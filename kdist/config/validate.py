@@ -16,7 +16,13 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from kdist.config.errors import ConfigError
 
-__all__ = ["check_choice", "check_positive", "check_target_keys", "validate"]
+__all__ = [
+    "check_choice",
+    "check_positive",
+    "check_safe_loading",
+    "check_target_keys",
+    "validate",
+]
 
 # Keys Hydra's `instantiate` consumes itself.
 _HYDRA_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
@@ -27,7 +33,12 @@ LR_SCALING = ("none", "linear", "sqrt")
 MIXED_PRECISION = (None, "mixed_float16", "mixed_bfloat16")
 TENSORBOARD_UPDATE_FREQ = ("epoch", "batch")
 # Keys of the optimizer node that kdist consumes before building the Keras optimizer.
-OPTIMIZER_KDIST_KEYS = ("lr_scaling",)
+OPTIMIZER_KDIST_KEYS = ("lr_scaling", "schedule", "warmup_steps", "decay_steps", "alpha")
+LR_SCHEDULES = (None, "cosine")
+RESNET_VARIANTS = ("resnet20", "resnet32", "resnet44", "resnet56", "resnet110", "resnet50")
+FLIP_MODES = (None, "horizontal", "vertical", "horizontal_and_vertical")
+# Callables that would deserialize a model without Keras safe mode (or turn it off).
+UNSAFE_LOADERS = ("load_model", "load_model_from_hdf5", "enable_unsafe_deserialization")
 # Arguments kdist gives a model callable from the data.
 MODEL_INJECTED_KEYS = ("input_shape", "num_classes")
 
@@ -121,6 +132,38 @@ def check_target_keys(
     return target
 
 
+def check_safe_loading(node: Any, key: str = "") -> None:
+    """Refuse any config that would load a model without Keras safe mode.
+
+    A `safe_mode: false` key anywhere, or a `_target_` to a model loader other than
+    `kdist.export.load_model` (which always uses safe mode), or to
+    `keras.config.enable_unsafe_deserialization`, is an error.
+
+    Raises:
+        ConfigError: naming the key.
+    """
+    if isinstance(node, (DictConfig, ListConfig)):
+        node = OmegaConf.to_container(node, resolve=False)
+    if isinstance(node, dict):
+        for name, value in node.items():
+            path = f"{key}.{name}" if key else str(name)
+            if name == "safe_mode" and value is not True:
+                raise ConfigError(path, "Keras safe mode cannot be turned off", value=value)
+            if name == "_target_" and isinstance(value, str):
+                last = value.rsplit(".", 1)[-1]
+                if last in UNSAFE_LOADERS and not value.startswith("kdist."):
+                    raise ConfigError(
+                        path,
+                        "loads models outside Keras safe mode",
+                        value=value,
+                        hint="use kdist.export.load_model (always safe mode, no .h5)",
+                    )
+            check_safe_loading(value, path)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            check_safe_loading(value, f"{key}[{i}]")
+
+
 def _check_target_list(key: str, nodes: Any) -> None:
     if nodes is None:
         return
@@ -160,6 +203,12 @@ def validate(cfg: DictConfig) -> None:
     optimizer = cfg.optimizer
     check_positive("optimizer.learning_rate", optimizer.learning_rate)
     check_choice("optimizer.lr_scaling", optimizer.lr_scaling, LR_SCALING)
+    check_choice("optimizer.schedule", optimizer.get("schedule"), LR_SCHEDULES)
+    check_positive("optimizer.warmup_steps", optimizer.get("warmup_steps", 0), strict=False)
+    check_positive("optimizer.decay_steps", optimizer.get("decay_steps"), allow_none=True)
+    alpha = optimizer.get("alpha", 0.0)
+    if not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
+        raise ConfigError("optimizer.alpha", "must be in [0, 1]", value=alpha)
     check_target_keys("optimizer", optimizer, ignore=OPTIMIZER_KDIST_KEYS)
 
     runtime = cfg.runtime
@@ -174,11 +223,20 @@ def validate(cfg: DictConfig) -> None:
         check_choice("strategy.cross_device_ops", strategy.cross_device_ops, CROSS_DEVICE_OPS)
 
     check_target_keys("model", cfg.model, injected=MODEL_INJECTED_KEYS)
+    if str(cfg.model.get("_target_")) == "kdist.models.resnet":
+        check_choice("model.variant", cfg.model.get("variant"), RESNET_VARIANTS)
 
     data = cfg.data
     check_target_keys("data.source", data.source)
     check_positive("data.shuffle_buffer", data.shuffle_buffer)
     check_choice("data.shard_policy", data.shard_policy, SHARD_POLICIES)
+    augment = data.get("augment")
+    if augment is not None:
+        check_choice("data.augment.random_flip", augment.get("random_flip"), FLIP_MODES)
+        check_positive(
+            "data.augment.random_crop_padding", augment.get("random_crop_padding", 0), strict=False
+        )
+    check_safe_loading(cfg)
 
     callbacks = cfg.callbacks
     check_choice(
@@ -190,3 +248,8 @@ def validate(cfg: DictConfig) -> None:
         "callbacks.early_stopping.patience", callbacks.early_stopping.patience, strict=False
     )
     _check_target_list("callbacks.extra", callbacks.extra)
+
+    objective = cfg.get("objective")
+    if objective is not None:
+        # The name is checked against the run's metrics by `Experiment`, once they exist.
+        check_choice("objective.direction", objective.direction, ("min", "max"))

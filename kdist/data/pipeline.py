@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
 
 from kdist.config.errors import ConfigError
+from kdist.data.augment import augment, check_augment, is_enabled
+from kdist.data.files import FileSource
 from kdist.data.source import Source
 
-__all__ = ["DatasetFn", "make_dataset_fn", "steps_per_epoch"]
+__all__ = ["DatasetFn", "make_dataset_fn", "resolve_shard_policy", "steps_per_epoch"]
+
+log = logging.getLogger(__name__)
 
 DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
 
@@ -35,10 +40,51 @@ def steps_per_epoch(source: Source, global_batch_size: int, requested: int | Non
     return available
 
 
-def _shard(ds: tf.data.Dataset, context: tf.distribute.InputContext, policy: str) -> Any:
-    if context.num_input_pipelines <= 1 or policy == "off":
-        return ds
-    return ds.shard(context.num_input_pipelines, context.input_pipeline_id)
+def resolve_shard_policy(policy: str, source: Source, num_pipelines: int, split: str) -> str:
+    """How one split is divided over `num_pipelines` input pipelines: `file`, `data` or `off`.
+
+    `file` gives each pipeline whole files (training split of a `FileSource` only);
+    `data` gives pipeline `i` every `n`-th example; `off` gives every pipeline
+    everything. `auto` is `file` when the source has at least one non-empty file per
+    pipeline, else `data` (logged). Validation data is always divided by example, so
+    each example is evaluated once.
+
+    Raises:
+        ConfigError: naming `data.shard_policy` for `file` with an in-memory source,
+            fewer files than pipelines, or a pipeline whose files hold no example.
+    """
+    if num_pipelines <= 1:
+        return "off"
+    if split != "train":
+        return "off" if policy == "off" else "data"
+    if policy in ("data", "off"):
+        return policy
+    files = list(source.files or []) if isinstance(source, FileSource) else []
+    problem = None
+    if not files:
+        problem = "file sharding needs a file-based source; this one is in memory"
+    elif len(files) < num_pipelines:
+        problem = (
+            f"file sharding needs a file per input pipeline: {len(files)} file(s) for "
+            f"{num_pipelines} pipelines"
+        )
+    else:
+        assert isinstance(source, FileSource)
+        for index in range(num_pipelines):
+            if source.count(split, files[index::num_pipelines]) == 0:
+                problem = f"file sharding leaves input pipeline {index} without examples"
+                break
+    if problem is None:
+        return "file"
+    if policy == "file":
+        raise ConfigError(
+            "data.shard_policy",
+            problem,
+            value=policy,
+            hint="use data.shard_policy=data (or auto), or write more, smaller files",
+        )
+    log.info("data.shard_policy=auto: %s; sharding by example instead", problem)
+    return "data"
 
 
 def make_dataset_fn(
@@ -48,6 +94,7 @@ def make_dataset_fn(
     *,
     global_batch_size: int,
     seed: int,
+    skip_examples: int = 0,
 ) -> DatasetFn:
     """The `dataset_fn` that `distribute_datasets_from_function` calls once per pipeline.
 
@@ -56,21 +103,27 @@ def make_dataset_fn(
     with full batches only, and prefetched. Validation data is read once, in order.
 
     Sharding happens after the shuffle so that, for a given seed, the union of the
-    replicas' batches at step `t` is the same global batch under every strategy.
+    replicas' batches at step `t` is the same global batch under every strategy
+    (`shard_policy` data; see `resolve_shard_policy` for file and off). Training
+    examples are then augmented (`data.augment`, a parallel map) before batching.
 
     Args:
         source: the data source.
         split: `"train"` or `"validation"`.
-        data_cfg: the `data` config node (shuffle, shuffle_buffer, cache, shard_policy).
+        data_cfg: the `data` config node (shuffle, shuffle_buffer, cache, shard_policy,
+            augment).
         global_batch_size: examples per step over all replicas.
         seed: shuffle seed.
+        skip_examples: training examples already consumed (a resumed run); the stream
+            continues right after them, so no example is used twice or skipped.
+            Defaults to `0`.
 
     Returns:
         A function from `tf.distribute.InputContext` to a batched `tf.data.Dataset`.
     """
     training = split == "train"
     policy = str(data_cfg.shard_policy)
-    if policy == "file" and source.files is None:
+    if policy == "file" and not isinstance(source, FileSource):
         raise ConfigError(
             "data.shard_policy",
             "file sharding needs a file-based source; this one is in memory",
@@ -78,9 +131,30 @@ def make_dataset_fn(
             hint="use auto or data",
         )
 
+    augment_cfg = data_cfg.get("augment")
+    if training and is_enabled(augment_cfg):
+        check_augment(augment_cfg, source.input_shape)
+    if training and source.size(split) < 1:
+        raise ConfigError("data.source", "has no training examples")
+
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        replicas = context.num_replicas_in_sync
+        if global_batch_size % replicas:
+            lower = max(replicas, global_batch_size - global_batch_size % replicas)
+            raise ConfigError(
+                "trainer.global_batch_size",
+                f"is not divisible by the {replicas} replicas",
+                value=global_batch_size,
+                hint=f"use a multiple of {replicas}, e.g. {lower}",
+            )
         batch = context.get_per_replica_batch_size(global_batch_size)
-        ds = source.dataset(split)
+        pipelines, index = context.num_input_pipelines, context.input_pipeline_id
+        mode = resolve_shard_policy(policy, source, pipelines, split)
+        if mode == "file":
+            assert isinstance(source, FileSource)
+            ds = source.read(split, list(source.split_files(split))[index::pipelines])
+        else:
+            ds = source.dataset(split)
         if data_cfg.cache:
             ds = ds.cache()
         if training:
@@ -88,7 +162,18 @@ def make_dataset_fn(
                 buffer = max(1, min(int(data_cfg.shuffle_buffer), source.size(split)))
                 ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
             ds = ds.repeat()
-        ds = _shard(ds, context, policy)
+            if skip_examples and mode == "file":
+                # Each pipeline reads its own files and consumed an equal share.
+                ds = ds.skip(skip_examples // pipelines)
+            elif skip_examples:
+                # Before sharding: a position in the global stream, valid for any
+                # replica count.
+                ds = ds.skip(skip_examples)
+        if mode == "data":
+            ds = ds.shard(pipelines, index)
+        if training:
+            # A different random stream per pipeline, the same for a given seed.
+            ds = augment(ds, augment_cfg, input_shape=source.input_shape, seed=seed * 7919 + index)
         ds = ds.batch(batch, drop_remainder=training)
         options = tf.data.Options()
         # kdist shards by input context itself; auto-sharding would shard twice.

@@ -22,8 +22,8 @@ class Runner(abc.ABC):
     """
 
     @abc.abstractmethod
-    def train_loop_begin(self) -> None:
-        """Start an epoch: reset the training metrics."""
+    def train_loop_begin(self, *, reset_metrics: bool = True) -> None:
+        """Start an epoch: reset the training metrics (not when resuming inside it)."""
 
     @abc.abstractmethod
     def train_steps(self, num_steps: int) -> Logs:

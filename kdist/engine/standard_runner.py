@@ -92,7 +92,7 @@ class StandardRunner(Runner):
         model, optimizer, strategy = self.model, self.optimizer, self.strategy
         scale_loss = getattr(optimizer, "scale_loss", None)
 
-        def step(x: tf.Tensor, y: tf.Tensor) -> None:
+        def step(x: tf.Tensor, y: tf.Tensor) -> list[tf.Tensor]:
             with tf.GradientTape() as tape:
                 logits = model(x, training=True)
                 per_example = self._per_example_loss(y, logits)
@@ -104,18 +104,21 @@ class StandardRunner(Runner):
                     loss += tf.nn.scale_regularization_loss(regularization)
                     per_example = per_example + regularization
                 scaled = scale_loss(loss) if scale_loss is not None else loss
-            variables = model.trainable_variables
-            gradients = tape.gradient(scaled, variables)
-            optimizer.apply_gradients(zip(gradients, variables, strict=True))
+            gradients = tape.gradient(scaled, model.trainable_variables)
             self.train_loss.update_state(per_example)
             for metric in self.train_metrics:
                 metric.update_state(y, logits)
+            return gradients
 
         compiled_step = tf.function(step, jit_compile=True) if jit_compile else step
 
         def replica_step(batch: Any) -> None:
             x, y = batch
-            compiled_step(x, y)
+            # `apply_gradients` all-reduces across replicas (a `merge_call`), which cannot
+            # run inside a nested (XLA) tf.function: only forward and backward are compiled.
+            gradients = compiled_step(x, y)
+            variables = model.trainable_variables
+            optimizer.apply_gradients(zip(gradients, variables, strict=True))
 
         @tf.function
         def train_function(iterator: Any, num_steps: tf.Tensor) -> Logs:
@@ -160,12 +163,27 @@ class StandardRunner(Runner):
                 logs[metric.name] = result
         return logs
 
+    def set_train_dataset_fn(self, dataset_fn: DatasetFn) -> None:
+        """Replace the training data (e.g. advanced to a resumed position).
+
+        The compiled train function takes the iterator as an argument, so it is not
+        traced again.
+        """
+        self._train_data = self.strategy.distribute_datasets_from_function(dataset_fn)
+        self._iterator = None
+
+    @property
+    def train_metric_variables(self) -> list[Any]:
+        """The running training metrics' variables, saved with checkpoints."""
+        return [v.value for m in (self.train_loss, *self.train_metrics) for v in m.variables]
+
     # -- the Runner interface ----------------------------------------------------------
 
-    def train_loop_begin(self) -> None:
-        self.train_loss.reset_state()
-        for metric in self.train_metrics:
-            metric.reset_state()
+    def train_loop_begin(self, *, reset_metrics: bool = True) -> None:
+        if reset_metrics:
+            self.train_loss.reset_state()
+            for metric in self.train_metrics:
+                metric.reset_state()
         if self._iterator is None:
             self._iterator = iter(self._train_data)
 

@@ -6,9 +6,17 @@ from typing import Any
 
 from kdist.config.build import instantiate
 from kdist.strategies.multi_worker import multi_worker_mirrored
+from kdist.strategies.parameter_server import parameter_server
 from kdist.strategies.single_host import auto, mirrored, one_device
 
-__all__ = ["auto", "build", "mirrored", "multi_worker_mirrored", "one_device"]
+__all__ = [
+    "auto",
+    "build",
+    "mirrored",
+    "multi_worker_mirrored",
+    "one_device",
+    "parameter_server",
+]
 
 
 def build(strategy_cfg: Any) -> Any:

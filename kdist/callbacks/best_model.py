@@ -1,0 +1,75 @@
+"""Export the best model by a monitored metric: `model.keras` and `saved_model/`."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import keras
+
+__all__ = ["BestModelExport", "save_model_files"]
+
+log = logging.getLogger(__name__)
+
+
+def save_model_files(model: keras.Model, directory: Path, *, saved_model: bool = True) -> None:
+    """Write `model.keras` (and `saved_model/` for serving) into `directory`, atomically.
+
+    Each file is written under a temporary name and renamed into place, so a reader
+    never sees a half-written model.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    partial = directory / ".model.partial.keras"
+    model.save(partial)
+    os.replace(partial, directory / "model.keras")
+    if saved_model:
+        staging = directory / ".saved_model.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        model.export(str(staging), format="tf_saved_model", verbose=False)
+        target = directory / "saved_model"
+        old = directory / ".saved_model.old"
+        shutil.rmtree(old, ignore_errors=True)
+        if target.exists():
+            os.replace(target, old)
+        os.replace(staging, target)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+class BestModelExport(keras.callbacks.Callback):
+    """After each epoch whose `monitor` improves, export the model to `directory`.
+
+    Args:
+        directory: the run directory (a temporary folder on workers other than the chief).
+        monitor: the epoch log to watch, e.g. `"val_accuracy"`.
+        mode: `"min"` or `"max"`.
+    """
+
+    def __init__(self, *, directory: Path, monitor: str, mode: str):
+        super().__init__()
+        if mode not in ("min", "max"):
+            raise ValueError(f"`mode` ({mode!r}) must be 'min' or 'max'.")
+        self.directory = Path(directory)
+        self.monitor = monitor
+        self.mode = mode
+        self.best: float | None = None
+        self.best_epoch: int | None = None
+
+    def _better(self, value: float) -> bool:
+        if self.best is None:
+            return True
+        return value < self.best if self.mode == "min" else value > self.best
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        if not logs or self.monitor not in logs:
+            return
+        value = float(logs[self.monitor])
+        if math.isfinite(value) and self._better(value):
+            log.info(
+                "epoch %d: %s improved to %.6g; exporting the model", epoch + 1, self.monitor, value
+            )
+            self.best, self.best_epoch = value, epoch
+            save_model_files(self.model, self.directory)

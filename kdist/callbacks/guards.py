@@ -1,0 +1,53 @@
+"""Stop training when the loss stops being finite, before a bad state is saved."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import keras
+
+__all__ = ["EXIT_NON_FINITE", "NonFiniteGuard", "NonFiniteLossError"]
+
+# The exit status of a run stopped by the guard.
+EXIT_NON_FINITE = 3
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The training loss became NaN or infinite."""
+
+
+class NonFiniteGuard(keras.callbacks.Callback):
+    """Raise `NonFiniteLossError` as soon as the running training loss is not finite.
+
+    Keras's `TerminateOnNaN` lets training end normally with NaN weights; this guard ends
+    it with an error (the train command exits with status 3). It runs before the
+    checkpoint callbacks in the same hook, so the last backup keeps finite weights.
+
+    Args:
+        monitor: the logged value to check. Defaults to `"loss"`.
+    """
+
+    def __init__(self, *, monitor: str = "loss"):
+        super().__init__()
+        self.monitor = monitor
+        self.steps = 0
+
+    def set_steps(self, steps: int) -> None:
+        self.steps = steps
+
+    def _check(self, logs: dict[str, Any] | None) -> None:
+        if not logs or self.monitor not in logs:
+            return
+        value = float(logs[self.monitor])
+        if not math.isfinite(value):
+            raise NonFiniteLossError(
+                f"training {self.monitor} is {value} after step {self.steps}; stopped without "
+                "saving this state (the last backup holds finite weights)"
+            )
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        self._check(logs)
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._check(logs)

@@ -1,0 +1,112 @@
+"""Save and exit with a restart code when the process is told to stop (SIGTERM)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from kdist import chief
+
+__all__ = ["EXIT_RESTART", "PreemptionSave"]
+
+log = logging.getLogger(__name__)
+
+# Understood by `kdist.launch --max-restarts` (and by cluster managers told to restart on it).
+EXIT_RESTART = 42
+
+
+class PreemptionSave(keras.callbacks.Callback):
+    """On SIGTERM: save a backup at a step every worker agrees on, then exit 42.
+
+    Multi-worker runs use `tf.distribute.experimental.PreemptionCheckpointHandler` to
+    agree on the step across workers (a SIGTERM to any one of them makes all of them save
+    at the same step); the save itself goes through `save` (kdist's backup, chief-only
+    writes). A single process installs its own SIGTERM handler and saves after the
+    current call.
+
+    Args:
+        save: saves a backup at the current step.
+        strategy: the run's strategy.
+        run_dir: the run directory (names this task's scratch folder).
+        exit_fn: called after the save. Defaults to `None`: `sys.exit(42)`.
+    """
+
+    def __init__(
+        self,
+        *,
+        save: Callable[[], Any],
+        strategy: tf.distribute.Strategy,
+        run_dir: Path,
+        exit_fn: Callable[[], Any] | None = None,
+    ):
+        super().__init__()
+        self._run_dir = run_dir
+        self._save = save
+        self._exit = exit_fn or (lambda: sys.exit(EXIT_RESTART))
+        self._strategy = strategy
+        self._handler: Any = None
+        self._scratch: Path | None = None
+        self._requested = False
+        self._previous: Any = None
+
+    def _multi_worker(self) -> bool:
+        # The handler supports MultiWorkerMirroredStrategy, not ParameterServerStrategy
+        # (whose coordinator is a single process, like the local case).
+        return isinstance(self._strategy, tf.distribute.MultiWorkerMirroredStrategy) and (
+            chief.task_info(self._strategy)[0] is not None
+        )
+
+    def _save_and_exit(self) -> None:
+        log.warning("termination requested: saving a backup, then exiting with %d", EXIT_RESTART)
+        self._save()
+        self._cleanup_and_exit()
+
+    def _cleanup_and_exit(self) -> None:
+        self.on_train_end()
+        self._exit()
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        if self._multi_worker():
+            # The handler needs a checkpoint of its own to count its calls; kdist saves
+            # through `save_fn`, so that one lives in a scratch folder that is removed.
+            self._scratch = chief.scratch_dir(self._run_dir, self._strategy, "preemption")
+            config = tf.distribute.experimental.TerminationConfig(
+                exit_fn=self._cleanup_and_exit, save_fn=lambda *a, **k: self._announce_and_save()
+            )
+            self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+                self._strategy.cluster_resolver,
+                tf.train.Checkpoint(),
+                checkpoint_dir=str(self._scratch),
+                termination_config=config,
+            )
+        else:
+            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _announce_and_save(self) -> None:
+        log.warning("termination requested in the cluster: saving a backup at an agreed step")
+        self._save()
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self._requested = True
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if self._handler is not None:
+            self._handler.save_checkpoint_if_preempted()
+        elif self._requested:
+            self._save_and_exit()
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None

@@ -1,0 +1,220 @@
+"""The `tfrecord` source: TFRecord shards described by a kdist manifest, checked as read."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+
+import tensorflow as tf
+
+from kdist.config.errors import ConfigError
+from kdist.data.files import FileSource, existing_path, model_tensor
+from kdist.data.tfrecord_io import (
+    MANIFEST_NAME,
+    Manifest,
+    checked_records,
+    parse_fn,
+    read_manifest,
+    scan_file,
+)
+
+__all__ = ["INTEGRITY_MODES", "TFRecordSource", "tfrecord"]
+
+log = logging.getLogger(__name__)
+
+INTEGRITY_MODES = ("strict", "tolerant", "off")
+
+
+class TFRecordSource(FileSource):
+    """TFRecord shards listed in a manifest (see `kdist.data.tfrecord_io`).
+
+    All arguments are keyword-only.
+
+    Args:
+        manifest: the parsed manifest.
+        integrity: `strict`: every file must have its manifest's size and record count,
+            else reading fails naming the file; `tolerant`: every file is read once
+            up front, corrupt or missing records are dropped and counted, and more than
+            `max_dropped_fraction` of a split dropped fails naming the files; `off`:
+            TensorFlow's own behaviour. Defaults to `"strict"`.
+        max_dropped_fraction: the share of a split's records that `tolerant` may drop.
+            Defaults to `0.01`.
+        scale: multiply the features by this (as float32). Defaults to `None`: `uint8`
+            becomes [0, 1] floats, other integers stay int32, floats float32.
+        num_classes: overrides the manifest's class count. Defaults to `None`.
+        splits: kdist split name -> the manifest's split name. Defaults to `None`:
+            `{"train": "train", "validation": "validation"}`.
+        key: the config key of the source, for messages. Defaults to `"data.source"`.
+    """
+
+    def __init__(
+        self,
+        *,
+        manifest: Manifest,
+        integrity: str = "strict",
+        max_dropped_fraction: float = 0.01,
+        scale: float | None = None,
+        num_classes: int | None = None,
+        splits: dict[str, str] | None = None,
+        key: str = "data.source",
+    ):
+        if integrity not in INTEGRITY_MODES:
+            raise ConfigError(
+                f"{key}.integrity",
+                "is not a valid choice",
+                value=integrity,
+                hint=f"use one of: {', '.join(INTEGRITY_MODES)}",
+            )
+        if not 0.0 <= max_dropped_fraction < 1.0:
+            raise ConfigError(
+                f"{key}.max_dropped_fraction", "must be in [0, 1)", value=max_dropped_fraction
+            )
+        self.manifest = manifest
+        self.integrity = integrity
+        self.scale = scale
+        names = splits or {"train": "train", "validation": "validation"}
+        if names["train"] not in manifest.splits:
+            raise ConfigError(
+                f"{key}.train_split",
+                f"is not a split of {manifest.path}",
+                value=names["train"],
+                hint=f"splits there: {', '.join(sorted(manifest.splits))}",
+            )
+        self._shards = {split: manifest.splits.get(name, []) for split, name in names.items()}
+        # Records each file must yield: the manifest's counts, or in tolerant mode what
+        # could be read.
+        self._counts = {s.path: s.records for shards in self._shards.values() for s in shards}
+        self.dropped: dict[str, int] = {}
+        if integrity == "strict":
+            self._check_sizes()
+        elif integrity == "tolerant":
+            self._scan(float(max_dropped_fraction))
+        spec = manifest.features[manifest.feature_key]
+        self.input_shape = tuple(spec.shape)
+        self.num_classes = int(num_classes or manifest.num_classes or 0)
+        if self.num_classes < 2:
+            raise ConfigError(
+                f"{key}.num_classes",
+                f"is not in {manifest.path}; set it (at least 2)",
+                value=num_classes,
+            )
+        self._parse = parse_fn(manifest)
+
+    def _check_sizes(self) -> None:
+        for shards in self._shards.values():
+            for shard in shards:
+                if not tf.io.gfile.exists(shard.path):
+                    raise ConfigError(shard.path, f"is missing (listed in {self.manifest.path})")
+                size = tf.io.gfile.stat(shard.path).length
+                if shard.bytes is not None and size != shard.bytes:
+                    raise ConfigError(
+                        shard.path,
+                        f"is {size} bytes but its manifest says {shard.bytes}: truncated or "
+                        "changed",
+                        hint="restore the file, or read what is left with "
+                        "data.source.integrity=tolerant",
+                    )
+
+    def _scan(self, max_dropped_fraction: float) -> None:
+        for split, shards in self._shards.items():
+            expected = sum(s.records for s in shards)
+            dropped = {}
+            for shard in shards:
+                readable = 0
+                if tf.io.gfile.exists(shard.path):
+                    readable = min(
+                        scan_file(shard.path, self.manifest.compression)[0], shard.records
+                    )
+                if readable < shard.records:
+                    dropped[shard.path] = shard.records - readable
+                self._counts[shard.path] = readable
+            lost = sum(dropped.values())
+            self.dropped.update(dropped)
+            if lost:
+                shown = ", ".join(f"{path} ({n})" for path, n in sorted(dropped.items()))
+                if lost > max_dropped_fraction * expected:
+                    raise ConfigError(
+                        shown,
+                        f"{lost} of the {expected} {split} records are unreadable, more "
+                        f"than data.source.max_dropped_fraction={max_dropped_fraction}",
+                        hint="restore the files or raise the threshold",
+                    )
+                log.warning("dropped %d unreadable %s records: %s", lost, split, shown)
+
+    def split_files(self, split: str) -> Sequence[str]:
+        return [s.path for s in self._shards[split]]
+
+    def size(self, split: str) -> int:
+        return sum(self._counts[s.path] for s in self._shards[split])
+
+    def count(self, split: str, files: Sequence[str]) -> int | None:
+        return sum(self._counts[f] for f in files)
+
+    def read(self, split: str, files: Sequence[str]) -> tf.data.Dataset:
+        compression = self.manifest.compression
+        # Files that tolerant mode found empty or missing are skipped.
+        files = [f for f in files if self._counts[f] > 0]
+        if self.integrity == "off":
+            records = tf.data.TFRecordDataset(list(files), compression_type=compression or "")
+        else:
+            records = checked_records(
+                list(files), [self._counts[f] for f in files], compression=compression
+            )
+        parse, scale = self._parse, self.scale
+
+        def example(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            x, y = parse(record)
+            return model_tensor(x, scale), y
+
+        return records.map(example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def tfrecord(
+    *,
+    path: str,
+    integrity: str = "strict",
+    max_dropped_fraction: float = 0.01,
+    scale: float | None = None,
+    num_classes: int | None = None,
+    train_split: str = "train",
+    validation_split: str = "validation",
+) -> TFRecordSource:
+    """TFRecord shards with a kdist manifest (`kdist.data.tfrecord_io.write_tfrecords`).
+
+    Args:
+        path: the folder holding `manifest.json`, or the manifest file itself.
+        integrity: `strict`, `tolerant` or `off` (see `TFRecordSource`).
+            Defaults to `"strict"`.
+        max_dropped_fraction: the share of records `tolerant` may drop. Defaults to `0.01`.
+        scale: multiply the features by this. Defaults to `None` (see `TFRecordSource`).
+        num_classes: overrides the manifest's class count. Defaults to `None`.
+        train_split: the manifest's training split. Defaults to `"train"`.
+        validation_split: the manifest's validation split (may be absent: no validation).
+            Defaults to `"validation"`.
+
+    Returns:
+        A `TFRecordSource`.
+
+    Raises:
+        ConfigError: naming `data.source.path` when there is no manifest, or a file that
+            is missing, truncated or (in tolerant mode) too damaged.
+    """
+    found = existing_path("data.source.path", path, kind="any")
+    manifest_path = os.path.join(found, MANIFEST_NAME) if tf.io.gfile.isdir(found) else found
+    if not tf.io.gfile.exists(manifest_path):
+        raise ConfigError(
+            "data.source.path",
+            f"has no {MANIFEST_NAME}",
+            value=path,
+            hint="write the files with kdist.data.tfrecord_io.write_tfrecords, or describe "
+            "existing ones with kdist.data.tfrecord_io.write_manifest",
+        )
+    return TFRecordSource(
+        manifest=read_manifest(manifest_path),
+        integrity=integrity,
+        max_dropped_fraction=max_dropped_fraction,
+        scale=scale,
+        num_classes=num_classes,
+        splits={"train": train_split, "validation": validation_split},
+    )

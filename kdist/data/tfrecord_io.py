@@ -1,0 +1,509 @@
+"""TFRecord files with a record-count manifest: writing them, and reading them with checks.
+
+TensorFlow on its own raises `DataLossError` (without the file's name) at a corrupt
+record, drops the rest of the file silently under `ignore_errors`, and reads a file cut
+inside a record header short with no error at all. kdist writes a manifest beside the
+shards (`manifest.json`: the feature spec and, per split, each file's record count and
+size) and checks every file against it, so both cases fail naming the file.
+
+Example:
+
+```python
+from kdist.data.tfrecord_io import write_tfrecords
+
+write_tfrecords("data/digits", {"train": (x_train, y_train), "validation": (x_val, y_val)},
+                num_shards={"train": 3, "validation": 1})
+# then: python -m kdist.train data=tfrecord data.source.path=data/digits
+```
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from kdist.config.errors import ConfigError
+
+__all__ = [
+    "MANIFEST_NAME",
+    "FeatureSpec",
+    "Manifest",
+    "Shard",
+    "checked_records",
+    "parse_fn",
+    "read_manifest",
+    "scan_file",
+    "write_manifest",
+    "write_tfrecords",
+]
+
+log = logging.getLogger(__name__)
+
+MANIFEST_NAME = "manifest.json"
+_FORMAT = "kdist-tfrecord"
+_VERSION = 1
+# Each TFRecord record is framed by an 8-byte length, a 4-byte length CRC and a 4-byte
+# data CRC: an uncompressed file is exactly sum(16 + payload) bytes long.
+_FRAME_BYTES = 16
+ENCODINGS = ("list", "raw", "image")
+COMPRESSIONS = (None, "GZIP", "ZLIB")
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """How one feature of an example is stored.
+
+    Args:
+        shape: shape of the decoded value of one example.
+        dtype: NumPy dtype name of the decoded value, e.g. `"float32"`, `"int64"`, `"uint8"`.
+        encoding: `list` (a float or int64 list), `raw` (the array's bytes) or `image`
+            (PNG/JPEG/BMP/GIF bytes). Defaults to `"list"`.
+    """
+
+    shape: tuple[int, ...]
+    dtype: str
+    encoding: str = "list"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"shape": list(self.shape), "dtype": self.dtype, "encoding": self.encoding}
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One TFRecord file of a split: its path, record count and size in bytes."""
+
+    path: str
+    records: int
+    bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A parsed `manifest.json`."""
+
+    path: str
+    features: dict[str, FeatureSpec]
+    feature_key: str
+    label_key: str
+    num_classes: int | None
+    compression: str | None
+    splits: dict[str, list[Shard]]
+
+
+# --- writing ----------------------------------------------------------------------------
+
+
+def _default_spec(x: np.ndarray) -> FeatureSpec:
+    shape = tuple(int(d) for d in x.shape[1:])
+    if x.dtype == np.uint8:
+        return FeatureSpec(shape, "uint8", "raw")
+    if np.issubdtype(x.dtype, np.floating):
+        return FeatureSpec(shape, "float32", "list")
+    if np.issubdtype(x.dtype, np.integer):
+        return FeatureSpec(shape, str(x.dtype), "list")
+    raise ValueError(f"Features of dtype {x.dtype} cannot be written; use a number dtype.")
+
+
+def _feature(value: np.ndarray, spec: FeatureSpec) -> tf.train.Feature:
+    if spec.encoding == "raw":
+        data = np.ascontiguousarray(value, dtype=np.dtype(spec.dtype)).tobytes()
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[data]))
+    flat = np.asarray(value).reshape(-1)
+    if np.issubdtype(np.dtype(spec.dtype), np.floating):
+        return tf.train.Feature(float_list=tf.train.FloatList(value=flat.astype(np.float32)))
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=flat.astype(np.int64)))
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def write_tfrecords(
+    directory: str | os.PathLike[str],
+    splits: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    *,
+    num_shards: int | Mapping[str, int] = 1,
+    feature_key: str = "x",
+    label_key: str = "y",
+    num_classes: int | None = None,
+    compression: str | None = None,
+) -> Path:
+    """Write arrays as TFRecord shards plus a `manifest.json` with every file's record count.
+
+    Each split's examples are cut into `num_shards` contiguous files named
+    `<split>-<index>-of-<count>.tfrecord`. Float features are stored as float lists,
+    other integers as int64 lists, `uint8` (pixels) as raw bytes; labels as int64.
+    Files are written under a temporary name and renamed when complete; the manifest
+    is written last.
+
+    Args:
+        directory: the output folder (created if needed).
+        splits: split name (`"train"`, `"validation"`) -> `(features, labels)` arrays,
+            examples on the first axis.
+        num_shards: files per split, one count for all or a mapping per split.
+            Defaults to `1`.
+        feature_key: the feature's name in each `tf.train.Example`. Defaults to `"x"`.
+        label_key: the label's name. Defaults to `"y"`.
+        num_classes: recorded in the manifest. Defaults to `None`: one more than the
+            largest label.
+        compression: `None`, `"GZIP"` or `"ZLIB"`. Defaults to `None`.
+
+    Returns:
+        The path of the manifest.
+
+    Raises:
+        ValueError: for mismatched arrays, an unknown compression or bad shard counts.
+    """
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"`compression` ({compression!r}) must be one of None, GZIP, ZLIB.")
+    if feature_key == label_key:
+        raise ValueError(f"`feature_key` and `label_key` must differ (both {feature_key!r}).")
+    if not splits:
+        raise ValueError("`splits` is empty: give at least a 'train' split.")
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    options = tf.io.TFRecordOptions(compression_type=compression or "")
+    spec: FeatureSpec | None = None
+    manifest_splits: dict[str, list[dict[str, Any]]] = {}
+    largest = -1
+    for split, (x, y) in splits.items():
+        x, y = np.asarray(x), np.asarray(y).reshape(-1)
+        if len(x) != len(y):
+            raise ValueError(f"Split {split!r} has {len(x)} features but {len(y)} labels.")
+        this_spec = _default_spec(x)
+        if spec is not None and this_spec != spec:
+            raise ValueError(f"Split {split!r} has features {this_spec}, other splits {spec}.")
+        spec = this_spec
+        count = num_shards[split] if isinstance(num_shards, Mapping) else num_shards
+        if not 1 <= int(count) <= max(1, len(x)):
+            raise ValueError(
+                f"`num_shards` for {split!r} ({count}) must be between 1 and its {len(x)} examples."
+            )
+        if len(y):
+            largest = max(largest, int(y.max()))
+        entries = []
+        for index, part in enumerate(np.array_split(np.arange(len(x)), int(count))):
+            name = f"{split}-{index:05d}-of-{int(count):05d}.tfrecord"
+            temporary = out / f".{name}.tmp-{os.getpid()}"
+            with tf.io.TFRecordWriter(str(temporary), options) as writer:
+                for i in part:
+                    example = tf.train.Example(
+                        features=tf.train.Features(
+                            feature={
+                                feature_key: _feature(x[i], spec),
+                                label_key: tf.train.Feature(
+                                    int64_list=tf.train.Int64List(value=[int(y[i])])
+                                ),
+                            }
+                        )
+                    )
+                    writer.write(example.SerializeToString())
+            os.replace(temporary, out / name)
+            entries.append(
+                {"file": name, "records": len(part), "bytes": (out / name).stat().st_size}
+            )
+        manifest_splits[split] = entries
+    assert spec is not None
+    manifest = {
+        "format": _FORMAT,
+        "version": _VERSION,
+        "features": {
+            feature_key: spec.to_json(),
+            label_key: FeatureSpec((), "int64", "list").to_json(),
+        },
+        "feature_key": feature_key,
+        "label_key": label_key,
+        "num_classes": int(num_classes) if num_classes else largest + 1,
+        "compression": compression,
+        "splits": manifest_splits,
+    }
+    path = out / MANIFEST_NAME
+    _atomic_write_text(path, json.dumps(manifest, indent=2) + "\n")
+    return path
+
+
+def write_manifest(
+    directory: str | os.PathLike[str],
+    splits: Mapping[str, str | Sequence[str]],
+    *,
+    features: Mapping[str, Mapping[str, Any]],
+    feature_key: str,
+    label_key: str,
+    num_classes: int,
+    compression: str | None = None,
+) -> Path:
+    """Write a `manifest.json` for TFRecord files kdist did not write.
+
+    Every file is read once: its records are counted, and a corrupt record or (for
+    uncompressed files) a size that does not match its records refuses the file.
+
+    Args:
+        directory: the folder of the files; the manifest goes there and file paths in
+            it are relative to it.
+        splits: split name -> a glob pattern or a list of files (relative to `directory`
+            or absolute).
+        features: feature name -> `{"shape": [...], "dtype": ..., "encoding": ...}`, at
+            least `feature_key` and `label_key`.
+        feature_key: the feature the model reads.
+        label_key: the integer class label.
+        num_classes: number of classes.
+        compression: `None`, `"GZIP"` or `"ZLIB"`. Defaults to `None`.
+
+    Returns:
+        The path of the manifest.
+
+    Raises:
+        ConfigError: naming a file that is corrupt or truncated, or a pattern that
+            matches nothing.
+    """
+    from kdist.data.files import expand_files
+
+    base = Path(directory)
+    entries: dict[str, list[dict[str, Any]]] = {}
+    for split, patterns in splits.items():
+        if isinstance(patterns, str):
+            patterns = [patterns]
+        resolved = [p if os.path.isabs(p) else str(base / p) for p in patterns]
+        files = expand_files(f"splits.{split}", resolved)
+        entries[split] = []
+        for file in files:
+            records, readable_bytes, failed = scan_file(file, compression)
+            size = tf.io.gfile.stat(file).length
+            if failed or (compression is None and readable_bytes != size):
+                raise ConfigError(
+                    file,
+                    f"is corrupt or truncated: {records} readable records",
+                    hint="restore the file before writing its manifest",
+                )
+            entries[split].append(
+                {"file": os.path.relpath(file, base), "records": records, "bytes": size}
+            )
+    manifest = {
+        "format": _FORMAT,
+        "version": _VERSION,
+        "features": {name: dict(spec) for name, spec in features.items()},
+        "feature_key": feature_key,
+        "label_key": label_key,
+        "num_classes": int(num_classes),
+        "compression": compression,
+        "splits": entries,
+    }
+    # Parse it back so a bad feature spec fails now, not at training time.
+    path = base / MANIFEST_NAME
+    _atomic_write_text(path, json.dumps(manifest, indent=2) + "\n")
+    read_manifest(str(path))
+    return path
+
+
+# --- reading ----------------------------------------------------------------------------
+
+
+def _spec(key: str, name: str, node: Any) -> FeatureSpec:
+    where = f"{key}: features.{name}"
+    if not isinstance(node, Mapping):
+        raise ConfigError(where, "must be a mapping with shape, dtype and encoding")
+    try:
+        shape = tuple(int(d) for d in node.get("shape", ()))
+        dtype = str(np.dtype(node["dtype"]))
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError(where, "needs a shape (list of ints) and a NumPy dtype") from None
+    encoding = str(node.get("encoding", "list"))
+    if encoding not in ENCODINGS:
+        raise ConfigError(
+            f"{where}.encoding",
+            "is not a valid choice",
+            value=encoding,
+            hint="use list, raw or image",
+        )
+    if encoding == "image" and (len(shape) != 3 or dtype != "uint8"):
+        raise ConfigError(where, "an image feature needs shape [height, width, channels] and uint8")
+    return FeatureSpec(shape, dtype, encoding)
+
+
+def read_manifest(path: str) -> Manifest:
+    """Read and check a `manifest.json`.
+
+    Args:
+        path: the manifest file.
+
+    Returns:
+        The `Manifest`, with file paths made absolute.
+
+    Raises:
+        ConfigError: naming the manifest and what is wrong with it.
+    """
+    try:
+        with tf.io.gfile.GFile(path, "r") as handle:
+            data = json.load(handle)
+    except json.JSONDecodeError as error:
+        raise ConfigError(path, f"is not valid JSON ({error.msg} at line {error.lineno})") from None
+    if not isinstance(data, dict) or data.get("format") != _FORMAT:
+        raise ConfigError(path, f"is not a kdist TFRecord manifest (format {_FORMAT!r})")
+    if data.get("version") != _VERSION:
+        raise ConfigError(path, f"has version {data.get('version')!r}; kdist reads {_VERSION}")
+    base = os.path.dirname(path)
+    features = {str(k): _spec(path, str(k), v) for k, v in (data.get("features") or {}).items()}
+    feature_key, label_key = str(data.get("feature_key")), str(data.get("label_key"))
+    for which, name in (("feature_key", feature_key), ("label_key", label_key)):
+        if name not in features:
+            raise ConfigError(
+                path, f"{which} {name!r} is not among the features {sorted(features)}"
+            )
+    if features[label_key].shape != () or features[label_key].encoding != "list":
+        raise ConfigError(path, f"the label {label_key!r} must be a scalar integer list feature")
+    compression = data.get("compression")
+    if compression not in COMPRESSIONS:
+        raise ConfigError(path, f"compression {compression!r} is not one of None, GZIP, ZLIB")
+    splits: dict[str, list[Shard]] = {}
+    for split, entries in (data.get("splits") or {}).items():
+        shards = []
+        for entry in entries:
+            try:
+                file = str(entry["file"])
+                records = int(entry["records"])
+                size = int(entry["bytes"]) if entry.get("bytes") is not None else None
+            except (KeyError, TypeError, ValueError):
+                raise ConfigError(
+                    path, f"split {split!r} has an entry without file/records"
+                ) from None
+            shards.append(
+                Shard(file if os.path.isabs(file) else os.path.join(base, file), records, size)
+            )
+        splits[str(split)] = shards
+    num_classes = data.get("num_classes")
+    return Manifest(
+        path=path,
+        features=features,
+        feature_key=feature_key,
+        label_key=label_key,
+        num_classes=int(num_classes) if num_classes else None,
+        compression=compression,
+        splits=splits,
+    )
+
+
+def scan_file(path: str, compression: str | None = None) -> tuple[int, int, bool]:
+    """Read a TFRecord file once, eagerly.
+
+    Returns:
+        `(records, framed_bytes, failed)`: the records read before the end or the first
+        corrupt record, the bytes they occupy in an uncompressed file, and whether a
+        corrupt record stopped the read.
+    """
+    records = tf.data.TFRecordDataset(path, compression_type=compression or "")
+    count = framed = 0
+    try:
+        for batch in records.batch(1024):
+            count += int(batch.shape[0])
+            framed += int(tf.reduce_sum(tf.strings.length(batch))) + _FRAME_BYTES * int(
+                batch.shape[0]
+            )
+    except tf.errors.DataLossError:
+        # Records of the batch that failed are lost with it: count them one at a time.
+        count = framed = 0
+        try:
+            for record in tf.data.TFRecordDataset(path, compression_type=compression or ""):
+                count += 1
+                framed += int(tf.strings.length(record)) + _FRAME_BYTES
+        except tf.errors.DataLossError:
+            return count, framed, True
+    return count, framed, False
+
+
+def checked_records(
+    paths: Sequence[str],
+    expected: Sequence[int],
+    *,
+    compression: str | None = None,
+    cycle_length: int = 4,
+) -> tf.data.Dataset:
+    """The serialized records of `paths`, failing when a file yields a wrong record count.
+
+    A corrupt record ends its file (instead of TensorFlow's `DataLossError`, which does
+    not name the file), and a file cut inside a record header reads short; either way
+    the file then yields fewer records than `expected`, and reading raises
+    `tf.errors.InvalidArgumentError` whose message names the file and both counts.
+
+    Args:
+        paths: the files, read interleaved in a fixed order.
+        expected: each file's record count.
+        compression: `None`, `"GZIP"` or `"ZLIB"`. Defaults to `None`.
+        cycle_length: files read at once. Defaults to `4`.
+
+    Returns:
+        A dataset of scalar string tensors.
+    """
+    if len(paths) != len(expected):
+        raise ValueError(f"{len(paths)} paths but {len(expected)} expected counts.")
+    compression_type = compression or ""
+
+    def read_file(path: tf.Tensor, count: tf.Tensor) -> tf.data.Dataset:
+        records = tf.data.TFRecordDataset(path, compression_type=compression_type)
+        records = records.ignore_errors(log_warning=False)
+        tagged = records.map(lambda r: (r, False)).concatenate(
+            tf.data.Dataset.from_tensors((tf.constant(b""), True))
+        )
+
+        def check(seen: tf.Tensor, item: Any) -> tuple[tf.Tensor, Any]:
+            record, last = item
+            ok = tf.logical_or(tf.logical_not(last), tf.equal(seen, count))
+            message = tf.strings.format(
+                "kdist: TFRecord file {} is corrupt or truncated: read {} of the {} records "
+                "its manifest lists",
+                (path, seen, count),
+            )
+            assertion = tf.debugging.Assert(ok, [message])
+            with tf.control_dependencies([assertion]):
+                return seen + 1, (tf.identity(record), last)
+
+        checked = tagged.scan(tf.constant(0, tf.int64), check)
+        return checked.filter(lambda r, last: tf.logical_not(last)).map(lambda r, last: r)
+
+    files = tf.data.Dataset.from_tensor_slices(
+        (tf.constant(list(paths), tf.string), tf.constant(list(expected), tf.int64))
+    )
+    return files.interleave(
+        read_file,
+        cycle_length=max(1, min(cycle_length, len(paths))),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+
+
+def parse_fn(manifest: Manifest) -> Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
+    """The function from a serialized `tf.train.Example` to `(features, label)` tensors.
+
+    Features come back in their stored dtype (see `kdist.data.files.model_tensor` for
+    what the model gets); the label as int32.
+    """
+    name, label = manifest.feature_key, manifest.label_key
+    spec = manifest.features[name]
+    dtype = tf.as_dtype(spec.dtype)
+    if spec.encoding == "list":
+        stored = tf.float32 if dtype.is_floating else tf.int64
+        feature = tf.io.FixedLenFeature(spec.shape, stored)
+    else:
+        feature = tf.io.FixedLenFeature([], tf.string)
+    schema = {name: feature, label: tf.io.FixedLenFeature([], tf.int64)}
+
+    def parse(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        parsed = tf.io.parse_single_example(record, schema)
+        value = parsed[name]
+        if spec.encoding == "raw":
+            value = tf.reshape(tf.io.decode_raw(value, dtype), spec.shape)
+        elif spec.encoding == "image":
+            value = tf.io.decode_image(value, channels=spec.shape[-1], expand_animations=False)
+            value = tf.reshape(value, spec.shape)
+        return tf.cast(value, dtype), tf.cast(parsed[label], tf.int32)
+
+    return parse

@@ -1,0 +1,130 @@
+"""`python -m kdist.evaluate run_dir=...`: reload a finished run's model and evaluate it.
+
+The run's config (`.hydra/config.yaml`, or `config.yaml` for a run from the Python API)
+rebuilds the strategy and the validation data; the model is the run's `model.keras`,
+loaded in Keras safe mode. The validation metrics are printed one per line,
+`validation <name>: <value>`, and match the run's `metrics.json`.
+
+Further arguments override the run's config: `key=value` for any key, and
+`group=option` replaces a whole group (e.g. `strategy=one_device` to evaluate a
+multi-worker run in one process).
+
+Example:
+
+```bash
+python -m kdist.evaluate run_dir=outputs/2026-11-21/10-00-00
+python -m kdist.evaluate run_dir=outputs/2026-11-21/10-00-00 strategy=one_device
+```
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from kdist.config.errors import ConfigError, exit_with
+from kdist.runtime import quiet_tensorflow
+
+__all__ = ["evaluate_run", "load_run_config", "main"]
+
+GROUPS = ("strategy", "model", "data", "optimizer", "trainer", "runtime", "callbacks")
+
+
+def load_run_config(run_dir: str | os.PathLike[str]) -> DictConfig:
+    """The config a run was trained with.
+
+    Raises:
+        ConfigError: naming `run_dir` when it holds no config.
+    """
+    folder = Path(run_dir)
+    if not folder.is_dir():
+        raise ConfigError("run_dir", "is not a folder", value=str(run_dir))
+    for candidate in (folder / ".hydra" / "config.yaml", folder / "config.yaml"):
+        if candidate.is_file():
+            cfg = OmegaConf.load(candidate)
+            assert isinstance(cfg, DictConfig)
+            return cfg
+    raise ConfigError(
+        "run_dir",
+        "holds no run config (.hydra/config.yaml or config.yaml)",
+        value=str(run_dir),
+        hint="give the output folder of a kdist.train run",
+    )
+
+
+def _apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
+    from kdist.config.compose import compose
+
+    for override in overrides:
+        key, sep, text = override.partition("=")
+        if not sep or not key:
+            raise ConfigError(override, "is not key=value")
+        if key in GROUPS:
+            cfg[key] = compose([f"{key}={text}"])[key]
+        else:
+            OmegaConf.update(cfg, key, yaml.safe_load(text) if text else None, force_add=False)
+
+
+def evaluate_run(
+    run_dir: str | os.PathLike[str], overrides: Sequence[str] = ()
+) -> dict[str, float]:
+    """Evaluate a finished run's `model.keras` on its validation data.
+
+    Args:
+        run_dir: the run's output folder.
+        overrides: `key=value` or `group=option` changes to the run's config.
+            Defaults to `()`.
+
+    Returns:
+        The validation metrics, e.g. `{"loss": ..., "accuracy": ...}`.
+
+    Raises:
+        ConfigError: naming `run_dir` or the key at fault.
+    """
+    from kdist.experiment import Experiment
+    from kdist.export import load_model
+
+    cfg = load_run_config(run_dir)
+    _apply_overrides(cfg, overrides)
+    model_path = Path(run_dir) / "model.keras"
+    if not model_path.is_file():
+        raise ConfigError(
+            "run_dir",
+            "holds no model.keras",
+            value=str(run_dir),
+            hint="the run must finish with callbacks.save_model=true",
+        )
+    experiment = Experiment(cfg, run_dir=run_dir)
+    if experiment.source.size("validation") < 1:
+        raise ConfigError("data.source", "has no validation examples to evaluate on")
+    with experiment.strategy.scope():
+        model = load_model(model_path)
+    experiment.build_model(model=model)
+    return experiment.evaluate()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of `python -m kdist.evaluate run_dir=... [overrides]`."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    run_dirs = [a.split("=", 1)[1] for a in args if a.startswith("run_dir=")]
+    overrides = [a for a in args if not a.startswith("run_dir=")]
+    if len(run_dirs) != 1 or not run_dirs[0]:
+        exit_with(ConfigError("run_dir", "is required once", hint="run_dir=outputs/DATE/TIME"))
+    quiet_tensorflow()
+    try:
+        metrics = evaluate_run(run_dirs[0], overrides)
+    except ConfigError as error:
+        exit_with(error)
+    for name, value in metrics.items():
+        print(f"validation {name}: {value:.9g}", flush=True)
+    print(json.dumps({"validation": metrics}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Loading and serving what a run exports: `model.keras` (safe mode only) and `saved_model/`.
+
+A run writes `model.keras` (the Keras model, to evaluate or fine-tune) and `saved_model/`
+(a TensorFlow SavedModel whose `serving_default` signature maps a batch of inputs to the
+model's outputs, for TF Serving or `tf.saved_model.load`). Reading a `.keras` file always
+uses Keras safe mode, which refuses to deserialize code (e.g. `Lambda` layers); no
+argument or config turns it off, and legacy HDF5 (`.h5`) full models are refused.
+
+Example:
+
+```python
+model = kdist.export.load_model("outputs/2026-11-21/10-00-00/model.keras")
+serve = kdist.export.load_serving("outputs/2026-11-21/10-00-00/saved_model")
+logits = serve(images)
+```
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from kdist.config.errors import ConfigError
+
+__all__ = ["LEGACY_SUFFIXES", "SIGNATURE", "load_model", "load_serving"]
+
+LEGACY_SUFFIXES = (".h5", ".hdf5", ".keras.h5")
+SIGNATURE = "serving_default"
+
+
+def load_model(path: str | os.PathLike[str]) -> keras.Model:
+    """Load a `.keras` model in Keras safe mode, without its optimizer state.
+
+    Call it inside `strategy.scope()` to get distributed variables. Usable as a
+    `model._target_` to start from a saved model (`+model.path=...`).
+
+    Args:
+        path: a `.keras` file.
+
+    Returns:
+        The `keras.Model` (not compiled).
+
+    Raises:
+        ConfigError: naming the path when it is missing, a legacy HDF5 file, a
+            SavedModel folder, or a model that needs unsafe deserialization.
+    """
+    target = Path(os.path.expanduser(str(path)))
+    if target.name.lower().endswith(LEGACY_SUFFIXES):
+        raise ConfigError(
+            str(path),
+            "legacy HDF5 full-model loading is refused: it has no safe mode",
+            hint="re-save the model as .keras (model.save('model.keras')) where you trust it",
+        )
+    if target.is_dir():
+        raise ConfigError(
+            str(path),
+            "is a folder (a SavedModel?); load_model reads .keras files",
+            hint="serve a SavedModel with kdist.export.load_serving or tf.saved_model.load",
+        )
+    if not target.is_file():
+        raise ConfigError(str(path), "no such model file")
+    if target.suffix != ".keras":
+        raise ConfigError(str(path), "is not a .keras file", hint="give the run's model.keras")
+    try:
+        # safe_mode=True is explicit so that keras.config.enable_unsafe_deserialization()
+        # elsewhere in the process cannot turn it off either.
+        return keras.models.load_model(target, compile=False, safe_mode=True)
+    except ValueError as error:
+        if "safe_mode" in str(error) or "unsafe" in str(error).lower():
+            raise ConfigError(
+                str(path),
+                "needs unsafe deserialization (e.g. a Lambda layer), which kdist refuses",
+                hint="replace Lambda layers with registered custom layers and re-save",
+            ) from None
+        raise
+
+
+def load_serving(path: str | os.PathLike[str]) -> Callable[..., dict[str, Any]]:
+    """The `serving_default` signature of an exported `saved_model/` folder.
+
+    Args:
+        path: the SavedModel folder.
+
+    Returns:
+        A function from a batch of inputs (a tensor) to `{output name: tensor}`.
+
+    Raises:
+        ConfigError: naming the path when it is not a SavedModel with that signature.
+    """
+    folder = Path(os.path.expanduser(str(path)))
+    if not (folder / "saved_model.pb").is_file():
+        raise ConfigError(str(path), "is not a SavedModel folder (no saved_model.pb)")
+    loaded = tf.saved_model.load(str(folder))
+    if SIGNATURE not in loaded.signatures:
+        raise ConfigError(
+            str(path),
+            f"has no {SIGNATURE} signature",
+            hint=f"signatures: {', '.join(loaded.signatures) or 'none'}",
+        )
+    signature = loaded.signatures[SIGNATURE]
+    _, keywords = signature.structured_input_signature
+    names = list(keywords)
+
+    def serve(inputs: Any) -> dict[str, Any]:
+        if len(names) != 1:
+            raise ValueError(f"the signature takes {names}; call it with those keywords")
+        spec = keywords[names[0]]
+        return dict(signature(**{names[0]: tf.convert_to_tensor(inputs, spec.dtype)}))
+
+    # Keep the loaded object alive as long as the function is.
+    serve.saved_model = loaded  # type: ignore[attr-defined]
+    return serve

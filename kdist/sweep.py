@@ -1,0 +1,238 @@
+"""`summary.csv` for Hydra multiruns: one row per job, in the sweep folder.
+
+`conf/train.yaml` registers `SummaryCallback` under `hydra.callbacks`, so
+
+```bash
+python -m kdist.train -m optimizer.learning_rate=1e-3,3e-3 model=mlp,cnn
+```
+
+leaves `multirun/<date>/<time>/summary.csv` beside the 4 job folders, with each job's
+swept values, status, objective and final metrics. The file is rewritten after every job
+(so a sweep that stops half-way still has one) and once more when the sweep ends.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+__all__ = ["SummaryCallback", "read_summary", "summary_row", "write_csv", "write_text_atomic"]
+
+log = logging.getLogger(__name__)
+
+_LEADING = ("job", "status")
+_TRAILING = (
+    "epochs",
+    "steps",
+    "wall_seconds",
+    "examples_per_sec",
+    "strategy",
+    "num_replicas",
+    "error",
+    "overrides",
+    "run_dir",
+)
+
+
+def _override_columns(overrides: Sequence[str]) -> dict[str, str]:
+    """`key=value` overrides as columns (`+`/`++` prefixes dropped, `~key` skipped)."""
+    columns: dict[str, str] = {}
+    for text in overrides:
+        key, sep, value = text.partition("=")
+        if not sep or key.startswith("~"):
+            continue
+        columns[key.lstrip("+")] = value
+    return columns
+
+
+def _metrics_columns(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The final metrics of a run's `metrics.json` as flat columns."""
+    columns: dict[str, Any] = {}
+    objective = metrics.get("objective") or {}
+    if objective:
+        columns["objective"] = objective.get("value")
+        columns["objective_name"] = objective.get("name")
+    for name, value in (metrics.get("validation") or {}).items():
+        columns[f"val_{name}"] = value
+    for name, value in (metrics.get("train") or {}).items():
+        columns[name] = value
+    for key in ("epochs", "steps", "wall_seconds", "examples_per_sec", "strategy"):
+        if key in metrics:
+            columns[key] = metrics[key]
+    if "num_replicas" in metrics:
+        columns["num_replicas"] = metrics["num_replicas"]
+    return columns
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def summary_row(
+    run_dir: Path,
+    *,
+    sweep_dir: Path,
+    overrides: Sequence[str],
+    job: int | None = None,
+    status: str | None = None,
+    error: str | None = None,
+    objective: Any = None,
+) -> dict[str, Any]:
+    """One job's row: its swept values, status, objective and final metrics.
+
+    Args:
+        run_dir: the job's output folder (holding `metrics.json` when it finished).
+        sweep_dir: the multirun's sweep folder; `run_dir` is shown relative to it.
+        overrides: the job's task overrides, e.g. `["model=cnn", "trainer.epochs=3"]`.
+        job: the job's number. Defaults to `None`.
+        status: `COMPLETED`, `FAILED`, ... Defaults to `None`: `COMPLETED` when
+            `metrics.json` exists, else `UNKNOWN`.
+        error: one line saying why the job failed. Defaults to `None`.
+        objective: the value the app returned. Defaults to `None`: the one in
+            `metrics.json`.
+
+    Returns:
+        A mapping of column name to value.
+    """
+    metrics = _read_json(run_dir / "metrics.json")
+    row: dict[str, Any] = {
+        "job": job,
+        "status": status or ("COMPLETED" if metrics else "UNKNOWN"),
+    }
+    row.update(_override_columns(overrides))
+    row.update(_metrics_columns(metrics))
+    if objective is not None and isinstance(objective, (int, float)):
+        row["objective"] = float(objective)
+    row["error"] = error or ""
+    row["overrides"] = " ".join(overrides)
+    try:
+        row["run_dir"] = str(run_dir.resolve().relative_to(sweep_dir.resolve()))
+    except ValueError:
+        row["run_dir"] = str(run_dir)
+    return row
+
+
+def _columns(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    seen: dict[str, None] = dict.fromkeys(_LEADING)
+    for row in rows:
+        seen.update(dict.fromkeys(k for k in row if k not in _TRAILING))
+    seen.update(dict.fromkeys(_TRAILING))
+    return list(seen)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` so that a reader (or a kill) never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="") as handle:
+            handle.write(text)
+        # mkstemp makes the file private; give it the permissions of a normal new file.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_csv(path: Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> None:
+    """Write `rows` to `path` atomically, one column per name in `columns`."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(columns), extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if row.get(k) is None else row.get(k) for k in columns})
+    write_text_atomic(path, buffer.getvalue())
+
+
+def read_summary(path: str | Path) -> list[dict[str, str]]:
+    """The rows of a `summary.csv` (or `trials.csv`) as dictionaries of strings."""
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _scan(sweep_dir: Path) -> dict[str, dict[str, Any]]:
+    """Rows for the job folders found on disk (jobs another launcher ran elsewhere)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for overrides_file in sorted(sweep_dir.glob("*/.hydra/overrides.yaml")):
+        run_dir = overrides_file.parent.parent
+        try:
+            overrides = [str(o) for o in OmegaConf.load(overrides_file)]
+        except Exception:  # a half-written file of a job that is still starting
+            continue
+        job = int(run_dir.name) if run_dir.name.isdigit() else None
+        rows[str(run_dir.resolve())] = summary_row(
+            run_dir, sweep_dir=sweep_dir, overrides=overrides, job=job
+        )
+    return rows
+
+
+class SummaryCallback(Callback):
+    """A Hydra callback writing `summary.csv` in a multirun's sweep folder.
+
+    Registered in `conf/train.yaml` as `hydra.callbacks.summary`; single runs are left
+    alone. Rows come from the jobs this process ran (with their status and error) and
+    from the job folders found in the sweep folder (for launchers that run jobs in other
+    processes).
+
+    Args:
+        filename: the file's name in the sweep folder. Defaults to `"summary.csv"`.
+    """
+
+    def __init__(self, *, filename: str = "summary.csv"):
+        if not filename or Path(filename).name != filename:
+            raise ValueError(f"`filename` ({filename!r}) must be a plain file name.")
+        self.filename = filename
+        self._rows: dict[str, dict[str, Any]] = {}
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        hydra_cfg = config.get("hydra")
+        if hydra_cfg is None or hydra_cfg.get("mode") != RunMode.MULTIRUN:
+            return
+        run_dir = Path(hydra_cfg.runtime.output_dir)
+        sweep_dir = Path(hydra_cfg.sweep.dir)
+        failed = job_return.status == JobStatus.FAILED
+        # `JobReturn.return_value` re-raises a failed job's exception; read the field.
+        value = job_return._return_value
+        error = f"{type(value).__name__}: {value}".splitlines()[0] if failed else None
+        self._rows[str(run_dir.resolve())] = summary_row(
+            run_dir,
+            sweep_dir=sweep_dir,
+            overrides=list(hydra_cfg.overrides.task),
+            job=int(hydra_cfg.job.num),
+            status=job_return.status.name,
+            error=error,
+            objective=None if failed else value,
+        )
+        self._write(sweep_dir)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if sweep_dir.is_dir():
+            self._write(sweep_dir)
+
+    def _write(self, sweep_dir: Path) -> None:
+        rows = {**_scan(sweep_dir), **self._rows}
+        ordered = sorted(
+            rows.values(), key=lambda r: (r["job"] is None, r["job"] or 0, r["run_dir"])
+        )
+        path = sweep_dir / self.filename
+        write_csv(path, ordered, _columns(ordered))
+        log.debug("wrote %s (%d rows)", path, len(ordered))

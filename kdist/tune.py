@@ -1,0 +1,148 @@
+"""`python -m kdist.tune`: a keras-tuner search whose trials are kdist training jobs.
+
+Example:
+
+```bash
+python -m kdist.tune tuner=random tuner.max_trials=4 trainer.epochs=2
+python -m kdist.tune tuner=bayesian strategy=mirrored runtime.logical_devices=2
+python -m kdist.tune tuner=hyperband model=cnn tuner/space=cnn trainer.epochs=9
+python -m kdist.tune ... hydra.run.dir=outputs/2026-11-21/10-00-00   # resume a search
+python -m kdist.launch --workers 2 --module kdist.tune -- tuner.max_trials=8   # in parallel
+```
+
+Exit status: 0 when the search finished with a best trial; 1 when it stopped early (too
+many failed trials in a row, the chief lost) or no trial completed; 2 for bad config.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from kdist.cluster import resolve as resolve_cluster
+from kdist.config import ConfigError, exit_with, register
+from kdist.runtime import quiet_tensorflow
+from kdist.train import _requested_log_level, non_chief_overrides, precheck
+
+__all__ = ["main"]
+
+log = logging.getLogger("kdist.tune")
+
+EXIT_SEARCH_FAILED = 1
+
+
+def _config_dir(hydra_cfg: Any) -> str | None:
+    for source in hydra_cfg.runtime.config_sources:
+        if source.provider == "command-line" and source.schema == "file":
+            return str(source.path)
+    return None
+
+
+def _fail(message: str) -> None:
+    print(f"kdist: tune: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_SEARCH_FAILED)
+
+
+def _report(result: Any) -> float | None:
+    run_dir = result.run_dir
+    completed = sum(1 for row in result.trials if row["status"] == "COMPLETED")
+    print(f"trials: {len(result.trials)} ({completed} completed) in {run_dir / 'trials.csv'}")
+    if result.lost_tuners:
+        print(f"tuners lost during the search: {', '.join(result.lost_tuners)}")
+    best = result.best
+    if best is not None:
+        objective = best["objective"]
+        print(
+            f"best trial {best['trial_id']}: {objective['name']} {objective['value']:.4f} "
+            f"({objective['direction']}); {run_dir / 'best.yaml'}\n"
+            f"reproduce it with: {best['command']}",
+            flush=True,
+        )
+    if result.stop_reason:
+        _fail(f"the search stopped early: {result.stop_reason}")
+    if best is None:
+        _fail(f"no trial completed; see the reasons in {run_dir / 'trials.csv'}")
+    return float(best["objective"]["value"]) if best else None
+
+
+@hydra.main(config_path="pkg://kdist.conf", config_name="tune", version_base="1.3")
+def _app(cfg: DictConfig) -> float | None:
+    # After the config checks: importing keras-tuner starts TensorFlow.
+    from kdist.tuning import FatalConfigError, OracleUnreachable
+    from kdist.tuning import run as run_search
+    from kdist.tuning.distributed import OracleError
+
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(cfg.tuner.distributed.run_dir or hydra_cfg.runtime.output_dir)
+    try:
+        result = run_search(
+            cfg,
+            run_dir=run_dir,
+            overrides=list(hydra_cfg.overrides.task),
+            config_name=str(hydra_cfg.job.config_name),
+            config_dir=_config_dir(hydra_cfg),
+        )
+    except ConfigError as error:
+        exit_with(error)
+    except FatalConfigError as error:
+        exit_with(error.error)
+    except (OracleUnreachable, OracleError) as error:
+        _fail(str(error))
+    if not result.role.is_chief:
+        log.info("tuner %s finished; the chief writes the results", result.role.tuner_id)
+        return None
+    return _report(result)
+
+
+def _shared_run_dir(argv: list[str]) -> str | None:
+    for arg in reversed(argv):
+        if arg.startswith("hydra.run.dir="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def main() -> None:
+    """Entry point of `python -m kdist.tune`."""
+    register()
+    argv = sys.argv[1:]
+    # Before anything imports TensorFlow (checking `_target_` keys imports the models).
+    quiet_tensorflow(_requested_log_level(argv))
+    try:
+        info = resolve_cluster()
+    except ConfigError as error:
+        exit_with(error)
+    if not info.is_chief:
+        # Workers of a distributed search write trial folders into the shared run
+        # directory; Hydra's own files there (.hydra/, tune.log) are the chief's.
+        shared = _shared_run_dir(argv)
+        if shared is None and not any(a.startswith("tuner.distributed.run_dir=") for a in argv):
+            exit_with(
+                ConfigError(
+                    "hydra.run.dir",
+                    f"is needed by {info.task_name} of a distributed search: the run "
+                    "directory every process shares",
+                    hint="pass hydra.run.dir=<dir> to every process (kdist.launch does)",
+                )
+            )
+        if shared is not None:
+            sys.argv.append(f"tuner.distributed.run_dir={shared}")
+        sys.argv.extend(non_chief_overrides(info))
+    cfg = precheck(sys.argv[1:], config_name="tune")
+    if cfg is not None:
+        from kdist.tuning.search import check
+
+        try:
+            check(cfg)
+        except ConfigError as error:
+            exit_with(error)
+    _app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,246 @@
+"""One hyperparameter search, in one process or across a cluster: `run`.
+
+```python
+import kdist
+from kdist.tuning import search
+
+cfg = kdist.compose(["tuner.max_trials=4", "trainer.epochs=2"], config_name="tune")
+result = search.run(cfg, run_dir="outputs/tune", overrides=["trainer.epochs=2"])
+result.best["command"]      # python -m kdist.train trainer.epochs=2 optimizer.learning_rate=...
+```
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from kdist.config.errors import ConfigError
+from kdist.config.validate import validate
+from kdist.tuning import hparams, oracles, results
+from kdist.tuning.distributed import DeadlineOracleClient, OracleServer, Role, resolve_role
+from kdist.tuning.plan import TrialPlan, base_overrides, trial_config_name
+from kdist.tuning.space import Space
+from kdist.tuning.tuner import KdistTuner
+
+__all__ = ["SearchResult", "check", "run"]
+
+log = logging.getLogger(__name__)
+
+_SEARCH_FILE = "search.yaml"
+# Strategies whose trials span several processes; parallel tuning runs one trial per tuner.
+_MULTI_PROCESS = ("multi_worker", "parameter_server")
+
+
+@dataclass
+class SearchResult:
+    """What `run` returns.
+
+    Attributes:
+        run_dir: the search's run directory.
+        role: this process's role.
+        trials: the rows of `trials.csv` (empty on workers, which write no shared file).
+        best: the content of `best.yaml`, or `None` when no trial completed (or on workers).
+        stop_reason: why the search stopped early (too many failures in a row), or `None`.
+        lost_tuners: tuners the chief gave up on.
+    """
+
+    run_dir: Path
+    role: Role
+    trials: list[dict[str, Any]] = field(default_factory=list)
+    best: dict[str, Any] | None = None
+    stop_reason: str | None = None
+    lost_tuners: list[str] = field(default_factory=list)
+
+
+def check(cfg: DictConfig) -> Space:
+    """Check a tune config before TensorFlow starts; return its search space.
+
+    Raises:
+        ConfigError: naming the key: a missing `tuner` node, a bad tuner setting or
+            space expression.
+    """
+    if cfg.get("tuner") is None:
+        raise ConfigError(
+            "tuner", "is missing", hint="run python -m kdist.tune, or add tuner=random"
+        )
+    oracles.check(cfg.tuner)
+    return Space.from_config(cfg.tuner.space)
+
+
+def _check_resume(project: Path, plan: TrialPlan, target: str, *, overwrite: bool) -> None:
+    settings = {**plan.describe(), "tuner": target}
+    path = project / _SEARCH_FILE
+    if path.is_file() and not overwrite:
+        before = yaml.safe_load(path.read_text()) or {}
+        for key, value in settings.items():
+            if before.get(key) != value:
+                raise ConfigError(
+                    "hydra.run.dir",
+                    f"holds a search with other settings ({key} was {before.get(key)!r}, "
+                    f"now {value!r})",
+                    value=str(project.parent),
+                    hint="resume with the same overrides, start afresh with "
+                    "tuner.overwrite=true, or use another run directory",
+                )
+        log.info("resuming the search in %s", project.parent)
+        return
+    project.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(settings, sort_keys=False))
+
+
+def _strategy_target(cfg: DictConfig) -> str:
+    return str(OmegaConf.select(cfg, "strategy._target_", default="") or "")
+
+
+def run(
+    cfg: DictConfig,
+    *,
+    run_dir: str | Path,
+    overrides: Sequence[str] = (),
+    config_name: str = "tune",
+    config_dir: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> SearchResult:
+    """Run (or resume) the search `cfg.tuner` describes.
+
+    Args:
+        cfg: a composed tune config (`conf/tune.yaml` or a tune recipe).
+        run_dir: the search's run directory (shared by every process when distributed).
+        overrides: the command-line overrides; all but `tuner*`, `hydra*` and `run_dir`
+            apply to every trial. Defaults to `()`.
+        config_name: the config `cfg` was composed from. Defaults to `"tune"`.
+        config_dir: the folder given with `-cd`. Defaults to `None`.
+        env: the environment to read the role from. Defaults to `None`: `os.environ`.
+
+    Returns:
+        A `SearchResult`.
+
+    Raises:
+        ConfigError: for bad settings, before any trial runs.
+        FatalConfigError: when the first trial finds a config error no trial value causes.
+        OracleUnreachable: on a worker whose chief stopped answering.
+    """
+    space = check(cfg)
+    tuner_cfg = cfg.tuner
+    run_dir = Path(run_dir)
+    distributed = tuner_cfg.distributed
+    role = resolve_role(env, tuners=distributed.tuners)
+    plan = TrialPlan(
+        space=space,
+        overrides=base_overrides(overrides),
+        config_name=trial_config_name(config_name, config_dir),
+        config_dir=config_dir,
+        objective={
+            "name": str(tuner_cfg.objective.name),
+            "direction": str(tuner_cfg.objective.direction),
+        },
+    )
+    base_cfg = plan.compose()
+    validate(base_cfg)
+    space.check_keys(base_cfg)
+    plan.objective_overrides(base_cfg)
+    if role.distributed and any(s in _strategy_target(base_cfg) for s in _MULTI_PROCESS):
+        raise ConfigError(
+            "strategy",
+            "spans several processes; a distributed search runs one trial per tuner",
+            value=_strategy_target(base_cfg),
+            hint="use strategy=one_device or mirrored in the trials",
+        )
+    # keras-tuner reads its role from the environment (BaseTuner, OracleClient).
+    os.environ.update(role.environment())
+
+    oracle = oracles.build(tuner_cfg, hyperparameters=space.hyperparameters())
+    project = run_dir / "keras_tuner"
+    overwrite = bool(tuner_cfg.overwrite) and role.is_chief
+    if role.is_chief:
+        if overwrite:
+            for name in ("trials", "trials.csv", "best.yaml"):
+                path = run_dir / name
+                shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        _check_resume(project, plan, str(tuner_cfg._target_), overwrite=overwrite)
+    tuner = KdistTuner(
+        oracle=oracle,
+        plan=plan,
+        run_dir=run_dir,
+        overwrite=overwrite,
+        heartbeat=float(distributed.heartbeat),
+    )
+    if role.is_chief:
+        oracle.trial_ended = lambda _: results.write_tables(oracle, plan=plan, run_dir=run_dir)
+
+    result = SearchResult(run_dir=run_dir, role=role)
+    server = client = None
+    try:
+        if role.distributed and role.is_chief:
+            assert role.address is not None
+            server = OracleServer(
+                oracle,
+                bind=role.bind_address(),
+                worker_timeout=float(distributed.worker_timeout),
+                local_tuner=role.tuner_id if distributed.chief_runs_trials else None,
+            ).start()
+            tuner.save()
+            server.wait_for_tuners(role.expected_tuners, timeout=float(distributed.connect_timeout))
+            if distributed.chief_runs_trials:
+                tuner.search()
+            result.lost_tuners = server.drain(until_stopped=not distributed.chief_runs_trials)
+        elif role.distributed:
+            assert role.address is not None
+            client = DeadlineOracleClient(
+                oracle,
+                address=role.address,
+                tuner_id=role.tuner_id,
+                timeout=float(distributed.timeout),
+                connect_timeout=float(distributed.connect_timeout),
+            )
+            tuner.oracle = client
+            _check_same_space(client, space)
+            tuner.search()
+        else:
+            tuner.search()
+    finally:
+        if server is not None:
+            server.stop()
+        if client is not None:
+            client.close()
+
+    if role.is_chief:
+        result.trials = results.write_tables(oracle, plan=plan, run_dir=run_dir)
+        result.best = results.write_best(run_dir / "best.yaml", oracle, plan=plan, run_dir=run_dir)
+        result.stop_reason = oracle.stop_reason
+        _write_experiment(run_dir, space, result.trials, oracle)
+    return result
+
+
+def _check_same_space(client: DeadlineOracleClient, space: Space) -> None:
+    """A worker launched with other `tuner.space` settings than the chief stops at once."""
+    remote = {hp.name for hp in client.get_space().space}
+    if remote != set(space.keys):
+        raise ConfigError(
+            "tuner.space",
+            f"differs from the chief's ({', '.join(sorted(remote))})",
+            value=", ".join(space.keys),
+            hint="give every process the same overrides",
+        )
+
+
+def _write_experiment(
+    run_dir: Path, space: Space, rows: Sequence[Mapping[str, Any]], oracle: Any
+) -> None:
+    metric_names = {str(oracle.objective.name)}
+    epochs = set()
+    for trial in oracle.trials.values():
+        metric_names.update(trial.metrics.metrics)
+        if "tuner/epochs" in trial.hyperparameters.values:
+            epochs.add(int(trial.hyperparameters.values["tuner/epochs"]))
+    extra = {"trainer.epochs": sorted(epochs)} if epochs else {}
+    hparams.write_experiment(run_dir / "trials", space=space, metrics=metric_names, extra=extra)

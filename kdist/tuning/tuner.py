@@ -1,0 +1,237 @@
+"""`KdistTuner`: keras-tuner's `Tuner` whose trials are normal kdist training jobs.
+
+keras-tuner's own trials call `model.fit` under a single-worker strategy at most; here
+`run_trial` composes the training config with the trial's values and trains it with
+`kdist.Experiment`, so every kdist strategy, model, data source and callback works.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import keras
+import keras_tuner
+from keras_tuner.src import errors as kt_errors
+from keras_tuner.src.engine import trial as trial_module
+
+from kdist.config.compose import format_hydra_error
+from kdist.config.errors import ConfigError
+from kdist.tuning import hparams, results
+from kdist.tuning.distributed import DeadlineOracleClient, Heartbeat, OracleUnreachable
+from kdist.tuning.oracles import is_finite, reason
+from kdist.tuning.plan import TrialPlan
+
+__all__ = ["FatalConfigError", "KdistTuner"]
+
+log = logging.getLogger(__name__)
+
+TrialStatus = trial_module.TrialStatus
+
+
+class FatalConfigError(kt_errors.FatalError):
+    """A config error no trial value causes (e.g. `objective.name`): the search stops."""
+
+    def __init__(self, error: ConfigError):
+        super().__init__(str(error))
+        self.error = error
+
+
+class _StopWhenChiefLost(keras.callbacks.Callback):
+    def __init__(self, heartbeat: Heartbeat):
+        super().__init__()
+        self.heartbeat = heartbeat
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        if self.heartbeat.lost.is_set():
+            self.model.stop_training = True
+
+
+class KdistTuner(keras_tuner.Tuner):
+    """Run each trial as a kdist training job in `<run_dir>/trials/trial_<id>/`.
+
+    keras-tuner's state (oracle, trials) goes to `<run_dir>/keras_tuner/`, so a search
+    started again in the same run directory resumes where it stopped.
+
+    Args:
+        oracle: a keras-tuner oracle (`kdist.tuning.oracles.build`).
+        plan: how trials become training configs.
+        run_dir: the search's run directory.
+        overwrite: start afresh instead of resuming. Defaults to `False`.
+        heartbeat: seconds between heartbeats to a remote oracle. Defaults to `5.0`.
+
+    Raises:
+        ValueError: for a non-positive `heartbeat`.
+    """
+
+    def __init__(
+        self,
+        *,
+        oracle: Any,
+        plan: TrialPlan,
+        run_dir: str | Path,
+        overwrite: bool = False,
+        heartbeat: float = 5.0,
+    ):
+        if heartbeat <= 0:
+            raise ValueError(f"`heartbeat` ({heartbeat}) must be positive.")
+        self.plan = plan
+        self.run_dir = Path(run_dir)
+        self.trials_dir = self.run_dir / "trials"
+        self.heartbeat_seconds = float(heartbeat)
+        self._records: dict[str, dict[str, Any]] = {}
+        super().__init__(
+            oracle=oracle,
+            directory=str(self.run_dir),
+            project_name="keras_tuner",
+            overwrite=overwrite,
+        )
+
+    # -- the search loop ---------------------------------------------------------------
+
+    def search(self, *fit_args: Any, **fit_kwargs: Any) -> None:
+        """Ask the oracle for trials and run them until it answers `STOPPED`.
+
+        keras-tuner's own loop serves the oracle instead when this process is the chief;
+        kdist serves it from `kdist.tuning.distributed.OracleServer` and runs trials here.
+        """
+        self.on_search_begin()
+        while True:
+            self.pre_create_trial()
+            trial = self.oracle.create_trial(self.tuner_id)
+            if trial.status == TrialStatus.STOPPED:
+                break
+            if trial.status == TrialStatus.IDLE:
+                # Hyperband waits for other tuners' results; the remote client pauses.
+                if not isinstance(self.oracle, DeadlineOracleClient):
+                    time.sleep(0.5)
+                continue
+            self.on_trial_begin(trial)
+            # keras-tuner's runner: FailedTrialError -> FAILED, other errors -> INVALID
+            # (retried up to max_retries_per_trial), FatalError -> raised.
+            self._try_run_and_update_trial(trial, *fit_args, **fit_kwargs)
+            self.on_trial_end(trial)
+        self.on_search_end()
+
+    def trial_dir(self, trial_id: str) -> Path:
+        """The folder a trial trains in."""
+        return self.trials_dir / f"trial_{trial_id}"
+
+    # -- one trial -----------------------------------------------------------------------
+
+    def on_trial_begin(self, trial: Any) -> None:
+        super().on_trial_begin(trial)
+        values = trial.hyperparameters.values
+        folder = self.trial_dir(trial.trial_id)
+        # A retried trial (or one interrupted by a kill) starts from an empty folder.
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        overrides = self.plan.trial_overrides(values)
+        self._records[trial.trial_id] = {
+            "trial_id": trial.trial_id,
+            "tuner_id": self.tuner_id,
+            "status": TrialStatus.RUNNING,
+            "reason": "",
+            "hyperparameters": self.plan.hparams(values),
+            "overrides": overrides,
+            "command": self.plan.command(overrides),
+            "metrics": {},
+            "epochs": None,
+            "started": time.time(),
+        }
+        results.write_record(folder, self._records[trial.trial_id])
+        log.info("trial %s on %s: %s", trial.trial_id, self.tuner_id, " ".join(overrides))
+
+    def run_trial(self, trial: Any, *args: Any, **kwargs: Any) -> dict[str, float]:
+        """Train the trial's config with the kdist engine; return its final logs.
+
+        Raises:
+            keras_tuner.errors.FailedTrialError: for a config error caused by the trial's
+                values, or a loss or metric that is not finite.
+            FatalConfigError: for a config error no trial value causes.
+            OracleUnreachable: when the chief stopped answering during the trial.
+        """
+        from kdist.experiment import Experiment
+
+        record = self._records[trial.trial_id]
+        overrides = record["overrides"]
+        try:
+            cfg = self.plan.compose(overrides)
+        except ConfigError as error:
+            raise kt_errors.FailedTrialError(str(error)) from None
+        except Exception as error:  # Hydra and OmegaConf raise many types
+            raise kt_errors.FailedTrialError(format_hydra_error(error)) from None
+        # Layer names and other global Keras state start afresh in every trial.
+        keras.backend.clear_session(free_memory=True)
+        try:
+            experiment = Experiment(cfg, run_dir=self.trial_dir(trial.trial_id))
+            experiment.build_model()
+        except ConfigError as error:
+            if self.plan.space.owns(error.key):
+                raise kt_errors.FailedTrialError(str(error)) from None
+            raise FatalConfigError(error) from None
+        callbacks: list[keras.callbacks.Callback] = [keras.callbacks.TerminateOnNaN()]
+        heartbeat = None
+        if isinstance(self.oracle, DeadlineOracleClient):
+            heartbeat = Heartbeat(self.oracle, trial.trial_id, interval=self.heartbeat_seconds)
+            callbacks.append(_StopWhenChiefLost(heartbeat))
+        try:
+            if heartbeat is not None:
+                with heartbeat:
+                    experiment.fit(callbacks=callbacks)
+            else:
+                experiment.fit(callbacks=callbacks)
+        except FloatingPointError as error:
+            # kdist's NaN guard: deterministic for these values, so no retry.
+            raise kt_errors.FailedTrialError(str(error)) from None
+        if heartbeat is not None and heartbeat.lost.is_set():
+            raise OracleUnreachable(str(heartbeat.error)) from None
+        assert experiment.result is not None
+        logs = {k: float(v) for k, v in experiment.result.final_logs.items()}
+        record["metrics"] = logs
+        record["epochs"] = experiment.result.epochs_run
+        bad = {k: v for k, v in logs.items() if not is_finite(v)}
+        if bad:
+            shown = ", ".join(f"{k}={v}" for k, v in bad.items())
+            raise kt_errors.FailedTrialError(
+                f"not finite after {experiment.result.epochs_run} epoch(s): {shown}"
+            )
+        return logs
+
+    def on_trial_end(self, trial: Any) -> None:
+        record = self._records.pop(trial.trial_id)
+        folder = self.trial_dir(trial.trial_id)
+        record["status"] = trial.status
+        record["reason"] = reason(trial.message) if trial.message else ""
+        record["finished"] = time.time()
+        record["seconds"] = round(record["finished"] - record["started"], 3)
+        record["objective"] = {
+            "name": str(self.oracle.objective.name),
+            "direction": str(self.oracle.objective.direction),
+            "value": record["metrics"].get(str(self.oracle.objective.name)),
+        }
+        if trial.message:
+            (folder / "error.txt").write_text(trial.message)
+            log.warning("trial %s failed: %s", trial.trial_id, record["reason"])
+        results.write_record(folder, record)
+        hparams.write_session(
+            folder / "tensorboard",
+            trial_id=trial.trial_id,
+            hparams=record["hyperparameters"],
+            metrics=record["metrics"],
+            step=int(record["epochs"] or 0),
+            started=record["started"],
+        )
+        super().on_trial_end(trial)
+
+    def load_model(self, trial: Any) -> keras.Model:
+        """The model a trial saved (`callbacks.save_model=true`, the default)."""
+        path = self.trial_dir(trial.trial_id) / "model.keras"
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"trial {trial.trial_id} saved no model at {path} (callbacks.save_model=false?)"
+            )
+        return keras.models.load_model(path)

@@ -1,0 +1,337 @@
+"""Checkpoints and fault tolerance: step-exact resume, integrity, NaN guard, best model.
+
+"Nothing lost" below means: optimizer.iterations equals the planned steps, no batch is
+repeated or skipped (the data position test, and equal weights), and the final weights
+equal an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from helpers import REPO, compose, run_module
+from omegaconf import OmegaConf
+
+import kdist
+from kdist.callbacks.checkpoint import CheckpointError, restore_latest
+from kdist.callbacks.guards import NonFiniteLossError
+from kdist.data import ArraySource, make_dataset_fn
+
+BASE = [
+    "trainer.epochs=3",
+    "trainer.steps_per_epoch=12",
+    "trainer.global_batch_size=32",
+    "trainer.steps_per_execution=1",
+    "trainer.verbose=0",
+    "callbacks.backup.every_n_steps=5",
+    "callbacks.backup.keep=3",
+]
+
+
+def _weights(model) -> list[np.ndarray]:
+    return [np.asarray(w) for w in model.get_weights()]
+
+
+def _max_diff(a, b) -> float:
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b, strict=True))
+
+
+def _backup_steps(run_dir: Path) -> list[int]:
+    return sorted(int(p.name.split("-")[1].split(".")[0]) for p in run_dir.glob("backup/*.index"))
+
+
+# -- the data position -------------------------------------------------------------------
+
+
+class _Indexed:
+    data = OmegaConf.create(
+        {"shuffle": True, "shuffle_buffer": 50, "cache": True, "shard_policy": "auto"}
+    )
+
+    @staticmethod
+    def source(n: int = 100) -> ArraySource:
+        x = np.arange(n, dtype=np.float32).reshape(n, 1)
+        return ArraySource(
+            x_train=x,
+            y_train=np.zeros(n),
+            x_validation=x[:4],
+            y_validation=np.zeros(4),
+            num_classes=2,
+        )
+
+
+def _stream(fn, pipelines: int = 1, batches: int = 10) -> list[list[int]]:
+    """The global batches a dataset_fn yields: per step, the union over pipelines."""
+    iterators = [
+        iter(fn(tf.distribute.InputContext(pipelines, i, pipelines))) for i in range(pipelines)
+    ]
+    steps = []
+    for _ in range(batches):
+        step = []
+        for it in iterators:
+            x, _ = next(it)
+            step += [int(v) for v in x.numpy().ravel()]
+        steps.append(sorted(step))
+    return steps
+
+
+@pytest.mark.parametrize("pipelines", [1, 2])
+def test_skipping_examples_continues_the_stream_exactly(pipelines):
+    source = _Indexed.source()
+    full = _stream(
+        make_dataset_fn(source, "train", _Indexed.data, global_batch_size=8, seed=3),
+        pipelines,
+        batches=30,
+    )
+    # Resume after 17 steps (crossing the 100-example epoch boundary at step 12.5).
+    resumed = _stream(
+        make_dataset_fn(
+            source, "train", _Indexed.data, global_batch_size=8, seed=3, skip_examples=17 * 8
+        ),
+        pipelines,
+        batches=13,
+    )
+    assert resumed == full[17:]
+    # Every example once per pass over the data: no repeat, no skip.
+    first_pass = sorted(v for step in full[:12] for v in step)
+    assert len(set(first_pass)) == len(first_pass) == 96
+
+
+# -- resume in one process -----------------------------------------------------------------
+
+
+def test_interrupted_mirrored_run_resumes_under_one_device(tmp_path: Path, caplog):
+    run_dir = tmp_path / "run"
+    stopped = kdist.Experiment(
+        compose(
+            [
+                *BASE,
+                "strategy=mirrored",
+                "callbacks.extra=[{_target_: helpers.StopAtStep, step: 17}]",
+            ]
+        ),
+        run_dir=run_dir,
+    )
+    stopped.fit()
+    assert int(stopped.optimizer.iterations.numpy()) == 17
+    assert 17 in _backup_steps(run_dir)  # saved when training ended early
+
+    with caplog.at_level(logging.INFO, logger="kdist.experiment"):
+        resumed = kdist.Experiment(compose([*BASE, "strategy=one_device"]), run_dir=run_dir)
+        resumed.fit()
+    assert int(resumed.optimizer.iterations.numpy()) == 36
+    message = next(r.message for r in caplog.records if "resuming from" in r.message)
+    assert "saved by MirroredStrategy with 2 replica(s), global batch 32, after 17 steps" in message
+    assert "now OneDeviceStrategy with 1 replica(s)" in message
+    assert "continuing at step 17 (epoch 2, step 5 of 12)" in message
+
+    reference = kdist.Experiment(
+        compose([*BASE, "strategy=one_device"]), run_dir=tmp_path / "reference"
+    )
+    reference.fit()
+    assert _max_diff(_weights(resumed.model), _weights(reference.model)) < 1e-5
+
+    # History and TensorBoard continue: one CSV row per epoch, epochs 0, 1, 2.
+    with (run_dir / "history.csv").open() as handle:
+        epochs = [int(row["epoch"]) for row in csv.DictReader(handle)]
+    assert epochs == [0, 1, 2]
+    # The resumed epoch's training metrics include the steps before the interruption.
+    ref_loss = reference.metrics()["train"]["loss"]
+    assert resumed.metrics()["train"]["loss"] == pytest.approx(ref_loss, rel=1e-4)
+
+
+def test_finished_run_resumes_to_nothing_left(tmp_path: Path):
+    overrides = [*BASE, "trainer.epochs=1"]
+    kdist.Experiment(compose(overrides), run_dir=tmp_path).fit()
+    again = kdist.Experiment(compose(overrides), run_dir=tmp_path)
+    again.fit()
+    assert int(again.optimizer.iterations.numpy()) == 12
+    assert again.metrics()["validation"]["accuracy"] > 0
+
+
+# -- integrity -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def three_backups(tmp_path: Path) -> Path:
+    run_dir = tmp_path / "run"
+    kdist.Experiment(compose([*BASE, "trainer.epochs=1"]), run_dir=run_dir).fit()
+    assert _backup_steps(run_dir) == [5, 10, 12]
+    return run_dir
+
+
+def _fresh_checkpoint(run_dir: Path):
+    exp = kdist.Experiment(compose([*BASE, "trainer.epochs=1"]), run_dir=run_dir)
+    exp.build_model()
+    return exp
+
+
+def test_truncated_newest_checkpoint_falls_back_to_the_previous(three_backups, caplog):
+    data = three_backups / "backup" / "ckpt-12.data-00000-of-00001"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    exp = _fresh_checkpoint(three_backups)
+    with caplog.at_level(logging.WARNING):
+        assert exp.restore() == 10
+    assert any("ckpt-12 cannot be restored" in r.message for r in caplog.records)
+
+
+def test_corrupt_index_file_falls_back_to_the_previous(three_backups):
+    index = three_backups / "backup" / "ckpt-12.index"
+    raw = bytearray(index.read_bytes())
+    for i in range(0, len(raw), 7):
+        raw[i] ^= 0xFF
+    index.write_bytes(bytes(raw))
+    assert _fresh_checkpoint(three_backups).restore() == 10
+
+
+def test_corrupt_state_file_still_restores_the_newest(three_backups):
+    (three_backups / "backup" / "checkpoint").write_text("model_checkpoint_path: {{{ garbage")
+    exp = _fresh_checkpoint(three_backups)
+    assert exp.restore() == 12
+    # Training on from there keeps working: the unreadable state file is moved aside.
+    exp.fit()
+    assert list((three_backups / "backup").glob("checkpoint.unreadable-*"))
+
+
+def test_unreadable_checkpoints_are_an_error_not_a_fresh_start(three_backups):
+    for index in (three_backups / "backup").glob("*.index"):
+        index.write_bytes(b"not an index")
+    with pytest.raises(CheckpointError, match="none of the 3 checkpoint"):
+        _fresh_checkpoint(three_backups).restore()
+    data_only = three_backups / "lonely"
+    data_only.mkdir()
+    (data_only / "ckpt-3.data-00000-of-00001").write_bytes(b"x")
+    with pytest.raises(CheckpointError, match="without an index file"):
+        restore_latest(tf.train.Checkpoint(), data_only)
+
+
+def test_empty_directory_starts_fresh_and_leftovers_are_cleaned(tmp_path: Path):
+    run_dir = tmp_path / "run"
+    leftover = run_dir / "backup" / "ckpt-7_temp" / "part-00000-of-00001"
+    leftover.parent.mkdir(parents=True)
+    leftover.write_bytes(b"half a save")
+    exp = kdist.Experiment(compose([*BASE, "trainer.epochs=1"]), run_dir=run_dir)
+    assert exp.restore() == 0
+    exp.fit()
+    assert not leftover.parent.exists()
+    assert _backup_steps(run_dir) == [5, 10, 12]
+
+
+def test_periodic_checkpoints_keep_the_newest(tmp_path: Path):
+    overrides = [*BASE, "callbacks.checkpoint.every_n_steps=4", "callbacks.checkpoint.keep=2"]
+    kdist.Experiment(compose(overrides), run_dir=tmp_path).fit()
+    kept = sorted(int(p.stem.split("-")[1]) for p in tmp_path.glob("checkpoints/*.index"))
+    assert kept == [32, 36]
+
+
+# -- NaN guard -----------------------------------------------------------------------------
+
+
+def test_nan_stops_training_and_the_backup_keeps_finite_weights(tmp_path: Path):
+    exp = kdist.Experiment(
+        compose([*BASE, "callbacks.extra=[{_target_: helpers.InjectNaN, step: 14}]"]),
+        run_dir=tmp_path,
+    )
+    with pytest.raises(NonFiniteLossError, match="after step 15"):
+        exp.fit()
+    steps = _backup_steps(tmp_path)
+    assert steps and max(steps) < 14
+    check = _fresh_checkpoint(tmp_path)
+    assert check.restore() == max(steps)
+    assert all(np.all(np.isfinite(w)) for w in _weights(check.model))
+
+
+def test_nan_exits_with_status_3(tmp_path: Path):
+    result = run_module(
+        "kdist.train",
+        [*BASE, "hydra.run.dir=run", "callbacks.extra=[{_target_: helpers.InjectNaN, step: 7}]"],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(REPO / "tests")},
+    )
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert "kdist: error: training loss is nan after step 8" in result.stderr
+    assert _backup_steps(tmp_path / "run") == [5]
+
+
+# -- best model ----------------------------------------------------------------------------
+
+
+def test_best_model_export(tmp_path: Path):
+    import keras
+
+    exp = kdist.Experiment(
+        compose([*BASE, "callbacks.best_model.monitor=val_accuracy"]), run_dir=tmp_path
+    )
+    history = exp.fit()
+    best = max(history.history["val_accuracy"])
+    summary = json.loads((tmp_path / "metrics.json").read_text())
+    assert summary["best_model"]["value"] == pytest.approx(best)
+    x, y = exp.source.arrays("validation")
+    model = keras.models.load_model(tmp_path / "model.keras")
+    accuracy = float(np.mean(np.argmax(model.predict(x, verbose=0), axis=1) == y))
+    assert accuracy == pytest.approx(best, abs=1e-6)
+    served = tf.saved_model.load(str(tmp_path / "saved_model"))
+    logits = served.serve(tf.constant(x[:5]))
+    np.testing.assert_allclose(logits.numpy(), model.predict(x[:5], verbose=0), atol=1e-5)
+
+
+# -- real crashes and signals (subprocesses) -------------------------------------------------
+
+DETERMINISTIC = [*BASE, "runtime.deterministic=true", "hydra.run.dir=run"]
+
+
+def _final_weights(run_dir: Path) -> list[np.ndarray]:
+    import keras
+
+    return _weights(keras.models.load_model(run_dir / "model.keras"))
+
+
+def test_sigkill_mid_epoch_then_rerun_loses_nothing(tmp_path: Path):
+    env = {"PYTHONPATH": str(REPO / "tests")}
+    (tmp_path / "ref").mkdir()
+    reference = run_module("kdist.train", DETERMINISTIC, cwd=tmp_path / "ref", env=env)
+    assert reference.returncode == 0, reference.stderr[-2000:]
+    work = tmp_path / "work"
+    work.mkdir()
+    # Step 23 is inside epoch 2 (12 steps an epoch); the last backup is at step 20.
+    killed = run_module(
+        "kdist.train",
+        [*DETERMINISTIC, "callbacks.extra=[{_target_: helpers.KillAtStep, step: 23}]"],
+        cwd=work,
+        env=env,
+    )
+    assert killed.returncode == -9
+    assert _backup_steps(work / "run") == [10, 15, 20]
+    resumed = run_module("kdist.train", DETERMINISTIC, cwd=work, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    metrics = json.loads((work / "run" / "metrics.json").read_text())
+    assert metrics["steps"] == 36
+    assert "continuing at step 20 (epoch 2, step 8 of 12)" in resumed.stdout + resumed.stderr
+    assert _max_diff(_final_weights(work / "run"), _final_weights(tmp_path / "ref" / "run")) < 1e-6
+
+
+def test_sigterm_saves_and_exits_42_then_resumes(tmp_path: Path):
+    env = {"PYTHONPATH": str(REPO / "tests")}
+    stopped = run_module(
+        "kdist.train",
+        [
+            *DETERMINISTIC,
+            "callbacks.backup.every_n_steps=1000",
+            "callbacks.extra=[{_target_: helpers.KillAtStep, step: 9, signal_name: SIGTERM}]",
+        ],
+        cwd=tmp_path,
+        env=env,
+    )
+    assert stopped.returncode == 42, stopped.stderr[-2000:]
+    assert _backup_steps(tmp_path / "run") == [9]
+    resumed = run_module("kdist.train", DETERMINISTIC, cwd=tmp_path, env=env)
+    assert resumed.returncode == 0
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["steps"] == 36
+    assert os.path.exists(tmp_path / "run" / "model.keras")

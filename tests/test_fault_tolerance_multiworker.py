@@ -1,0 +1,147 @@
+"""Fault tolerance with 2 workers under `kdist.launch`: crash and preemption, nothing lost."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import REPO
+
+from kdist.launch import run
+
+pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
+
+JOB = [
+    "strategy=multi_worker_mirrored",
+    "trainer.epochs=3",
+    "trainer.steps_per_epoch=12",
+    "trainer.global_batch_size=32",
+    "trainer.steps_per_execution=1",
+    "trainer.verbose=2",
+    "runtime.deterministic=true",
+    "callbacks.backup.every_n_steps=5",
+]
+
+
+def _weights(run_dir: Path) -> list[np.ndarray]:
+    import keras
+
+    return [np.asarray(w) for w in keras.models.load_model(run_dir / "model.keras").get_weights()]
+
+
+def _max_diff(a, b) -> float:
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b, strict=True))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read().split(") ", 1)[1][0] != "Z"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> list[np.ndarray]:
+    run_dir = tmp_path_factory.mktemp("reference") / "run"
+    log = io.StringIO()
+    assert run(2, JOB, run_dir=run_dir, timeout=600, output=log) == 0, log.getvalue()[-3000:]
+    return _weights(run_dir)
+
+
+@pytest.fixture(autouse=True)
+def _tests_importable(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(REPO / "tests"))
+
+
+def test_sigkill_of_a_worker_is_restarted_and_loses_nothing(tmp_path: Path, reference):
+    run_dir = tmp_path / "run"
+    once = tmp_path / "killed-once"
+    log = io.StringIO()
+    code = run(
+        2,
+        [
+            *JOB,
+            f"callbacks.extra=[{{_target_: helpers.KillAtStep, step: 23, "
+            f"once_file: '{once}', only_worker: 1}}]",
+        ],
+        max_restarts=1,
+        run_dir=run_dir,
+        timeout=900,
+        output=log,
+    )
+    text = log.getvalue()
+    assert code == 0, text[-4000:]
+    assert once.exists()
+    assert "worker 1 exited with status 137" in text and "restart 1 of 1" in text
+    # Both workers resumed at the last backup (step 20): at most 3 steps were redone.
+    assert len(re.findall(r"continuing at step 20 \(epoch 2, step 8 of 12\)", text)) == 2
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["steps"] == 36
+    assert _max_diff(_weights(run_dir), reference) < 1e-6
+
+
+def test_sigterm_to_one_worker_saves_on_both_and_resumes(tmp_path: Path, reference):
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable,
+        "-m",
+        "kdist.launch",
+        "--workers",
+        "2",
+        "--max-restarts",
+        "1",
+        "--run-dir",
+        str(run_dir),
+        "--",
+        *JOB,
+        "callbacks.backup.every_n_steps=1000",
+        "callbacks.extra=[{_target_: helpers.StopAtStep, step: 100000}]",
+    ]
+    launcher = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    seen: list[str] = []
+    try:
+        assert launcher.stdout is not None
+        deadline = time.monotonic() + 300
+        for line in launcher.stdout:
+            seen.append(line)
+            if "[worker 0] Epoch 2/" in line:
+                break
+            assert time.monotonic() < deadline
+        pids = dict(re.findall(r"\[launch\] (worker \d) pid (\d+)", "".join(seen)))
+        os.kill(int(pids["worker 1"]), signal.SIGTERM)
+        rest, _ = launcher.communicate(timeout=600)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait(timeout=30)
+    text = "".join(seen) + rest
+    assert launcher.returncode == 0, text[-4000:]
+    assert "exited with status 42" in text
+    saves = re.findall(r"\[(worker \d)\] .*saving a backup at an agreed step", text)
+    assert sorted(saves) == ["worker 0", "worker 1"]
+    resumed = re.findall(r"\[(worker \d)\] .*continuing at step (\d+) ", text)
+    assert len(resumed) == 2 and resumed[0][1] == resumed[1][1], resumed
+    step = int(resumed[0][1])
+    assert 12 <= step < 36 and step % 1000 != 0
+    assert json.loads((run_dir / "metrics.json").read_text())["steps"] == 36
+    assert _max_diff(_weights(run_dir), reference) < 1e-6
+    assert not any(_alive(int(pid)) for pid in pids.values())
+    assert not list(Path("/tmp").glob("kdist-worker*"))

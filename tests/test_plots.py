@@ -1,0 +1,209 @@
+"""kdist.plots (curves.png, sweep plots) and the Curves callback. Cost: ~5 s."""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+from pathlib import Path
+
+import pytest
+from matplotlib.figure import Figure
+
+from kdist import plots
+from kdist.callbacks.curves import Curves
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+class _History:
+    """Duck-types keras.callbacks.History: `history` and `epoch`."""
+
+    def __init__(self, history: dict, epoch: list[int]):
+        self.history = history
+        self.epoch = epoch
+
+
+def _lines(figure: Figure, title: str) -> dict[str, tuple[list[float], list[float]]]:
+    (ax,) = [a for a in figure.axes if a.get_title() == title]
+    return {
+        line.get_label(): (list(line.get_xdata()), list(line.get_ydata()))
+        for line in ax.get_lines()
+    }
+
+
+def _write_csv(path: Path, rows: list[dict]) -> Path:
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def test_history_figure_has_a_panel_per_metric_with_train_and_validation():
+    history = _History(
+        {
+            "accuracy": [0.5, 0.7, 0.8],
+            "loss": [2.0, 1.0, 0.5],
+            "val_accuracy": [0.6, 0.75, 0.85],
+            "val_loss": [1.5, 0.9, 0.6],
+        },
+        epoch=[0, 1, 2],
+    )
+    figure = plots.history_figure(history, title="run")
+    titles = [a.get_title() for a in figure.axes if a.get_visible()]
+    assert titles == ["loss", "accuracy"]  # loss first, whatever the key order
+    loss = _lines(figure, "loss")
+    assert loss["train"] == ([1, 2, 3], [2.0, 1.0, 0.5])
+    assert loss["validation"] == ([1, 2, 3], [1.5, 0.9, 0.6])
+    assert figure.get_suptitle() == "run"
+
+
+def test_curves_from_a_history_csv(tmp_path: Path):
+    # CSVLogger's layout: 0-based epoch column, validation values in val_ columns.
+    table = _write_csv(
+        tmp_path / "history.csv",
+        [
+            {"epoch": 0, "accuracy": 0.5, "loss": 1.2, "val_accuracy": 0.6, "val_loss": 1.1},
+            {"epoch": 1, "accuracy": 0.8, "loss": 0.6, "val_accuracy": 0.7, "val_loss": 0.9},
+        ],
+    )
+    path = plots.write_curves(table, tmp_path / "out" / "curves.png")
+    assert path.read_bytes().startswith(PNG_MAGIC)
+    assert not list((tmp_path / "out").glob(".curves-*"))  # the temporary file is gone
+    accuracy = _lines(plots.history_figure(table), "accuracy")
+    assert accuracy["validation"] == ([1, 2], [0.6, 0.7])
+
+
+def test_epochs_without_validation_leave_gaps_not_shifts():
+    records = [
+        {"epoch": 0, "loss": 1.0},
+        {"epoch": 1, "loss": 0.8, "val_loss": 0.9},
+        {"epoch": 2, "loss": 0.6},
+        {"epoch": 3, "loss": 0.5, "val_loss": 0.7},
+    ]
+    xs, ys = _lines(plots.history_figure(records), "loss")["validation"]
+    assert xs == [1, 2, 3, 4]
+    assert math.isnan(ys[0]) and math.isnan(ys[2])
+    assert (ys[1], ys[3]) == (0.9, 0.7)
+
+
+@pytest.mark.parametrize("history", [{}, [], {"loss": ["NA", ""]}])
+def test_nothing_to_plot_is_an_error(history):
+    with pytest.raises(ValueError, match="no epoch"):
+        plots.history_figure(history)
+
+
+def test_a_figure_shows_itself_in_a_notebook():
+    figure = plots.history_figure({"loss": [1.0, 0.5]})
+    assert figure._repr_png_().startswith(PNG_MAGIC)
+
+
+SWEEP = [
+    {"job": "0", "optimizer.learning_rate": "0.0001", "val_accuracy": "0.80", "val_loss": "0.6"},
+    {"job": "1", "optimizer.learning_rate": "0.001", "val_accuracy": "0.95", "val_loss": "0.2"},
+    {"job": "2", "optimizer.learning_rate": "0.01", "val_accuracy": "", "val_loss": ""},
+    {"job": "3", "optimizer.learning_rate": "0.1", "val_accuracy": "0.90", "val_loss": "0.3"},
+]
+
+
+def test_sweep_plot_marks_the_best_job_and_the_best_so_far(tmp_path: Path):
+    table = _write_csv(tmp_path / "summary.csv", SWEEP)
+    figure = plots.sweep_figure(table)
+    (ax,) = figure.axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines["val_accuracy"].get_ydata()) == [0.80, 0.95, 0.90]  # the failed job left out
+    assert list(lines["best so far"].get_ydata()) == [0.80, 0.95, 0.95]
+    assert list(lines["best"].get_ydata()) == [0.95]
+    assert "(1 without a value)" in ax.get_title()
+    assert ax.get_xlabel() == "job"
+
+
+def test_sweep_direction_follows_the_objective():
+    figure = plots.sweep_figure(SWEEP, objective="val_loss")
+    (ax,) = figure.axes
+    best = next(line for line in ax.get_lines() if line.get_label() == "best")
+    assert list(best.get_ydata()) == [0.2]
+    assert ax.get_ylabel() == "val_loss (min)"
+
+
+def test_sweep_against_a_hyperparameter_uses_a_log_axis():
+    figure = plots.sweep_figure(SWEEP, x="optimizer.learning_rate")
+    (ax,) = figure.axes
+    assert ax.get_xscale() == "log"
+    assert ax.get_xlabel() == "optimizer.learning_rate"
+
+
+def test_write_sweep_puts_the_png_next_to_the_table(tmp_path: Path):
+    table = _write_csv(tmp_path / "trials.csv", [{"trial_id": "a", "score": "1.5"}])
+    path = plots.write_sweep(table)
+    assert path == tmp_path / "trials.png"
+    assert path.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_sweep_errors_name_the_columns():
+    with pytest.raises(ValueError, match="Columns: job, lr"):
+        plots.sweep_figure([{"job": "0", "lr": "1"}])
+    with pytest.raises(ValueError, match=r"\('nope'\) is not a column"):
+        plots.sweep_figure(SWEEP, objective="nope")
+    with pytest.raises(ValueError, match="direction"):
+        plots.sweep_figure(SWEEP, direction="up")
+
+
+def _drive(callback: Curves, epochs: list[dict]) -> None:
+    callback.on_train_begin()
+    for epoch, logs in enumerate(epochs):
+        callback.on_epoch_end(epoch, logs)
+    callback.on_train_end()
+
+
+def test_curves_callback_writes_at_the_end(tmp_path: Path):
+    path = tmp_path / "curves.png"
+    callback = Curves(path=path)
+    callback.on_train_begin()
+    callback.on_epoch_end(0, {"loss": 1.0, "val_loss": 1.2})
+    assert not path.exists()  # min_interval (60 s) has not passed
+    callback.on_epoch_end(1, {"loss": 0.5})
+    callback.on_train_end()
+    assert path.read_bytes().startswith(PNG_MAGIC)
+    assert [r["epoch"] for r in callback.records] == [0.0, 1.0]
+
+
+def test_curves_callback_with_no_interval_writes_every_epoch(tmp_path: Path):
+    path = tmp_path / "curves.png"
+    callback = Curves(path=path, min_interval=0)
+    callback.on_train_begin()
+    callback.on_epoch_end(0, {"loss": 1.0})
+    assert path.is_file()
+
+
+def test_curves_callback_failure_is_a_warning_not_a_crash(tmp_path: Path, caplog):
+    (tmp_path / "curves.png").mkdir()  # the path is taken by a folder
+    with caplog.at_level(logging.WARNING, logger="kdist.callbacks.curves"):
+        _drive(Curves(path=tmp_path / "curves.png"), [{"loss": 1.0}])
+    assert "could not write" in caplog.text
+
+
+def test_curves_callback_checks_its_argument(tmp_path: Path):
+    with pytest.raises(ValueError, match="min_interval"):
+        Curves(path=tmp_path / "c.png", min_interval=-1)
+
+
+def test_a_run_writes_curves_png(tmp_path: Path, tiny):
+    from helpers import compose
+
+    import kdist
+
+    exp = kdist.Experiment(compose(tiny))
+    exp.fit()
+    assert (exp.run_dir / "curves.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_callbacks_minimal_writes_no_curves(tmp_path: Path, tiny):
+    from helpers import compose
+
+    import kdist
+
+    exp = kdist.Experiment(compose([*tiny, "callbacks=minimal"]))
+    exp.fit()
+    assert not (exp.run_dir / "curves.png").exists()

@@ -1,0 +1,643 @@
+"""`python -m kdist.tune`: keras-tuner searches whose trials are kdist training jobs.
+
+Fast cases run searches in this process (tiny trials: trainer=fast_dev, callbacks=minimal)
+and the oracle's gRPC service on loopback; the `slow` ones run the command line, check
+that `python -m kdist.train` with `best.yaml`'s overrides reproduces the best trial, kill
+and resume a search, and run a distributed search in two processes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers import LOGICAL, REPO, compose, free_port, run_module
+
+import kdist
+from kdist.config import ConfigError
+from kdist.sweep import read_summary
+from kdist.tuning import (
+    DeadlineOracleClient,
+    OracleServer,
+    OracleUnreachable,
+    Role,
+    Space,
+    format_value,
+    parse_value,
+    resolve_role,
+)
+from kdist.tuning import oracles as tuning_oracles
+from kdist.tuning import run as run_search
+from kdist.tuning.distributed import Heartbeat
+
+# Tiny trials for in-process searches (a few seconds each search).
+TINY = ["trainer=fast_dev", "trainer.verbose=0", "callbacks=minimal", "tuner.verbose=0"]
+
+
+def _tune_cfg(overrides):
+    return compose([*TINY, *overrides], config_name="tune")
+
+
+def _search(tmp_path: Path, overrides, **kwargs):
+    cfg = _tune_cfg(overrides)
+    return run_search(
+        cfg, run_dir=tmp_path / "search", overrides=[LOGICAL, *TINY, *overrides], **kwargs
+    )
+
+
+# --- the search space ---------------------------------------------------------------------
+
+
+def test_space_from_sweep_expressions():
+    space = Space.from_config(
+        {
+            "optimizer": {"learning_rate": "tag(log, interval(1e-4, 1e-2))"},
+            "model": {"units": "choice([64], [128, 64])", "dropout": "interval(0.0, 0.5)"},
+            "model.activation": "choice(relu, tanh)",
+            "trainer.global_batch_size": "range(16, 65, 16)",
+            "trainer.steps_per_execution": "tag(int, interval(1, 8))",
+            "data.shuffle": None,  # removed entry
+        }
+    )
+    assert space.keys == [
+        "optimizer.learning_rate",
+        "model.units",
+        "model.dropout",
+        "model.activation",
+        "trainer.global_batch_size",
+        "trainer.steps_per_execution",
+    ]
+    hps = space.hyperparameters()
+    lr = hps.get_config()["space"][0]["config"]
+    assert (lr["min_value"], lr["max_value"], lr["sampling"]) == (1e-4, 1e-2, "log")
+    kinds = {d.key: d.kind for d in space}
+    assert kinds == {
+        "optimizer.learning_rate": "float",
+        "model.units": "choice",
+        "model.dropout": "float",
+        "model.activation": "choice",
+        "trainer.global_batch_size": "int",
+        "trainer.steps_per_execution": "int",
+    }
+    batch = next(d for d in space if d.key == "trainer.global_batch_size")
+    assert (batch.low, batch.high, batch.step) == (16, 64, 16)
+    units = next(d for d in space if d.key == "model.units")
+    assert units.encoded and units.values == ("[64]", "[128,64]")
+    overrides = space.overrides(
+        {
+            "optimizer.learning_rate": 0.003,
+            "model.units": "[128,64]",
+            "model.activation": "tanh",
+            "trainer.global_batch_size": 32,
+        }
+    )
+    assert overrides == [
+        "optimizer.learning_rate=0.003",
+        "model.units=[128,64]",
+        "model.activation=tanh",
+        "trainer.global_batch_size=32",
+    ]
+    cfg = kdist.compose(overrides)
+    assert list(cfg.model.units) == [128, 64]
+    assert cfg.optimizer.learning_rate == 0.003
+    assert space.decode({"model.units": "[128,64]"}) == {"model.units": [128, 64]}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0.1, 1e-5, 3, True, None, "relu", "a b", "true", "1", [1, 2], {"a": [1, "x y"]}, "it's"],
+)
+def test_values_round_trip_through_hydra_overrides(value):
+    assert parse_value(format_value(value)) == value
+
+
+@pytest.mark.parametrize(
+    ("space", "key", "message"),
+    [
+        ({"optimizer": {"learning_rate": "interval(1e-2)"}}, "optimizer.learning_rate", "parsed"),
+        ({"optimizer": {"learning_rate": "interval(0.5, 0.1)"}}, "optimizer.learning_rate", "low"),
+        ({"optimizer": {"learning_rate": "tag(log, interval(0, 1))"}}, "optimizer.learning_rate", "positive"),
+        ({"model": {"dropout": "tag(fancy, interval(0, 1))"}}, "model.dropout", "unknown tag"),
+        ({"model": {"units": "choice()"}}, "model.units", ""),
+        ({"model": {"width": "range(5, 1, 1)"}}, "model.width", "empty range"),
+        ({}, "tuner.space", "nothing to tune"),
+    ],
+)
+def test_bad_space_names_the_key(space, key, message):
+    with pytest.raises(ConfigError) as caught:
+        Space.from_config(space)
+    assert key in caught.value.key
+    assert message in str(caught.value)
+
+
+def test_space_keys_must_exist_in_the_training_config():
+    space = Space.from_config({"model": {"widht": "choice(8, 16)"}})
+    with pytest.raises(ConfigError, match="tuner.space.model.widht"):
+        space.check_keys(compose())
+
+
+# --- configs ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tuner", ["random", "bayesian", "hyperband"])
+def test_tuner_options_compose_and_build(tuner):
+    from kdist.tuning.search import check
+
+    cfg = compose([f"tuner={tuner}"], config_name="tune")
+    space = check(cfg)
+    oracle = tuning_oracles.build(cfg.tuner, hyperparameters=space.hyperparameters())
+    assert oracle.objective.name == "val_accuracy"
+    assert oracle.objective.direction == "max"
+    assert oracle.seed == cfg.runtime.seed
+    assert oracle.max_trials == cfg.tuner.max_trials
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("tuner.max_trials=0", "tuner.max_trials"),
+        ("tuner.objective.direction=up", "tuner.objective.direction"),
+        ("tuner.distributed.timeout=0", "tuner.distributed.timeout"),
+        ("+tuner.hyperparameters=1", "tuner.hyperparameters"),
+        ("tuner.factor=1", "tuner.factor"),
+    ],
+)
+def test_bad_tuner_settings_name_the_key(override, key):
+    from kdist.tuning.search import check
+
+    extra = ["tuner=hyperband"] if "factor" in override else []
+    cfg = compose([*extra, override], config_name="tune")
+    with pytest.raises(ConfigError) as caught:
+        check(cfg)
+    assert caught.value.key == key
+
+
+def test_objective_must_be_a_metric_of_the_run(tmp_path: Path):
+    cfg = compose(["objective.name=val_f1", *TINY[:3]])
+    with pytest.raises(ConfigError, match="objective.name='val_f1'.*val_accuracy"):
+        kdist.Experiment(cfg, run_dir=tmp_path)
+
+
+# --- searches in this process ---------------------------------------------------------------
+
+
+def test_random_search_writes_everything_and_reproduces(tmp_path: Path):
+    result = _search(tmp_path, ["tuner.max_trials=3"])
+    run_dir = result.run_dir
+    rows = read_summary(run_dir / "trials.csv")
+    assert [r["trial_id"] for r in rows] == ["0", "1", "2"]
+    assert {r["status"] for r in rows} == {"COMPLETED"}
+    assert {r["tuner_id"] for r in rows} == {"tuner0"}
+    for column in ("val_accuracy", "optimizer.learning_rate", "model.units", "model.dropout"):
+        assert all(r[column] for r in rows), column
+    # Every trial's config, metrics and record; keras-tuner's state for a resume.
+    for row in rows:
+        folder = run_dir / row["run_dir"]
+        assert (folder / "config.yaml").is_file()
+        metrics = json.loads((folder / "metrics.json").read_text())
+        record = json.loads((folder / "result.json").read_text())
+        assert record["metrics"]["val_accuracy"] == metrics["validation"]["accuracy"]
+        assert record["status"] == "COMPLETED"
+    assert (run_dir / "keras_tuner" / "oracle.json").is_file()
+    assert len(list((run_dir / "keras_tuner").glob("trial_*/trial.json"))) == 3
+
+    best = yaml.safe_load((run_dir / "best.yaml").read_text())
+    scores = [float(r["val_accuracy"]) for r in rows]
+    assert best["objective"]["value"] == pytest.approx(max(scores))
+    assert best["trial_id"] == rows[scores.index(max(scores))]["trial_id"]
+    assert best["command"].startswith("python -m kdist.train ")
+    assert result.best == best
+    # The overrides reproduce the trial's objective (seeds fixed by runtime.seed).
+    cfg = kdist.compose(best["overrides"])
+    experiment = kdist.Experiment(cfg, run_dir=tmp_path / "again")
+    experiment.fit()
+    assert experiment.objective() == pytest.approx(best["objective"]["value"], abs=1e-6)
+
+    # TensorBoard HParams: the experiment at the root, one session per trial.
+    from tensorboard.backend.event_processing import event_accumulator
+
+    def plugin_tags(folder: Path) -> set[str]:
+        acc = event_accumulator.EventAccumulator(str(folder))
+        acc.Reload()
+        return set(acc.PluginTagToContent("hparams"))
+
+    assert "_hparams_/experiment" in plugin_tags(run_dir / "trials")
+    for row in rows:
+        assert "_hparams_/session_start_info" in plugin_tags(
+            run_dir / row["run_dir"] / "tensorboard"
+        )
+
+
+def test_failed_trials_are_recorded_and_the_search_goes_on(tmp_path: Path):
+    result = _search(
+        tmp_path,
+        [
+            "model=custom",
+            "model._target_=helpers.flaky_model",
+            "+model.mode=ok",
+            "+model.width=8",
+            "~tuner/space",
+            "+tuner.space={model:{mode:'choice(ok, diverge, error)',width:'choice(4, 8, 12, 16)'}}",
+            "tuner.max_trials=6",
+            "tuner.max_consecutive_failed_trials=6",
+        ],
+    )
+    rows = read_summary(result.run_dir / "trials.csv")
+    assert len(rows) == 6
+    by_mode = {}
+    for row in rows:
+        by_mode.setdefault(row["model.mode"], []).append(row)
+    assert set(by_mode) == {"ok", "diverge", "error"}, rows
+    assert {r["status"] for r in by_mode["ok"]} == {"COMPLETED"}
+    for row in by_mode["diverge"]:
+        assert row["status"] == "FAILED"
+        assert "nan" in row["reason"].lower()
+    for row in by_mode["error"]:
+        assert row["status"] == "FAILED"
+        assert "flaky_model cannot build mode='error'" in row["reason"]
+        assert (result.run_dir / row["run_dir"] / "error.txt").is_file()
+    assert result.stop_reason is None
+    assert result.best is not None and "+model.mode=ok" in result.best["overrides"]
+
+
+def test_the_search_stops_after_consecutive_failures(tmp_path: Path):
+    result = _search(
+        tmp_path,
+        [
+            "model=custom",
+            "model._target_=helpers.flaky_model",
+            "+model.mode=ok",
+            "+model.width=8",
+            "~tuner/space",
+            "+tuner.space={model:{mode:'choice(diverge, error)',width:'choice(4, 8, 12, 16)'}}",
+            "tuner.max_trials=8",
+            "tuner.max_consecutive_failed_trials=2",
+        ],
+    )
+    rows = read_summary(result.run_dir / "trials.csv")
+    assert [r["status"] for r in rows] == ["FAILED", "FAILED"]
+    assert all(r["reason"] for r in rows)
+    assert result.stop_reason is not None
+    assert "2 trials failed in a row (tuner.max_consecutive_failed_trials=2)" in result.stop_reason
+    assert result.best is None and not (result.run_dir / "best.yaml").exists()
+
+
+def test_a_search_resumes_without_rerunning_finished_trials(tmp_path: Path):
+    first = _search(tmp_path, ["tuner.max_trials=2"])
+    started = {
+        r["trial_id"]: json.loads((first.run_dir / r["run_dir"] / "result.json").read_text())[
+            "started"
+        ]
+        for r in read_summary(first.run_dir / "trials.csv")
+    }
+    second = _search(tmp_path, ["tuner.max_trials=4"])
+    rows = read_summary(second.run_dir / "trials.csv")
+    assert [r["trial_id"] for r in rows] == ["0", "1", "2", "3"]
+    for trial_id, when in started.items():
+        record = json.loads((second.run_dir / f"trials/trial_{trial_id}/result.json").read_text())
+        assert record["started"] == when  # not run again
+    # Other settings in the same run directory are refused, not mixed in.
+    with pytest.raises(ConfigError, match="holds a search with other settings"):
+        _search(tmp_path, ["tuner.max_trials=5", "optimizer=sgd"])
+
+
+def test_hyperband_trials_get_their_epoch_budget(tmp_path: Path):
+    result = _search(
+        tmp_path,
+        ["tuner=hyperband", "trainer.epochs=3", "tuner.max_trials=4", "tuner.hyperband_iterations=2"],
+    )
+    rows = read_summary(result.run_dir / "trials.csv")
+    assert 2 <= len(rows) <= 4
+    for row in rows:
+        metrics = json.loads((result.run_dir / row["run_dir"] / "metrics.json").read_text())
+        assert metrics["epochs"] == int(row["trainer.epochs"])
+    assert f"trainer.epochs={result.best['hyperparameters']['trainer.epochs']}" in (
+        result.best["overrides"]
+    )
+
+
+# --- distribution: roles, deadlines, the oracle service on loopback --------------------------
+
+
+def test_roles_from_keras_tuner_variables_and_from_the_cluster():
+    assert resolve_role({}) == Role()
+    env = {
+        "KERASTUNER_TUNER_ID": "chief",
+        "KERASTUNER_ORACLE_IP": "127.0.0.1",
+        "KERASTUNER_ORACLE_PORT": "9000",
+    }
+    chief = resolve_role(env)
+    assert chief.is_chief and chief.address == "127.0.0.1:9000"
+    assert chief.environment() == env
+    assert resolve_role({**env, "KERASTUNER_TUNER_ID": "tuner1"}).is_chief is False
+    with pytest.raises(ConfigError, match="KERASTUNER_ORACLE_PORT"):
+        resolve_role({**env, "KERASTUNER_ORACLE_PORT": "x"})
+    with pytest.raises(ConfigError, match="KERASTUNER_TUNER_ID"):
+        resolve_role({k: v for k, v in env.items() if k != "KERASTUNER_TUNER_ID"})
+
+    cluster = {"worker": ["127.0.0.1:7001", "127.0.0.1:7002"]}
+
+    def tf_config(index):
+        return {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
+
+    first, second = resolve_role(tf_config(0)), resolve_role(tf_config(1))
+    assert (first.tuner_id, first.is_chief, first.address) == ("chief", True, "127.0.0.1:7001")
+    assert (second.tuner_id, second.is_chief, second.address) == ("worker1", False, "127.0.0.1:7001")
+    assert first.expected_tuners == 2
+    assert first.bind_address() == "127.0.0.1:7001"
+    with pytest.raises(ConfigError, match="TF_CONFIG"):
+        resolve_role(
+            {
+                "TF_CONFIG": json.dumps(
+                    {"cluster": {**cluster, "ps": ["127.0.0.1:7003"]}, "task": {"type": "worker", "index": 1}}
+                )
+            }
+        )
+
+
+def _loopback_oracle(worker_timeout: float = 60.0):
+    space = Space.from_config({"optimizer": {"learning_rate": "interval(1e-4, 1e-2)"}})
+    cfg = compose(["tuner.max_trials=2", "tuner.verbose=0"], config_name="tune")
+    oracle = tuning_oracles.build(cfg.tuner, hyperparameters=space.hyperparameters())
+    return oracle
+
+
+def test_oracle_service_on_loopback_with_deadlines(tmp_path: Path):
+    oracle = _loopback_oracle()
+    oracle._set_project_dir(str(tmp_path), "kt")
+    address = f"127.0.0.1:{free_port()}"
+    server = OracleServer(oracle, bind=address, worker_timeout=60).start()
+    client = DeadlineOracleClient(
+        oracle, address=address, tuner_id="tuner1", timeout=2, connect_timeout=5
+    )
+    try:
+        assert {hp.name for hp in client.get_space().space} == {"optimizer.learning_rate"}
+        trial = client.create_trial("tuner1")
+        assert trial.status == "RUNNING"
+        client.update_trial(trial.trial_id, {"val_accuracy": 0.5, "loss": 1.0})
+        trial.status = "COMPLETED"
+        client.end_trial(trial)
+        assert oracle.trials[trial.trial_id].status == "COMPLETED"
+        assert oracle.trial_tuners[trial.trial_id] == "tuner1"
+        assert server.tuners_seen() == {"tuner1"}
+    finally:
+        server.stop(grace=0)
+    # A dead chief: the next call fails at its deadline instead of waiting an hour.
+    started = time.monotonic()
+    with pytest.raises(OracleUnreachable, match="did not answer CreateTrial within 2 s"):
+        client.create_trial("tuner1")
+    assert time.monotonic() - started < 10
+    # The heartbeat notices it too.
+    with Heartbeat(client, trial.trial_id, interval=0.2) as heartbeat:
+        assert heartbeat.lost.wait(10)
+    assert isinstance(heartbeat.error, OracleUnreachable)
+    client.close()
+
+
+def test_the_chief_fails_the_trial_of_a_silent_worker(tmp_path: Path):
+    oracle = _loopback_oracle()
+    oracle._set_project_dir(str(tmp_path), "kt")
+    address = f"127.0.0.1:{free_port()}"
+    server = OracleServer(oracle, bind=address, worker_timeout=1.0).start()
+    client = DeadlineOracleClient(
+        oracle, address=address, tuner_id="tuner1", timeout=2, connect_timeout=5
+    )
+    try:
+        trial = client.create_trial("tuner1")  # ... and the worker dies
+        started = time.monotonic()
+        assert server.drain(poll=0.05) == ["tuner1"]
+        assert 0.9 < time.monotonic() - started < 10
+        lost = oracle.trials[trial.trial_id]
+        assert lost.status == "FAILED"
+        assert "tuner tuner1 was lost" in lost.message
+        assert not oracle.ongoing_trials
+    finally:
+        server.stop(grace=0)
+        client.close()
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+
+def test_tune_bad_config_exits_2_with_one_line(tmp_path: Path):
+    done = run_module("kdist.tune", ["tuner.max_trials=0"], cwd=tmp_path, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("kdist:")]
+    assert lines == ["kdist: config error: tuner.max_trials=0: must be a positive number"]
+
+
+def _tune_and_reproduce(tmp_path: Path, overrides: list[str], *, timeout: float = 600):
+    run_dir = tmp_path / "tune"
+    done = run_module(
+        "kdist.tune",
+        [*overrides, "tuner.verbose=0", "trainer.verbose=0", f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "reproduce it with: python -m kdist.train" in done.stdout
+    rows = read_summary(run_dir / "trials.csv")
+    best = yaml.safe_load((run_dir / "best.yaml").read_text())
+    again = tmp_path / "again"
+    train = run_module(
+        "kdist.train", [*best["overrides"], f"hydra.run.dir={again}"], cwd=tmp_path, timeout=300
+    )
+    assert train.returncode == 0, train.stderr[-3000:]
+    metrics = json.loads((again / "metrics.json").read_text())
+    reproduced = metrics["objective"]["value"]
+    assert metrics["objective"]["name"] == best["objective"]["name"]
+    assert abs(reproduced - best["objective"]["value"]) <= 0.01, (reproduced, best)
+    return run_dir, rows, best
+
+
+@pytest.mark.slow
+def test_tune_command_random_on_digits_and_best_yaml_reproduces(tmp_path: Path):
+    run_dir, rows, best = _tune_and_reproduce(
+        tmp_path, ["tuner=random", "tuner.max_trials=4", "trainer.epochs=2"]
+    )
+    assert len(rows) == 4 and {r["status"] for r in rows} == {"COMPLETED"}
+    assert best["objective"]["value"] > 0.5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["tuner=random", "strategy=mirrored", "runtime.logical_devices=2"],
+        ["tuner=bayesian", "tuner.num_initial_points=2"],
+        ["tuner=hyperband", "tuner.hyperband_iterations=2"],
+        ["tuner=bayesian", "strategy=mirrored", "runtime.logical_devices=2"],
+    ],
+    ids=["random-mirrored", "bayesian", "hyperband", "bayesian-mirrored"],
+)
+def test_tune_command_per_tuner_and_strategy_reproduces(tmp_path: Path, overrides):
+    run_dir, rows, best = _tune_and_reproduce(
+        tmp_path, [*overrides, "tuner.max_trials=4", "trainer.epochs=2"]
+    )
+    assert 2 <= len(rows) <= 4 and {r["status"] for r in rows} == {"COMPLETED"}
+    if "strategy=mirrored" in overrides:
+        metrics = json.loads((run_dir / rows[0]["run_dir"] / "metrics.json").read_text())
+        assert metrics["num_replicas"] == 2
+
+
+@pytest.mark.slow
+def test_a_killed_search_resumes_without_rerunning_finished_trials(tmp_path: Path):
+    run_dir = tmp_path / "tune"
+    args = [
+        "tuner.max_trials=4",
+        "trainer.epochs=2",
+        "tuner.verbose=0",
+        "trainer.verbose=0",
+        f"hydra.run.dir={run_dir}",
+    ]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kdist.tune", *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        finished: list[dict] = []
+        while time.monotonic() < deadline and process.poll() is None:
+            if (run_dir / "trials.csv").is_file():
+                finished = [r for r in read_summary(run_dir / "trials.csv") if r["status"] == "COMPLETED"]
+                if len(finished) >= 2:
+                    break
+            time.sleep(0.05)
+        assert len(finished) >= 2 and process.poll() is None, "the search ended before the kill"
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    killed_after = {r["trial_id"] for r in finished}
+    started = {
+        t: json.loads((run_dir / f"trials/trial_{t}/result.json").read_text())["started"]
+        for t in killed_after
+    }
+    done = run_module("kdist.tune", args, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = read_summary(run_dir / "trials.csv")
+    assert [r["trial_id"] for r in rows] == ["0", "1", "2", "3"]
+    assert {r["status"] for r in rows} == {"COMPLETED"}
+    for trial_id, when in started.items():
+        record = json.loads((run_dir / f"trials/trial_{trial_id}/result.json").read_text())
+        assert record["started"] == when, f"trial {trial_id} ran again"
+    log = (run_dir / "tune.log").read_text()
+    resumed = log.split("resuming the search")[-1]
+    for trial_id in killed_after:
+        assert f"trial {trial_id} on tuner0:" not in resumed
+
+
+def _tuner_process(tmp_path: Path, index: int, cluster: dict, args: list[str]) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
+    }
+    log = open(tmp_path / f"worker{index}.log", "w")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(
+        [sys.executable, "-m", "kdist.tune", *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _stop(processes):
+    for process in processes:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+        if process.stdout:
+            process.stdout.close()
+
+
+@pytest.mark.slow
+@pytest.mark.multiworker
+def test_distributed_search_runs_trials_on_both_tuners(tmp_path: Path):
+    run_dir = tmp_path / "tune"
+    cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
+    args = [
+        "tuner.max_trials=4",
+        "trainer.epochs=2",
+        "tuner.verbose=0",
+        "trainer.verbose=0",
+        "tuner.distributed.timeout=20",
+        "tuner.distributed.connect_timeout=120",
+        f"hydra.run.dir={run_dir}",
+    ]
+    processes = [_tuner_process(tmp_path, i, cluster, args) for i in range(2)]
+    try:
+        codes = [p.wait(timeout=600) for p in processes]
+    finally:
+        _stop(processes)
+    logs = [(tmp_path / f"worker{i}.log").read_text() for i in range(2)]
+    assert codes == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+    rows = read_summary(run_dir / "trials.csv")
+    assert len(rows) == 4 and {r["status"] for r in rows} == {"COMPLETED"}
+    assert {r["tuner_id"] for r in rows} == {"chief", "worker1"}
+    for row in rows:
+        assert json.loads((run_dir / row["run_dir"] / "result.json").read_text())["tuner_id"] == row["tuner_id"]
+    assert (run_dir / "best.yaml").is_file()
+    # Only the chief writes Hydra's files in the shared run directory.
+    assert (run_dir / ".hydra").is_dir() and (run_dir / "tune.log").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.multiworker
+def test_a_worker_does_not_wait_forever_for_a_dead_chief(tmp_path: Path):
+    run_dir = tmp_path / "tune"
+    cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
+    args = [
+        "tuner.max_trials=50",
+        "trainer.epochs=50",
+        "tuner.verbose=0",
+        "trainer.verbose=0",
+        "tuner.distributed.timeout=5",
+        "tuner.distributed.heartbeat=1",
+        "tuner.distributed.connect_timeout=120",
+        f"hydra.run.dir={run_dir}",
+    ]
+    processes = [_tuner_process(tmp_path, i, cluster, args) for i in range(2)]
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            records = [json.loads(p.read_text()) for p in run_dir.glob("trials/*/result.json")]
+            if any(r["tuner_id"] == "worker1" for r in records):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("worker 1 never started a trial")
+        os.killpg(processes[0].pid, signal.SIGKILL)  # the chief dies mid-search
+        killed = time.monotonic()
+        code = processes[1].wait(timeout=120)
+        waited = time.monotonic() - killed
+    finally:
+        _stop(processes)
+    log = (tmp_path / "worker1.log").read_text()
+    assert code == 1, log[-3000:]
+    assert "did not answer" in log and "tuner.distributed.timeout" in log
+    assert waited < 60, waited
+
+
+def test_tune_recipes_compose():
+    for path in sorted((REPO / "recipes").glob("tune_*.yaml")):
+        cfg = compose([], config_name=path.stem, config_dir=REPO / "recipes")
+        from kdist.tuning.search import check
+
+        space = check(cfg)
+        space.check_keys(cfg)
+        assert math.isfinite(float(cfg.tuner.max_trials))
