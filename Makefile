@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kdist-installed
 ARGS ?=
 
-.PHONY: install train test test-all lint bench bench-quick clean
+.PHONY: install train test test-all lint bench bench-quick clean docs doctor
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,14 @@ install: $(STAMP)
 # Train the default job (MLP on the embedded digits data); pass overrides with ARGS="...".
 train: $(STAMP)
 	$(PY) -m kdist.train $(ARGS)
+
+# docs/: a page per config group, generated from conf/ and the schemas (tests check it).
+docs: $(STAMP)
+	$(PY) -m kdist.docs
+
+# Versions, devices, a two-step run under each strategy, the cluster environment.
+doctor: $(STAMP)
+	$(PY) -m kdist.doctor
 
 lint: $(STAMP)
 	$(PY) -m ruff check kdist tests benchmarks

@@ -142,12 +142,16 @@ def _paragraphs(header: list[str]) -> list[str]:
 
 
 def _schema_comments(cls: type) -> dict[str, str]:
-    """A comment per field of a dataclass: beside the field, or the lines above it."""
+    """A comment per field of a dataclass (and of the dataclasses it extends): beside the
+    field, or the lines above it."""
+    comments: dict[str, str] = {}
+    for base in reversed(cls.__mro__):
+        if base is not cls and dataclasses.is_dataclass(base):
+            comments.update(_schema_comments(base))
     try:
         source = inspect.getsource(cls)
     except (OSError, TypeError):
-        return {}
-    comments: dict[str, str] = {}
+        return comments
     above: list[str] = []
     for line in source.splitlines()[1:]:
         stripped = line.strip()

@@ -570,8 +570,10 @@ def _check_strategy(name: str, *, timeout: float, devices: Mapping[str, Any]) ->
                 "strategies",
                 name,
                 "ok",
-                f"{tasks} via kdist.launch, {_replica_word(metrics.get('num_replicas'))}, "
-                f"{metrics.get('steps')} steps in {result.seconds:.1f} s",
+                f"{tasks} via kdist.launch, "
+                # Parameter-server training is asynchronous: no replicas in sync to count.
+                + ("" if plan["ps"] else f"{_replica_word(metrics.get('num_replicas'))}, ")
+                + f"{metrics.get('steps')} steps in {result.seconds:.1f} s",
             )
     else:
         overrides = []

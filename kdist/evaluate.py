@@ -100,7 +100,7 @@ def evaluate_run(
             value=str(run_dir),
             hint="the run must finish with callbacks.save_model=true",
         )
-    experiment = Experiment(cfg, run_dir=run_dir)
+    experiment = Experiment(cfg, run_dir=Path(run_dir))
     if experiment.source.size("validation") < 1:
         raise ConfigError("data.source", "has no validation examples to evaluate on")
     with experiment.strategy.scope():

@@ -143,15 +143,17 @@ class Experiment:
         if objective is None:
             return
         names = ["loss", *(metric.name for metric in self._make_metrics())]
-        if bool(self.cfg.trainer.validation) and self.source.size("validation") > 0:
-            names += [f"val_{name}" for name in names]
-        if objective.name not in names:
+        if objective.name not in [*names, *(f"val_{name}" for name in names)]:
             raise ConfigError(
                 "objective.name",
                 "is not a metric of this run",
                 value=objective.name,
-                hint=f"use one of: {', '.join(names)}",
+                hint=f"use one of: {', '.join(names)} (val_<name> for validation)",
             )
+        validates = bool(self.cfg.trainer.validation) and self.source.size("validation") > 0
+        if str(objective.name).startswith("val_") and not validates:
+            # Training still makes sense; sweeps and the tuner get no value (the tuner stops).
+            log.warning("objective %s needs validation, which this run has not", objective.name)
 
     def _make_metrics(self) -> list[keras.metrics.Metric]:
         return [instantiate(node, _convert_="all") for node in self.cfg.trainer.metrics or []]
@@ -421,8 +423,13 @@ class Experiment:
                 align=align,
                 step_listeners=listeners,
             )
-        except BaseException:
+        except BaseException as error:
             _close_files(callback_list.callbacks)
+            if isinstance(self.runner, ParameterServerRunner):
+                # A lost ps surfaces wherever the chief next reads a variable.
+                failure = self.runner.ps_failure(error)
+                if failure is not None:
+                    raise failure from error
             raise
         if not self.result.final_logs:
             # Resumed at the last step: nothing left to train, report the model as it is.

@@ -17,7 +17,10 @@ logits = serve(images)
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -66,10 +69,17 @@ def load_model(path: str | os.PathLike[str]) -> keras.Model:
         raise ConfigError(str(path), "no such model file")
     if target.suffix != ".keras":
         raise ConfigError(str(path), "is not a .keras file", hint="give the run's model.keras")
+    if _has_python_lambda(target):
+        raise ConfigError(
+            str(path),
+            "needs unsafe deserialization (a Python lambda), which kdist refuses",
+            hint="replace Lambda layers with registered custom layers and re-save",
+        )
     try:
-        # safe_mode=True is explicit so that keras.config.enable_unsafe_deserialization()
-        # elsewhere in the process cannot turn it off either.
-        return keras.models.load_model(target, compile=False, safe_mode=True)
+        # Keras lets keras.config.enable_unsafe_deserialization() anywhere in the process
+        # override safe_mode=True; the scope sets safe mode back for this load.
+        with _safe_mode_scope():
+            return keras.models.load_model(target, compile=False, safe_mode=True)
     except ValueError as error:
         if "safe_mode" in str(error) or "unsafe" in str(error).lower():
             raise ConfigError(
@@ -78,6 +88,34 @@ def load_model(path: str | os.PathLike[str]) -> keras.Model:
                 hint="replace Lambda layers with registered custom layers and re-save",
             ) from None
         raise
+
+
+def _has_python_lambda(path: Path) -> bool:
+    """Whether a `.keras` archive's config holds a serialized Python lambda."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            config = json.loads(archive.read("config.json"))
+    except (zipfile.BadZipFile, KeyError, ValueError):
+        return False  # not a readable archive: let Keras report it
+
+    def walk(node: Any) -> bool:
+        if isinstance(node, dict):
+            if node.get("class_name") == "__lambda__":
+                return True
+            return any(walk(value) for value in node.values())
+        if isinstance(node, list):
+            return any(walk(value) for value in node)
+        return False
+
+    return walk(config)
+
+
+def _safe_mode_scope() -> contextlib.AbstractContextManager[Any]:
+    try:
+        from keras.src.saving.serialization_lib import SafeModeScope
+    except ImportError:  # a Keras without it: the config scan above still applies
+        return contextlib.nullcontext()
+    return SafeModeScope(True)
 
 
 def load_serving(path: str | os.PathLike[str]) -> Callable[..., dict[str, Any]]:

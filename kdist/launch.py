@@ -3,7 +3,8 @@
 It does on one machine what Kubernetes or SLURM do on many: start one process per task
 with its TF_CONFIG, give them one shared run directory, prefix each line of their output
 with the task's name, and stop every process when one fails (restarting them all, up to
-`--max-restarts` times).
+`--max-restarts` times). Parameter-server training tolerates a lost worker: its death is
+reported and the chief goes on with the others.
 
 Example:
 
@@ -242,7 +243,10 @@ def run(
         workers: worker processes (each trains under multi-worker strategies).
         overrides: Hydra overrides passed to every task running `module`. Defaults to `()`.
         ps: parameter-server processes; with `ps > 0` a chief runs `module` and the
-            workers and parameter servers run `kdist.server`. Defaults to `0`.
+            workers and parameter servers run `kdist.server`. Then a worker that exits
+            is reported and the run goes on (the chief reruns its functions on the
+            others) until no worker is left; a ps that exits gives the chief 60 s to
+            stop with its own error before every task is stopped. Defaults to `0`.
         module: the Python module the training tasks run. Defaults to `"kdist.train"`.
         max_restarts: times to restart every task after one fails. Defaults to `0`.
         host: address the tasks advertise in TF_CONFIG. Defaults to `"127.0.0.1"`;

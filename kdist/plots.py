@@ -251,7 +251,8 @@ def sweep_figure(
         table: the path of a `summary.csv` (one row per multirun job) or `trials.csv`
             (one row per tuner trial), or the rows as dicts.
         objective: the column to plot. Defaults to `None`: the first of
-            `OBJECTIVE_COLUMNS` present.
+            `OBJECTIVE_COLUMNS` present (for `objective`, the metric named in an
+            `objective_name` column labels the plot and sets the direction).
         direction: `"max"` or `"min"`: which value is best. Defaults to `None`: `"min"`
             for a loss or error, else `"max"`.
         x: a column to plot the objective against (e.g. `optimizer.learning_rate`,
@@ -272,8 +273,11 @@ def sweep_figure(
     for row in rows:
         columns += [k for k in row if k not in columns]
     objective = _pick(columns, objective, OBJECTIVE_COLUMNS, "objective")
+    # summary.csv names the metric behind its `objective` column in `objective_name`.
+    names = {str(r.get("objective_name") or "") for r in rows} - {""}
+    label = names.pop() if objective == "objective" and len(names) == 1 else objective
     if direction is None:
-        lowered = objective.lower()
+        lowered = label.lower()
         direction = "min" if "loss" in lowered or "error" in lowered else "max"
     if direction not in ("min", "max"):
         raise ValueError(f"`direction` ({direction!r}) must be 'min' or 'max'.")
@@ -289,7 +293,7 @@ def sweep_figure(
     best = pick(done, key=lambda i: values[i]) if done else None
     if x is None:
         positions = list(range(len(rows)))
-        ax.plot([positions[i] for i in done], [values[i] for i in done], "o", label=objective)
+        ax.plot([positions[i] for i in done], [values[i] for i in done], "o", label=label)
         running: list[float] = []
         for i in done:
             running.append(values[i] if not running else pick(running[-1], values[i]))
@@ -305,7 +309,7 @@ def sweep_figure(
         x = _pick(columns, x, (), "x")
         xs_values = [_number(r.get(x)) for r in rows]
         done = [i for i in done if not math.isnan(xs_values[i])]
-        ax.plot([xs_values[i] for i in done], [values[i] for i in done], "o", label=objective)
+        ax.plot([xs_values[i] for i in done], [values[i] for i in done], "o", label=label)
         positive = [xs_values[i] for i in done if xs_values[i] > 0]
         if len(positive) == len(done) and positive and max(positive) / min(positive) >= 100:
             ax.set_xscale("log")
@@ -320,10 +324,11 @@ def sweep_figure(
             xytext=(6, 6),
             fontsize="small",
         )
-    ax.set_ylabel(f"{objective} ({direction})")
+    ax.set_ylabel(f"{label} ({direction})")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    heading = title or f"{objective} per {id_column or 'job'}"
+    ax.margins(y=0.12)  # room for the best point's label
+    heading = title or (f"{label} vs {x}" if x else f"{label} per {id_column or 'job'}")
     if failed:
         heading += f" ({failed} without a value)"
     ax.set_title(heading)

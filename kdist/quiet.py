@@ -71,8 +71,13 @@ def filtered_stderr(patterns: Sequence[re.Pattern[str]]) -> Iterator[None]:
         patterns: compiled regular expressions of the lines to drop.
     """
     global _seen_no_driver
-    sys.stderr.flush()
-    saved = os.dup(2)
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        # No usable stderr (a closed descriptor, an embedding host): nothing to filter.
+        yield
+        return
     with tempfile.TemporaryFile() as held:
         os.dup2(held.fileno(), 2)
         try:

@@ -2,9 +2,8 @@
 
 Under `strategy=parameter_server` only the chief (the coordinator) runs model code; the
 `worker` and `ps` tasks are plain TensorFlow gRPC servers that the chief sends functions
-and variables to. This module starts one from the task's TF_CONFIG (or SLURM step, via
-`kdist.cluster.resolve`) and serves until it is stopped: SIGTERM or SIGINT end it with
-status 0.
+and variables to. This module starts one from the task's TF_CONFIG (checked by
+`kdist.cluster`) and serves until it is stopped: SIGTERM or SIGINT end it with status 0.
 
 Example:
 
@@ -114,18 +113,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         prog="python -m kdist.server",
         description="Serve one worker or ps task of a parameter-server cluster (TF_CONFIG).",
     )
-    parser.add_argument(
-        "--cluster",
-        default="auto",
-        choices=("auto", "tf_config", "slurm"),
-        help="where the cluster comes from (as strategy.cluster)",
-    )
-    parser.add_argument("--port-base", type=int, default=8888, help="SLURM: first task port")
-    args = parser.parse_args(argv)
+    parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     quiet_tensorflow()
     try:
-        info = resolve(mode=args.cluster, port_base=args.port_base)
+        # TF_CONFIG only: a SLURM step has no roles (recipes/cluster/slurm-ps.sbatch
+        # gives each task its TF_CONFIG).
+        has_config = bool(os.environ.get("TF_CONFIG", "").strip())
+        info = resolve(mode="tf_config") if has_config else ClusterInfo()
         stop = threading.Event()
 
         def _stop(signum: int, frame: object) -> None:

@@ -211,7 +211,10 @@ class SummaryCallback(Callback):
         failed = job_return.status == JobStatus.FAILED
         # `JobReturn.return_value` re-raises a failed job's exception; read the field.
         value = job_return._return_value
-        error = f"{type(value).__name__}: {value}".splitlines()[0] if failed else None
+        error = None
+        if failed:
+            lines = [line.strip() for line in str(value).splitlines() if line.strip()]
+            error = f"{type(value).__name__}: {' '.join(lines)}"[:500]
         self._rows[str(run_dir.resolve())] = summary_row(
             run_dir,
             sweep_dir=sweep_dir,

@@ -107,12 +107,39 @@ def _shared_run_dir(argv: list[str]) -> str | None:
     return None
 
 
+def _check_space_overrides(argv: list[str]) -> None:
+    """A sweep expression for `tuner.space` must reach the tuner as a string: Hydra reads
+    an unquoted `choice(...)` as a multirun sweep of its own."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if not sep or not key.lstrip("+~").startswith("tuner.space"):
+            continue
+        try:
+            sweep = parser.parse_override(arg).is_sweep_override()
+        except HydraException:
+            continue  # Hydra reports it
+        if sweep:
+            exit_with(
+                ConfigError(
+                    key.lstrip("+~"),
+                    "is a sweep expression that Hydra would read itself",
+                    value=value,
+                    hint=f"quote it for the tuner: '{key}=\"{value}\"'",
+                )
+            )
+
+
 def main() -> None:
     """Entry point of `python -m kdist.tune`."""
     register()
     argv = sys.argv[1:]
     # Before anything imports TensorFlow (checking `_target_` keys imports the models).
     quiet_tensorflow(_requested_log_level(argv))
+    _check_space_overrides(argv)
     try:
         info = resolve_cluster()
     except ConfigError as error:

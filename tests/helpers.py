@@ -320,6 +320,8 @@ def option_overrides(group: str, option: str, root: Path) -> list[str]:
 
     if group == "model" and option == "transformer":
         return ["data=synthetic_text", "data.source.num_train=256", "data.source.num_validation=64"]
+    if group == "model" and option == "wide_deep":
+        return ["data=categorical", "data.source.num_train=512", "data.source.num_validation=128"]
     if group != "data":
         return []
     x, y = learnable_arrays(320, shape=(8, 8, 1))
@@ -333,7 +335,7 @@ def option_overrides(group: str, option: str, root: Path) -> list[str]:
         write_tfrecords(root / "tfrecord", splits)
         return [f"data.source.path={root / 'tfrecord'}"]
     if option == "image_dir":
-        write_class_images(root / "images", per_class=10)
+        write_class_images(root / "images", per_class=30)
         return [f"data.source.path={root / 'images'}"]
     if option == "csv":
         write_csv(root / "data.csv", x.reshape(len(x), -1), y)

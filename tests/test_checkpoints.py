@@ -248,6 +248,7 @@ def test_nan_stops_training_and_the_backup_keeps_finite_weights(tmp_path: Path):
     assert all(np.all(np.isfinite(w)) for w in _weights(check.model))
 
 
+@pytest.mark.slow
 def test_nan_exits_with_status_3(tmp_path: Path):
     result = run_module(
         "kdist.train",
@@ -263,6 +264,7 @@ def test_nan_exits_with_status_3(tmp_path: Path):
 # -- best model ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_best_model_export(tmp_path: Path):
     import keras
 
@@ -293,6 +295,7 @@ def _final_weights(run_dir: Path) -> list[np.ndarray]:
     return _weights(keras.models.load_model(run_dir / "model.keras"))
 
 
+@pytest.mark.slow
 def test_sigkill_mid_epoch_then_rerun_loses_nothing(tmp_path: Path):
     env = {"PYTHONPATH": str(REPO / "tests")}
     (tmp_path / "ref").mkdir()
@@ -317,6 +320,7 @@ def test_sigkill_mid_epoch_then_rerun_loses_nothing(tmp_path: Path):
     assert _max_diff(_final_weights(work / "run"), _final_weights(tmp_path / "ref" / "run")) < 1e-6
 
 
+@pytest.mark.slow
 def test_sigterm_saves_and_exits_42_then_resumes(tmp_path: Path):
     env = {"PYTHONPATH": str(REPO / "tests")}
     stopped = run_module(

@@ -110,9 +110,9 @@ def test_image_dir_resizes_and_checks_folders(tmp_path: Path):
     write_class_images(tmp_path / "train", per_class=3, size=10)
     write_class_images(tmp_path / "val", per_class=2, size=10, classes=2)
     source = kdist.data.image_dir(path=str(tmp_path / "train"), image_size=[4, 6], channels=1)
-    image, label = next(iter(source.dataset("train")))
+    image, _ = next(iter(source.dataset("train")))
     assert image.shape == (4, 6, 1) and image.dtype == tf.float32
-    assert 0.0 <= float(tf.reduce_min(image)) and float(tf.reduce_max(image)) <= 1.0
+    assert float(tf.reduce_min(image)) >= 0.0 and float(tf.reduce_max(image)) <= 1.0
     with pytest.raises(ConfigError, match=r"validation_path.*not the training ones"):
         kdist.data.image_dir(path=str(tmp_path / "train"), validation_path=str(tmp_path / "val"))
     with pytest.raises(ConfigError, match=r"data\.source\.path.*no such folder"):
@@ -221,7 +221,7 @@ def test_keras_fashion_and_cifar_layouts(tmp_path: Path):
             return (print, ("pwned",))
 
     (folder / "test_batch").write_bytes(pickle.dumps({b"data": Evil()}))
-    with pytest.raises(ConfigError, match="refusing to load builtins.print"):
+    with pytest.raises(ConfigError, match=r"refusing to load builtins\.print"):
         kdist.data.keras_dataset(name="cifar10", cache_dir=str(cache))
 
 

@@ -207,3 +207,14 @@ def test_callbacks_minimal_writes_no_curves(tmp_path: Path, tiny):
     exp = kdist.Experiment(compose([*tiny, "callbacks=minimal"]))
     exp.fit()
     assert not (exp.run_dir / "curves.png").exists()
+
+
+def test_summary_csv_objective_named_by_objective_name():
+    rows = [
+        {"job": "0", "status": "COMPLETED", "objective": "0.4", "objective_name": "val_loss"},
+        {"job": "1", "status": "COMPLETED", "objective": "0.3", "objective_name": "val_loss"},
+    ]
+    (ax,) = plots.sweep_figure(rows).axes
+    assert ax.get_ylabel() == "val_loss (min)"
+    best = next(line for line in ax.get_lines() if line.get_label() == "best")
+    assert list(best.get_ydata()) == [0.3]

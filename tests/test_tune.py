@@ -37,6 +37,7 @@ from kdist.tuning import (
 from kdist.tuning import oracles as tuning_oracles
 from kdist.tuning import run as run_search
 from kdist.tuning.distributed import Heartbeat
+from kdist.tuning.plan import TrialPlan, base_overrides, trial_config_name
 
 # Tiny trials for in-process searches (a few seconds each search).
 TINY = ["trainer=fast_dev", "trainer.verbose=0", "callbacks=minimal", "tuner.verbose=0"]
@@ -119,12 +120,24 @@ def test_values_round_trip_through_hydra_overrides(value):
     assert parse_value(format_value(value)) == value
 
 
+def test_numpy_values_are_written_as_plain_numbers():
+    import numpy as np
+
+    assert format_value(np.float64(0.25)) == "0.25"
+    assert format_value(np.int64(3)) == "3"
+    assert format_value(np.bool_(True)) == "true"
+
+
 @pytest.mark.parametrize(
     ("space", "key", "message"),
     [
         ({"optimizer": {"learning_rate": "interval(1e-2)"}}, "optimizer.learning_rate", "parsed"),
         ({"optimizer": {"learning_rate": "interval(0.5, 0.1)"}}, "optimizer.learning_rate", "low"),
-        ({"optimizer": {"learning_rate": "tag(log, interval(0, 1))"}}, "optimizer.learning_rate", "positive"),
+        (
+            {"optimizer": {"learning_rate": "tag(log, interval(0, 1))"}},
+            "optimizer.learning_rate",
+            "positive",
+        ),
         ({"model": {"dropout": "tag(fancy, interval(0, 1))"}}, "model.dropout", "unknown tag"),
         ({"model": {"units": "choice()"}}, "model.units", ""),
         ({"model": {"width": "range(5, 1, 1)"}}, "model.width", "empty range"),
@@ -140,8 +153,55 @@ def test_bad_space_names_the_key(space, key, message):
 
 def test_space_keys_must_exist_in_the_training_config():
     space = Space.from_config({"model": {"widht": "choice(8, 16)"}})
-    with pytest.raises(ConfigError, match="tuner.space.model.widht"):
+    with pytest.raises(ConfigError, match=r"tuner\.space\.model\.widht"):
         space.check_keys(compose())
+
+
+def test_trial_overrides_replace_the_searchs_own(tmp_path: Path):
+    space = Space.from_config(
+        {"model": {"width": "choice(4, 8)"}, "optimizer": {"learning_rate": "interval(1e-4, 1)"}}
+    )
+    given = [
+        "tuner.max_trials=3",
+        "tuner/space=cnn",
+        "+model.width=16",
+        "optimizer.learning_rate=0.1",
+        "run_dir=x",
+        "trainer.epochs=2",
+        "strategy=mirrored",
+    ]
+    plan = TrialPlan(
+        space=space,
+        overrides=base_overrides(given),
+        config_name=trial_config_name("tune", None),
+        objective={"name": "val_loss", "direction": "min"},
+    )
+    assert plan.config_name == "train"
+    assert plan.base == [
+        "+model.width=16",
+        "optimizer.learning_rate=0.1",
+        "trainer.epochs=2",
+        "strategy=mirrored",
+    ]
+    plan.objective_overrides(compose(["strategy=mirrored"]))
+    values = {"model.width": 8, "optimizer.learning_rate": 0.01, "tuner/epochs": 3}
+    assert plan.trial_overrides(values) == [
+        "strategy=mirrored",
+        "objective.name=val_loss",
+        "objective.direction=min",
+        "+model.width=8",
+        "optimizer.learning_rate=0.01",
+        "trainer.epochs=3",
+    ]
+    assert plan.hparams(values) == {
+        "model.width": 8,
+        "optimizer.learning_rate": 0.01,
+        "trainer.epochs": 3,
+    }
+    assert plan.command(["model.units=[1,2]"]) == "python -m kdist.train 'model.units=[1,2]'"
+    recipe = TrialPlan(space=space, config_name="tune_x", config_dir=str(tmp_path))
+    assert recipe.command([]) == f"python -m kdist.train -cd {tmp_path} -cn tune_x"
+    assert trial_config_name("tune_bayesian", REPO / "recipes") == "tune_bayesian"
 
 
 # --- configs ------------------------------------------------------------------------------
@@ -182,8 +242,15 @@ def test_bad_tuner_settings_name_the_key(override, key):
 
 def test_objective_must_be_a_metric_of_the_run(tmp_path: Path):
     cfg = compose(["objective.name=val_f1", *TINY[:3]])
-    with pytest.raises(ConfigError, match="objective.name='val_f1'.*val_accuracy"):
+    with pytest.raises(ConfigError, match=r"objective\.name='val_f1': is not a metric"):
         kdist.Experiment(cfg, run_dir=tmp_path)
+
+
+def test_a_validation_objective_without_validation_stops_the_search(tmp_path: Path):
+    from kdist.tuning import FatalConfigError
+
+    with pytest.raises(FatalConfigError, match="tuner.objective.name='val_accuracy'"):
+        _search(tmp_path, ["trainer.validation=false", "tuner.max_trials=2"])
 
 
 # --- searches in this process ---------------------------------------------------------------
@@ -198,6 +265,8 @@ def test_random_search_writes_everything_and_reproduces(tmp_path: Path):
     assert {r["tuner_id"] for r in rows} == {"tuner0"}
     for column in ("val_accuracy", "optimizer.learning_rate", "model.units", "model.dropout"):
         assert all(r[column] for r in rows), column
+    assert all(r["objective"] == r["val_accuracy"] for r in rows)
+    assert {r["objective_name"] for r in rows} == {"val_accuracy"}
     # Every trial's config, metrics and record; keras-tuner's state for a resume.
     for row in rows:
         folder = run_dir / row["run_dir"]
@@ -291,16 +360,16 @@ def test_the_search_stops_after_consecutive_failures(tmp_path: Path):
 
 
 def test_a_search_resumes_without_rerunning_finished_trials(tmp_path: Path):
-    first = _search(tmp_path, ["tuner.max_trials=2"])
+    first = _search(tmp_path, ["tuner.max_trials=1"])
     started = {
         r["trial_id"]: json.loads((first.run_dir / r["run_dir"] / "result.json").read_text())[
             "started"
         ]
         for r in read_summary(first.run_dir / "trials.csv")
     }
-    second = _search(tmp_path, ["tuner.max_trials=4"])
+    second = _search(tmp_path, ["tuner.max_trials=2"])
     rows = read_summary(second.run_dir / "trials.csv")
-    assert [r["trial_id"] for r in rows] == ["0", "1", "2", "3"]
+    assert [r["trial_id"] for r in rows] == ["0", "1"]
     for trial_id, when in started.items():
         record = json.loads((second.run_dir / f"trials/trial_{trial_id}/result.json").read_text())
         assert record["started"] == when  # not run again
@@ -309,18 +378,25 @@ def test_a_search_resumes_without_rerunning_finished_trials(tmp_path: Path):
         _search(tmp_path, ["tuner.max_trials=5", "optimizer=sgd"])
 
 
+@pytest.mark.slow
 def test_hyperband_trials_get_their_epoch_budget(tmp_path: Path):
     result = _search(
         tmp_path,
-        ["tuner=hyperband", "trainer.epochs=3", "tuner.max_trials=4", "tuner.hyperband_iterations=2"],
+        [
+            "tuner=hyperband",
+            "trainer.epochs=3",
+            "tuner.max_trials=4",
+            "tuner.hyperband_iterations=2",
+        ],
     )
     rows = read_summary(result.run_dir / "trials.csv")
     assert 2 <= len(rows) <= 4
     for row in rows:
         metrics = json.loads((result.run_dir / row["run_dir"] / "metrics.json").read_text())
         assert metrics["epochs"] == int(row["trainer.epochs"])
-    assert f"trainer.epochs={result.best['hyperparameters']['trainer.epochs']}" in (
-        result.best["overrides"]
+    assert (
+        f"trainer.epochs={result.best['hyperparameters']['trainer.epochs']}"
+        in (result.best["overrides"])
     )
 
 
@@ -346,18 +422,29 @@ def test_roles_from_keras_tuner_variables_and_from_the_cluster():
     cluster = {"worker": ["127.0.0.1:7001", "127.0.0.1:7002"]}
 
     def tf_config(index):
-        return {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
+        return {
+            "TF_CONFIG": json.dumps(
+                {"cluster": cluster, "task": {"type": "worker", "index": index}}
+            )
+        }
 
     first, second = resolve_role(tf_config(0)), resolve_role(tf_config(1))
     assert (first.tuner_id, first.is_chief, first.address) == ("chief", True, "127.0.0.1:7001")
-    assert (second.tuner_id, second.is_chief, second.address) == ("worker1", False, "127.0.0.1:7001")
+    assert (second.tuner_id, second.is_chief, second.address) == (
+        "worker1",
+        False,
+        "127.0.0.1:7001",
+    )
     assert first.expected_tuners == 2
     assert first.bind_address() == "127.0.0.1:7001"
     with pytest.raises(ConfigError, match="TF_CONFIG"):
         resolve_role(
             {
                 "TF_CONFIG": json.dumps(
-                    {"cluster": {**cluster, "ps": ["127.0.0.1:7003"]}, "task": {"type": "worker", "index": 1}}
+                    {
+                        "cluster": {**cluster, "ps": ["127.0.0.1:7003"]},
+                        "task": {"type": "worker", "index": 1},
+                    }
                 )
             }
         )
@@ -427,11 +514,47 @@ def test_the_chief_fails_the_trial_of_a_silent_worker(tmp_path: Path):
 # --- the command line ---------------------------------------------------------------------------
 
 
-def test_tune_bad_config_exits_2_with_one_line(tmp_path: Path):
-    done = run_module("kdist.tune", ["tuner.max_trials=0"], cwd=tmp_path, timeout=120)
-    assert done.returncode == 2, done.stderr
-    lines = [line for line in done.stderr.splitlines() if line.startswith("kdist:")]
-    assert lines == ["kdist: config error: tuner.max_trials=0: must be a positive number"]
+@pytest.mark.parametrize(
+    ("argv", "env", "line"),
+    [
+        (["tuner.max_trials=0"], {}, "tuner.max_trials=0: must be a positive number"),
+        (
+            ["tuner.space.model.units=choice(1,2)"],
+            {},
+            "tuner.space.model.units='choice(1,2)': is a sweep expression that Hydra would "
+            "read itself; quote it for the tuner: 'tuner.space.model.units=\"choice(1,2)\"'",
+        ),
+        (
+            ["'tuner.space.model.units=\"choice()\"'"],
+            {},
+            "tuner.space.model.units='choice()': cannot be parsed",
+        ),
+        (
+            [],
+            {
+                "TF_CONFIG": json.dumps(
+                    {
+                        "cluster": {"worker": ["127.0.0.1:7001", "127.0.0.1:7002"]},
+                        "task": {"type": "worker", "index": 1},
+                    }
+                )
+            },
+            "hydra.run.dir: is needed by worker 1 of a distributed search",
+        ),
+    ],
+    ids=["max_trials", "unquoted-sweep", "empty-choice", "worker-without-run-dir"],
+)
+def test_tune_command_bad_config_exits_2_with_one_line(argv, env, line, monkeypatch, capsys):
+    import kdist.tune
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(sys, "argv", ["kdist.tune", *(a.strip("'") for a in argv)])
+    with pytest.raises(SystemExit) as caught:
+        kdist.tune.main()
+    assert caught.value.code == 2
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("kdist:")]
+    assert len(lines) == 1 and lines[0].startswith(f"kdist: config error: {line}"), lines
 
 
 def _tune_and_reproduce(tmp_path: Path, overrides: list[str], *, timeout: float = 600):
@@ -460,7 +583,7 @@ def _tune_and_reproduce(tmp_path: Path, overrides: list[str], *, timeout: float 
 
 @pytest.mark.slow
 def test_tune_command_random_on_digits_and_best_yaml_reproduces(tmp_path: Path):
-    run_dir, rows, best = _tune_and_reproduce(
+    _, rows, best = _tune_and_reproduce(
         tmp_path, ["tuner=random", "tuner.max_trials=4", "trainer.epochs=2"]
     )
     assert len(rows) == 4 and {r["status"] for r in rows} == {"COMPLETED"}
@@ -479,7 +602,7 @@ def test_tune_command_random_on_digits_and_best_yaml_reproduces(tmp_path: Path):
     ids=["random-mirrored", "bayesian", "hyperband", "bayesian-mirrored"],
 )
 def test_tune_command_per_tuner_and_strategy_reproduces(tmp_path: Path, overrides):
-    run_dir, rows, best = _tune_and_reproduce(
+    run_dir, rows, _ = _tune_and_reproduce(
         tmp_path, [*overrides, "tuner.max_trials=4", "trainer.epochs=2"]
     )
     assert 2 <= len(rows) <= 4 and {r["status"] for r in rows} == {"COMPLETED"}
@@ -512,7 +635,9 @@ def test_a_killed_search_resumes_without_rerunning_finished_trials(tmp_path: Pat
         finished: list[dict] = []
         while time.monotonic() < deadline and process.poll() is None:
             if (run_dir / "trials.csv").is_file():
-                finished = [r for r in read_summary(run_dir / "trials.csv") if r["status"] == "COMPLETED"]
+                finished = [
+                    r for r in read_summary(run_dir / "trials.csv") if r["status"] == "COMPLETED"
+                ]
                 if len(finished) >= 2:
                     break
             time.sleep(0.05)
@@ -590,7 +715,10 @@ def test_distributed_search_runs_trials_on_both_tuners(tmp_path: Path):
     assert len(rows) == 4 and {r["status"] for r in rows} == {"COMPLETED"}
     assert {r["tuner_id"] for r in rows} == {"chief", "worker1"}
     for row in rows:
-        assert json.loads((run_dir / row["run_dir"] / "result.json").read_text())["tuner_id"] == row["tuner_id"]
+        assert (
+            json.loads((run_dir / row["run_dir"] / "result.json").read_text())["tuner_id"]
+            == row["tuner_id"]
+        )
     assert (run_dir / "best.yaml").is_file()
     # Only the chief writes Hydra's files in the shared run directory.
     assert (run_dir / ".hydra").is_dir() and (run_dir / "tune.log").is_file()

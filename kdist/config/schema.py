@@ -258,6 +258,9 @@ class RuntimeConfig:
 class TensorBoardConfig:
     enabled: bool = True
     update_freq: str = "epoch"
+    # [first, last]: write a TensorBoard profile (tf.profiler) of the train-function calls
+    # that run optimizer steps first..last (1-based) to tensorboard/train; null: off.
+    profile_steps: list[int] | None = None
 
 
 @dataclass

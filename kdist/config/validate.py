@@ -191,6 +191,9 @@ def validate(cfg: DictConfig) -> None:
         key = sorted(missing)[0]
         raise ConfigError(key, "has no value (???)", hint=f"set it, e.g. {key}=...")
 
+    # First, so that no other message hides a request to load models unsafely.
+    check_safe_loading(cfg)
+
     trainer = cfg.trainer
     check_positive("trainer.epochs", trainer.epochs)
     check_positive("trainer.global_batch_size", trainer.global_batch_size)
@@ -236,7 +239,6 @@ def validate(cfg: DictConfig) -> None:
         check_positive(
             "data.augment.random_crop_padding", augment.get("random_crop_padding", 0), strict=False
         )
-    check_safe_loading(cfg)
 
     callbacks = cfg.callbacks
     check_choice(

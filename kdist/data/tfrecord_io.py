@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from kdist.config.errors import ConfigError
+from kdist.data.files import expand_files
 
 __all__ = [
     "MANIFEST_NAME",
@@ -150,8 +151,8 @@ def write_tfrecords(
         directory: the output folder (created if needed).
         splits: split name (`"train"`, `"validation"`) -> `(features, labels)` arrays,
             examples on the first axis.
-        num_shards: files per split, one count for all or a mapping per split.
-            Defaults to `1`.
+        num_shards: files per split, one count for all or a mapping per split (1 for
+            a split it leaves out). Defaults to `1`.
         feature_key: the feature's name in each `tf.train.Example`. Defaults to `"x"`.
         label_key: the label's name. Defaults to `"y"`.
         num_classes: recorded in the manifest. Defaults to `None`: one more than the
@@ -184,7 +185,7 @@ def write_tfrecords(
         if spec is not None and this_spec != spec:
             raise ValueError(f"Split {split!r} has features {this_spec}, other splits {spec}.")
         spec = this_spec
-        count = num_shards[split] if isinstance(num_shards, Mapping) else num_shards
+        count = num_shards.get(split, 1) if isinstance(num_shards, Mapping) else num_shards
         if not 1 <= int(count) <= max(1, len(x)):
             raise ValueError(
                 f"`num_shards` for {split!r} ({count}) must be between 1 and its {len(x)} examples."
@@ -266,8 +267,6 @@ def write_manifest(
         ConfigError: naming a file that is corrupt or truncated, or a pattern that
             matches nothing.
     """
-    from kdist.data.files import expand_files
-
     base = Path(directory)
     entries: dict[str, list[dict[str, Any]]] = {}
     for split, patterns in splits.items():

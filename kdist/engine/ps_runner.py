@@ -164,6 +164,35 @@ def _atomic_increments(variable: Any) -> None:
     variable.assign_sub = assign_sub
 
 
+def _checkpointable(variable: Any) -> None:
+    """Let `tf.train.Checkpoint` save a Keras variable that holds a `ShardedVariable`.
+
+    Keras hands TensorFlow's saver the variable it wraps, and the saver needs one
+    device per saved value, which a `ShardedVariable` does not have. This variable saves
+    its whole value instead (gathered on the chief); restoring assigns it back, which
+    splits it over the shards again.
+    """
+    raw = variable.value
+
+    def serialize_to_tensors() -> dict[str, Any]:
+        return {"VARIABLE_VALUE": tf.convert_to_tensor(raw)}
+
+    def restore_from_tensors(restored: dict[str, Any]) -> Any:
+        # Restoring from several tasks runs in a tf.function where the value's shape is
+        # unknown, which Keras's `assign` rejects: assign each shard its rows directly.
+        value = restored["VARIABLE_VALUE"]
+        updates, start = [], 0
+        for shard in raw.variables:
+            rows = int(shard.shape[0])
+            updates.append(shard.assign(value[start : start + rows], read_value=False))
+            start += rows
+        return tf.group(*updates)
+
+    # Instance attributes: TensorFlow's saver calls the object's methods.
+    variable._serialize_to_tensors = serialize_to_tensors
+    variable._restore_from_tensors = restore_from_tensors
+
+
 def _desynchronized(dataset_fn: DatasetFn) -> DatasetFn:
     """`dataset_fn`, starting a random number of batches in, drawn on each worker.
 
@@ -283,6 +312,9 @@ class ParameterServerRunner(Runner):
         )
         self._train_fn = self._make_train_function(jit_compile)
         self._eval_fn = self._make_eval_function() if self._val_data is not None else None
+        for variable in model.variables:
+            if isinstance(_as_raw(variable), ShardedVariable):
+                _checkpointable(variable)
         for name, sharded in _sharded(model):
             places = ", ".join(_ps_name(v.device) for v in sharded.variables)
             log.info("%s: %d shards on %s", name, len(sharded.variables), places)
@@ -364,32 +396,52 @@ class ParameterServerRunner(Runner):
         try:
             yield
         except (tf.errors.UnavailableError, tf.errors.AbortedError) as error:
-            raise self._ps_failure(error) from error
+            failure = self.ps_failure(error)
+            if failure is None:
+                # A failure TensorFlow blames on the network, but every ps answers.
+                failure = ParameterServerUnavailableError(
+                    task=None, address=None, detail=_first_line(error)
+                )
+                log.error("%s", failure)
+            raise failure from error
         except tf.errors.CancelledError as error:
             # Closures are cancelled after a parameter server failure; anything else
-            # cancelled them is reported as it is.
-            failure = self._ps_failure(error, probe_only=True)
-            if failure.task is None:
+            # that cancelled them is reported as it is.
+            failure = self.ps_failure(error)
+            if failure is None:
                 raise
             raise failure from error
 
-    def _ps_failure(
-        self, error: Exception, *, probe_only: bool = False
-    ) -> ParameterServerUnavailableError:
+    def ps_failure(self, error: BaseException) -> ParameterServerUnavailableError | None:
+        """The lost parameter server behind a TensorFlow error, or `None` if none is lost.
+
+        The ps is the one TensorFlow's message names, else the first that does not accept
+        a connection. A lost ps surfaces wherever the chief next touches a variable (a
+        scheduled function, a metric, a checkpoint save), so the experiment also asks
+        here about errors raised outside the runner.
+
+        Args:
+            error: the exception.
+
+        Returns:
+            A `ParameterServerUnavailableError` (logged), or `None`.
+        """
+        if not isinstance(error, tf.errors.OpError):
+            return None
         addresses = self._cluster.get("ps", [])
-        text = str(error)
         task = None
-        if not probe_only:
-            named = _PS_TASK.search(text)
+        if isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError)):
+            named = _PS_TASK.search(str(error))
             task = int(named.group(1)) if named else None
         if task is None:
             task = next((i for i, a in enumerate(addresses) if not _reachable(a)), None)
-        address = addresses[task] if task is not None and task < len(addresses) else None
-        lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-        detail = f"{type(error).__name__}: {lines[0][:200] if lines else 'no details'}"
-        failure = ParameterServerUnavailableError(task=task, address=address, detail=detail)
-        if failure.task is not None or not probe_only:
-            log.error("%s", failure)
+        if task is None:
+            return None
+        address = addresses[task] if task < len(addresses) else None
+        failure = ParameterServerUnavailableError(
+            task=task, address=address, detail=_first_line(error)
+        )
+        log.error("%s", failure)
         return failure
 
     # -- the Runner interface ----------------------------------------------------------
@@ -482,6 +534,11 @@ def _cluster_spec(strategy: tf.distribute.Strategy) -> dict[str, list[str]]:
     if resolver is None:
         return {}
     return {job: list(tasks) for job, tasks in resolver.cluster_spec().as_dict().items()}
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0][:200] if lines else 'no details'}"
 
 
 def _ps_name(device: str) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 import keras
 from keras import ops
 
-__all__ = ["PositionEmbedding", "transformer"]
+__all__ = ["PaddingMask", "PositionEmbedding", "transformer"]
 
 
 @keras.saving.register_keras_serializable(package="kdist")
@@ -27,8 +27,6 @@ class PositionEmbedding(keras.layers.Layer):
         if sequence_length < 1:
             raise ValueError(f"`sequence_length` ({sequence_length}) must be a positive integer.")
         self.sequence_length = int(sequence_length)
-        # The padding mask of the token embedding passes through unchanged.
-        self.supports_masking = True
 
     def build(self, input_shape: Sequence[int | None]) -> None:
         self.position_embeddings = self.add_weight(
@@ -42,20 +40,54 @@ class PositionEmbedding(keras.layers.Layer):
         positions = ops.cast(self.position_embeddings[:length], inputs.dtype)
         return inputs + positions[None, :, :]
 
-    def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
-        return mask
-
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "sequence_length": self.sequence_length}
 
 
+@keras.saving.register_keras_serializable(package="kdist")
+class PaddingMask(keras.layers.Layer):
+    """Token ids `(batch, length)` -> a bool mask of the positions that are not padding (id 0).
+
+    With `attention=True` the mask has shape `(batch, 1, length)`, the keys every query
+    may attend to, for `MultiHeadAttention(attention_mask=...)`.
+
+    Args:
+        attention: add the query axis. Defaults to `False`.
+        **kwargs: `keras.layers.Layer` arguments.
+    """
+
+    def __init__(self, attention: bool = False, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.attention = bool(attention)
+
+    def call(self, tokens: Any) -> Any:
+        mask = ops.not_equal(tokens, 0)
+        return mask[:, None, :] if self.attention else mask
+
+    def compute_output_shape(self, input_shape: Sequence[int | None]) -> tuple[int | None, ...]:
+        shape = tuple(input_shape)
+        return (shape[0], 1, *shape[1:]) if self.attention else shape
+
+    def compute_output_spec(self, tokens: Any) -> Any:
+        return keras.KerasTensor(self.compute_output_shape(tokens.shape), dtype="bool")
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "attention": self.attention}
+
+
 def _encoder_block(
-    x: keras.KerasTensor, *, num_heads: int, ff_dim: int, dropout: float, name: str
+    x: keras.KerasTensor,
+    *,
+    num_heads: int,
+    ff_dim: int,
+    dropout: float,
+    attention_mask: keras.KerasTensor | None,
+    name: str,
 ) -> keras.KerasTensor:
     embed_dim = int(x.shape[-1])
     attention = keras.layers.MultiHeadAttention(
         num_heads, key_dim=embed_dim // num_heads, dropout=dropout, name=f"{name}_attention"
-    )(x, x)
+    )(x, x, attention_mask=attention_mask)
     attention = keras.layers.Dropout(dropout, name=f"{name}_attention_dropout")(attention)
     x = keras.layers.Add(name=f"{name}_attention_add")([x, attention])
     x = keras.layers.LayerNormalization(epsilon=1e-6, name=f"{name}_attention_norm")(x)
@@ -93,7 +125,8 @@ def transformer(
         ff_dim: width of the feed-forward layers. Defaults to `128`.
         num_layers: encoder blocks. Defaults to `2`.
         dropout: dropout rate in the blocks. Defaults to `0.1`.
-        mask_padding: treat token id 0 as padding: it is not attended to and not pooled.
+        mask_padding: treat token id 0 as padding: it is not attended to and not pooled
+            (sequences must not be all padding).
             Defaults to `True`.
 
     Returns:
@@ -129,16 +162,28 @@ def transformer(
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"`dropout` ({dropout}) must be in [0, 1).")
     inputs = keras.Input(shape=shape, dtype="int32", name="tokens")
-    x = keras.layers.Embedding(
-        vocab_size, embed_dim, mask_zero=mask_padding, name="token_embedding"
-    )(inputs)
+    # Explicit masks: Keras's implicit mask propagation stops at MultiHeadAttention.
+    attention_mask = (
+        PaddingMask(attention=True, name="attention_mask")(inputs) if mask_padding else None
+    )
+    x = keras.layers.Embedding(vocab_size, embed_dim, name="token_embedding")(inputs)
     x = PositionEmbedding(shape[0], name="position_embedding")(x)
     x = keras.layers.Dropout(dropout, name="embedding_dropout")(x)
     for i in range(num_layers):
         x = _encoder_block(
-            x, num_heads=num_heads, ff_dim=ff_dim, dropout=dropout, name=f"block{i + 1}"
+            x,
+            num_heads=num_heads,
+            ff_dim=ff_dim,
+            dropout=dropout,
+            attention_mask=attention_mask,
+            name=f"block{i + 1}",
         )
-    x = keras.layers.GlobalAveragePooling1D(name="pool")(x)
+    if mask_padding:
+        x = keras.layers.GlobalAveragePooling1D(name="pool")(
+            x, mask=PaddingMask(name="pool_mask")(inputs)
+        )
+    else:
+        x = keras.layers.GlobalAveragePooling1D(name="pool")(x)
     # Logits stay float32 under a mixed-precision policy so the loss is computed stably.
     outputs = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)
     return keras.Model(inputs, outputs, name="transformer")

@@ -105,7 +105,8 @@ def parameter_server(
             (`MaxSizePartitioner`). Defaults to `None`.
         max_shards: most shards per variable. Defaults to `None`: the number of ps.
         cluster: where the cluster comes from: `auto` (TF_CONFIG, else a SLURM step),
-            `tf_config` or `slurm`. Defaults to `"auto"`.
+            `tf_config` or `slurm`. A SLURM step has no roles, so SLURM jobs give each
+            task a TF_CONFIG (`recipes/cluster/slurm-ps.sbatch`). Defaults to `"auto"`.
         port_base: first port of the tasks on each SLURM node. Defaults to `8888`.
 
     Returns:
@@ -132,6 +133,15 @@ def parameter_server(
             "(no TF_CONFIG, no SLURM step)",
             value="parameter_server",
             hint=_LAUNCH_HINT,
+        )
+    if info.source == "slurm":
+        raise ConfigError(
+            "strategy.cluster",
+            "a SLURM step gives every task the worker role; parameter_server needs chief, "
+            "worker and ps tasks",
+            value=cluster,
+            hint="give each task its TF_CONFIG as recipes/cluster/slurm-ps.sbatch does, with "
+            "strategy.cluster=tf_config",
         )
     for job in ("worker", "ps"):
         if not info.cluster.get(job):

@@ -227,9 +227,9 @@ def _signature(base: type, **extra: Any) -> inspect.Signature:
     return inspect.Signature(params)
 
 
-RandomSearchOracle.__signature__ = _signature(randomsearch.RandomSearchOracle)  # type: ignore[attr-defined]
-BayesianOptimizationOracle.__signature__ = _signature(bayesian.BayesianOptimizationOracle)  # type: ignore[attr-defined]
-HyperbandOracle.__signature__ = _signature(hyperband.HyperbandOracle, max_trials=None)  # type: ignore[attr-defined]
+RandomSearchOracle.__signature__ = _signature(randomsearch.RandomSearchOracle)
+BayesianOptimizationOracle.__signature__ = _signature(bayesian.BayesianOptimizationOracle)
+HyperbandOracle.__signature__ = _signature(hyperband.HyperbandOracle, max_trials=None)
 
 
 def _oracle_args(tuner_cfg: DictConfig) -> DictConfig:

@@ -65,10 +65,12 @@ def trial_rows(oracle: Any, *, plan: TrialPlan, trials_dir: Path) -> list[dict[s
             "trial_id": trial_id,
             "status": status,
             "tuner_id": oracle.trial_tuners.get(trial_id) or record.get("tuner_id", ""),
-            objective: trial.score if status == TrialStatus.COMPLETED else None,
+            # As in a multirun's summary.csv: the score, and the metric it is.
+            "objective": trial.score if status == TrialStatus.COMPLETED else None,
+            "objective_name": objective,
         }
         row.update(plan.hparams(values))
-        row.update({k: v for k, v in metrics.items() if k != objective})
+        row.update(metrics)
         row["epochs"] = record.get("epochs")
         row["seconds"] = record.get("seconds")
         failed = status in (TrialStatus.FAILED, TrialStatus.INVALID)

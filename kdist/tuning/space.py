@@ -53,6 +53,7 @@ def format_value(value: Any) -> str:
     """
     if isinstance(value, (DictConfig, ListConfig)):
         value = OmegaConf.to_container(value)
+    value = _plain(value)
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -123,11 +124,16 @@ class Dimension:
 
     def display(self, value: Any) -> Any:
         """A trial's value as a scalar for tables and TensorBoard (override text if encoded)."""
-        return value
+        return _plain(value)
 
     def decode(self, value: Any) -> Any:
         """A trial's value as the config receives it (lists parsed back from text)."""
-        return parse_value(value) if self.encoded else value
+        return parse_value(value) if self.encoded else _plain(value)
+
+
+def _plain(value: Any) -> Any:
+    """Python's own scalar for a numpy one (oracles return np.float64, np.int64)."""
+    return value.item() if hasattr(value, "item") and not isinstance(value, str) else value
 
 
 def _flatten(node: Any, prefix: str, out: dict[str, Any]) -> None:

@@ -163,9 +163,12 @@ class KdistTuner(keras_tuner.Tuner):
         except ConfigError as error:
             raise kt_errors.FailedTrialError(str(error)) from None
         except Exception as error:  # Hydra and OmegaConf raise many types
-            raise kt_errors.FailedTrialError(format_hydra_error(error)) from None
-        # Layer names and other global Keras state start afresh in every trial.
-        keras.backend.clear_session(free_memory=True)
+            raise kt_errors.FailedTrialError(
+                f"the trial's overrides do not compose: {format_hydra_error(error)}"
+            ) from None
+        # Layer names and other global Keras state start afresh in every trial (without
+        # the forced garbage collection, which takes seconds once TensorFlow is loaded).
+        keras.backend.clear_session(free_memory=False)
         try:
             experiment = Experiment(cfg, run_dir=self.trial_dir(trial.trial_id))
             experiment.build_model()
@@ -191,6 +194,16 @@ class KdistTuner(keras_tuner.Tuner):
             raise OracleUnreachable(str(heartbeat.error)) from None
         assert experiment.result is not None
         logs = {k: float(v) for k, v in experiment.result.final_logs.items()}
+        objective = str(self.oracle.objective.name)
+        if objective not in logs:
+            raise FatalConfigError(
+                ConfigError(
+                    "tuner.objective.name",
+                    "is not in the final logs of the trials",
+                    value=objective,
+                    hint=f"use one of: {', '.join(logs)} (val_* needs trainer.validation=true)",
+                )
+            )
         record["metrics"] = logs
         record["epochs"] = experiment.result.epochs_run
         bad = {k: v for k, v in logs.items() if not is_finite(v)}

@@ -1,0 +1,188 @@
+"""`python -m benchmarks`: run the comparisons and write results JSON and markdown.
+
+Example:
+
+```bash
+python -m benchmarks                 # everything (about 20 minutes on 2 cores)
+python -m benchmarks --quick         # the in-process suites, short rounds (under a minute)
+python -m benchmarks --only engine,startup --rounds 9
+```
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SUITES", "main", "run"]
+
+REPO = Path(__file__).resolve().parents[1]
+# Suite name -> module; each module has `run(ctx) -> list[Comparison]`.
+SUITES = {
+    "engine": "benchmarks.engine",
+    "overhead": "benchmarks.overhead",
+    "input": "benchmarks.input_pipeline",
+    "cluster": "benchmarks.cluster",
+    "startup": "benchmarks.startup",
+}
+# Suites that start other processes: minutes, not seconds; not in quick mode.
+SUBPROCESS_SUITES = ("cluster", "startup")
+
+
+def _setup_process() -> None:
+    """Quiet TensorFlow and split the CPU into 2 logical devices before it initialises."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # Subprocesses (kdist.train, kdist.launch tasks) import `benchmarks.probes`.
+    path = os.environ.get("PYTHONPATH", "")
+    if str(REPO) not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), path) if p)
+    from kdist.runtime import quiet_tensorflow
+
+    quiet_tensorflow(2)
+    import tensorflow as tf
+
+    from benchmarks.jobs import LOGICAL_DEVICES
+
+    (cpu,) = tf.config.list_physical_devices("CPU")
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * LOGICAL_DEVICES
+    )
+
+
+def run(
+    *,
+    quick: bool,
+    out: Path,
+    only: Sequence[str] | None = None,
+    rounds: int | None = None,
+    workdir: Path | None = None,
+    verbose: bool = True,
+) -> dict[str, Any]:
+    """Run the suites and write `results.json` and `results.md` into `out`.
+
+    Args:
+        quick: short rounds, and the subprocess suites only when named in `only`.
+        out: the results folder (created).
+        only: suite names to run. Defaults to `None`: all (quick: the in-process ones).
+        rounds: timed rounds per comparison. Defaults to `None`: each comparison's own
+            (at least 7; 2 in quick mode).
+        workdir: scratch folder. Defaults to `None`: a temporary one, removed at the end.
+        verbose: progress on stderr. Defaults to `True`.
+
+    Returns:
+        The results JSON content.
+    """
+    _setup_process()
+    from benchmarks.context import Context
+    from benchmarks.harness import load_average, machine, settle
+    from benchmarks.notes import NOTES
+    from benchmarks.report import markdown
+
+    unknown = [name for name in only or () if name not in SUITES]
+    if unknown:
+        raise ValueError(f"unknown suite(s) {unknown}; choose from {', '.join(SUITES)}")
+    scratch = workdir or Path(tempfile.mkdtemp(prefix="kdist-bench-"))
+    ctx = Context(quick=quick, rounds=rounds, workdir=scratch, verbose=verbose)
+    results: dict[str, Any] = {
+        "kdist_benchmarks": 1,
+        "mode": "quick" if quick else "full",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "machine": machine(),
+        "suites": {},
+        "comparisons": [],
+        "not_measured": [],
+    }
+    started = time.perf_counter()
+    settle()
+    try:
+        for name, module_name in SUITES.items():
+            if only and name not in only:
+                results["suites"][name] = "not selected"
+                continue
+            if quick and not only and name in SUBPROCESS_SUITES:
+                results["suites"][name] = "skipped in quick mode (starts processes)"
+                continue
+            module = importlib.import_module(module_name)
+            suite_started = time.perf_counter()
+            ctx.log(f"suite {name}")
+            for item in module.run(ctx):
+                if isinstance(item, dict):  # not measured, with the reason
+                    results["not_measured"].append(item)
+                else:
+                    results["comparisons"].append(item.to_json())
+            results["suites"][name] = "done"
+            results.setdefault("suite_seconds", {})[name] = round(
+                time.perf_counter() - suite_started, 1
+            )
+    finally:
+        if workdir is None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    results["seconds"] = time.perf_counter() - started
+    results["load_average_end"] = load_average()
+    targets = [c for c in results["comparisons"] if c["met"] is not None]
+    results["summary"] = {
+        "targets": len(targets),
+        "met": sum(1 for c in targets if c["met"]),
+        "missed": [c["id"] for c in targets if not c["met"]],
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "results.md").write_text(markdown(results, NOTES))
+    ctx.log(
+        f"wrote {out / 'results.json'} and results.md: {results['summary']['met']} of "
+        f"{len(targets)} targets met in {results['seconds']:.0f} s"
+    )
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of `python -m benchmarks`."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short rounds, in-process suites")
+    parser.add_argument(
+        "--only", default=None, help=f"comma-separated suites: {', '.join(SUITES)}"
+    )
+    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per comparison")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="results folder (default: benchmarks/results, or outputs/benchmarks-quick)",
+    )
+    parser.add_argument("--workdir", type=Path, default=None, help="keep scratch files here")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    args = parser.parse_args(argv)
+    if args.rounds is not None and args.rounds < 1:
+        parser.error(f"--rounds ({args.rounds}) must be a positive integer")
+    only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None
+    for name in only or ():
+        if name not in SUITES:
+            parser.error(f"unknown suite {name!r}; choose from {', '.join(SUITES)}")
+    out = args.out or (
+        REPO / "outputs" / "benchmarks-quick" if args.quick else REPO / "benchmarks" / "results"
+    )
+    results = run(
+        quick=args.quick,
+        out=out,
+        only=only,
+        rounds=args.rounds,
+        workdir=args.workdir,
+        verbose=not args.quiet,
+    )
+    missed = results["summary"]["missed"]
+    print(
+        f"{results['summary']['met']} of {results['summary']['targets']} targets met"
+        + (f"; missed: {', '.join(missed)}" if missed else "")
+        + f"; results in {out}",
+        flush=True,
+    )
+

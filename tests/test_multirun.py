@@ -1,0 +1,168 @@
+"""Hydra multirun: one folder per job, `summary.csv` in the sweep folder, the objective
+returned for sweepers (Optuna)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers import REPO, run_module
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.types import RunMode
+from omegaconf import OmegaConf
+
+from kdist.sweep import SummaryCallback, read_summary
+
+FAST = ["trainer=fast_dev", "trainer.verbose=0", "callbacks=minimal"]
+
+
+def test_multirun_writes_a_folder_per_job_and_summary_csv(tmp_path: Path):
+    """The issue's sweep: 2 learning rates x 2 models = 4 jobs (each 10 steps here)."""
+    sweep = tmp_path / "sweep"
+    done = run_module(
+        "kdist.train",
+        [
+            "-m",
+            "optimizer.learning_rate=1e-3,3e-3",
+            "model=mlp,cnn",
+            *FAST,
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    assert [p.name for p in jobs] == ["0", "1", "2", "3"]
+    assert all((p / "metrics.json").is_file() for p in jobs)
+    rows = read_summary(sweep / "summary.csv")
+    assert len(rows) == 4
+    assert {(float(r["optimizer.learning_rate"]), r["model"]) for r in rows} == {
+        (1e-3, "mlp"),
+        (1e-3, "cnn"),
+        (3e-3, "mlp"),
+        (3e-3, "cnn"),
+    }
+    for row in rows:
+        assert row["status"] == "COMPLETED"
+        metrics = json.loads((sweep / row["run_dir"] / "metrics.json").read_text())
+        assert metrics["objective"]["name"] == "val_accuracy"
+        assert float(row["objective"]) == pytest.approx(metrics["objective"]["value"])
+        assert float(row["val_accuracy"]) == pytest.approx(metrics["validation"]["accuracy"])
+        assert row["overrides"].startswith("optimizer.learning_rate=")
+
+
+def _job(tmp_path: Path, num: int, overrides: list[str], *, mode=RunMode.MULTIRUN):
+    sweep = tmp_path / "sweep"
+    run_dir = sweep / str(num)
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    config = OmegaConf.create(
+        {
+            "hydra": {
+                "mode": mode,
+                "runtime": {"output_dir": str(run_dir)},
+                "sweep": {"dir": str(sweep)},
+                "job": {"num": num},
+                "overrides": {"task": overrides},
+            }
+        }
+    )
+    return sweep, run_dir, config
+
+
+def test_summary_rows_for_completed_and_failed_jobs(tmp_path: Path):
+    callback = SummaryCallback()
+    sweep, run_dir, config = _job(tmp_path, 0, ["model=mlp"])
+    metrics = {
+        "train": {"loss": 0.5},
+        "validation": {"loss": 0.4, "accuracy": 0.9},
+        "epochs": 2,
+        "objective": {"name": "val_accuracy", "direction": "max", "value": 0.9},
+    }
+    (run_dir / "metrics.json").write_text(json.dumps(metrics))
+    done = JobReturn(status=JobStatus.COMPLETED, _return_value=0.9)
+    callback.on_job_end(config, done)
+    _, _, failed_config = _job(tmp_path, 1, ["model=cnn"])
+    failed = JobReturn(status=JobStatus.FAILED, _return_value=ValueError("boom\nmore"))
+    callback.on_job_end(failed_config, failed)
+    # A job another launcher ran (only its folder is visible here).
+    _job(tmp_path, 2, ["model=resnet"])
+    callback.on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
+
+    rows = read_summary(sweep / "summary.csv")
+    assert [(r["job"], r["status"], r["model"]) for r in rows] == [
+        ("0", "COMPLETED", "mlp"),
+        ("1", "FAILED", "cnn"),
+        ("2", "UNKNOWN", "resnet"),
+    ]
+    assert rows[0]["objective"] == "0.9" and rows[0]["val_accuracy"] == "0.9"
+    assert rows[1]["error"] == "ValueError: boom more"
+    assert list(rows[0])[:2] == ["job", "status"] and list(rows[0])[-1] == "run_dir"
+
+
+def test_single_runs_write_no_summary(tmp_path: Path):
+    callback = SummaryCallback()
+    sweep, _, config = _job(tmp_path, 0, ["model=mlp"], mode=RunMode.RUN)
+    callback.on_job_end(config, JobReturn(status=JobStatus.COMPLETED, _return_value=0.5))
+    assert not (sweep / "summary.csv").exists()
+
+
+def test_summary_callback_is_registered_in_train_yaml():
+    config = OmegaConf.load(REPO / "kdist" / "conf" / "train.yaml")
+    assert config.hydra.callbacks.summary._target_ == "kdist.sweep.SummaryCallback"
+
+
+@pytest.mark.slow
+def test_optuna_recipe_optimises_the_returned_objective(tmp_path: Path):
+    sweep = tmp_path / "sweep"
+    done = run_module(
+        "kdist.train",
+        [
+            "-cd",
+            str(REPO / "recipes"),
+            "-cn",
+            "optuna_sweep",
+            "-m",
+            "hydra.sweeper.n_trials=3",
+            *FAST,
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "setup plugin alembic" not in done.stdout + done.stderr
+    rows = read_summary(sweep / "summary.csv")
+    assert len(rows) == 3 and {r["status"] for r in rows} == {"COMPLETED"}
+    assert all(r["optimizer"] in ("adam", "adamw") for r in rows)
+    results = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+    assert results["best_value"] == pytest.approx(max(float(r["objective"]) for r in rows))
+
+
+@pytest.mark.slow
+def test_a_failed_job_is_a_failed_row(tmp_path: Path):
+    sweep = tmp_path / "sweep"
+    done = run_module(
+        "kdist.train",
+        [
+            "-m",
+            "model=custom",
+            "model._target_=helpers.flaky_model",
+            "+model.mode=ok,error",
+            *FAST,
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+        timeout=600,
+        env={"PYTHONPATH": str(REPO / "tests")},
+    )
+    assert done.returncode != 0  # Hydra reports the failed job after the sweep
+    rows = read_summary(sweep / "summary.csv")
+    assert [(r["model.mode"], r["status"]) for r in rows] == [
+        ("ok", "COMPLETED"),
+        ("error", "FAILED"),
+    ]
+    assert "flaky_model cannot build" in rows[1]["error"]

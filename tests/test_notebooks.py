@@ -1,0 +1,114 @@
+"""recipes/notebooks run top to bottom in a real Jupyter kernel, clean, and show a plot.
+
+Cost: ~20 s (quickstart); the multi-worker notebook (~25 s, two worker processes) is slow.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+from helpers import REPO
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+NOTEBOOKS = REPO / "recipes" / "notebooks"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _execute(name: str, cwd: Path, timeout: int) -> object:
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    # The kernel starts with this process's environment; it must not inherit the test
+    # session's log level, so that what a user sees is what is checked.
+    saved = os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    try:
+        client = nbclient.NotebookClient(
+            notebook,
+            timeout=timeout,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(cwd)}},
+        )
+        client.execute()
+    finally:
+        if saved is not None:
+            os.environ["TF_CPP_MIN_LOG_LEVEL"] = saved
+    return notebook
+
+
+def _outputs(notebook) -> list[dict]:
+    return [out for cell in notebook.cells if cell.cell_type == "code" for out in cell.outputs]
+
+
+def _check_clean_with_a_plot(notebook) -> None:
+    outputs = _outputs(notebook)
+    assert not [o for o in outputs if o.output_type == "error"]
+    # "Clean": no warnings or TensorFlow start-up lines on stderr.
+    stderr = [o.text for o in outputs if o.output_type == "stream" and o.name == "stderr"]
+    assert stderr == [], stderr
+    images = [o.data["image/png"] for o in outputs if "image/png" in o.get("data", {})]
+    assert images, "no cell shows a plot"
+    assert all(base64.b64decode(image).startswith(PNG_MAGIC) for image in images)
+    assert all(cell.execution_count for cell in notebook.cells if cell.cell_type == "code")
+
+
+def _results(notebook) -> list[str]:
+    return [
+        o.data["text/plain"]
+        for o in _outputs(notebook)
+        if o.output_type == "execute_result" and "text/plain" in o.data
+    ]
+
+
+def _stdout(notebook) -> str:
+    return "".join(
+        o.text for o in _outputs(notebook) if o.output_type == "stream" and o.name == "stdout"
+    )
+
+
+def test_notebooks_are_committed_without_outputs():
+    for path in NOTEBOOKS.glob("*.ipynb"):
+        notebook = nbformat.read(path, as_version=4)
+        nbformat.validate(notebook)
+        for cell in notebook.cells:
+            if cell.cell_type == "code":
+                assert cell.outputs == [] and cell.execution_count is None, path.name
+
+
+def test_quickstart_notebook(tmp_path: Path):
+    notebook = _execute("quickstart.ipynb", tmp_path, timeout=600)
+    _check_clean_with_a_plot(notebook)
+    out = _stdout(notebook)
+    assert "MirroredStrategy with 2 replicas" in out
+    assert "variables are MirroredVariable" in out  # built inside the strategy scope
+    assert out.count("examples/s") >= 5  # a progress bar per epoch
+    evaluation = next(r for r in _results(notebook) if r.startswith("{'loss'"))
+    assert ast.literal_eval(evaluation)["accuracy"] >= 0.85
+    (run_dir,) = [p for p in (tmp_path / "outputs").glob("*/*") if p.is_dir()]
+    for name in ("curves.png", "metrics.json", "history.csv", "model.keras", "tensorboard"):
+        assert (run_dir / name).exists(), name
+
+
+@pytest.mark.slow
+@pytest.mark.multiworker
+@pytest.mark.skipif(
+    importlib.util.find_spec("kdist.launch") is None,
+    reason="kdist.launch (issue 3) is not in this tree yet; the notebook calls kdist.launch.run",
+)
+def test_multiworker_notebook(tmp_path: Path):
+    notebook = _execute("multiworker.ipynb", tmp_path, timeout=900)
+    _check_clean_with_a_plot(notebook)
+    out = _stdout(notebook)
+    assert "exit status 0" in out
+    assert "with 2 replicas" in out
+    # The progress lines come from the chief only.
+    assert "[worker 0] Epoch 3/3" in out and "[worker 1] Epoch" not in out
+    evaluation = next(r for r in _results(notebook) if r.startswith("{'loss'"))
+    assert ast.literal_eval(evaluation)["accuracy"] >= 0.85
+    (run_dir,) = (tmp_path / "outputs").glob("multiworker-*")
+    assert (run_dir / "curves.png").is_file()  # written by the chief
+    assert len(list((tmp_path / "outputs").iterdir())) == 1  # workers wrote nothing else

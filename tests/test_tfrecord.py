@@ -1,0 +1,288 @@
+"""TFRecord shards with a manifest: writing, reading, integrity checks and file sharding.
+
+Cost: about 10 s.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from helpers import compose, learnable_arrays
+
+import kdist
+from kdist.config.errors import ConfigError
+from kdist.data import make_dataset_fn, resolve_shard_policy
+from kdist.data.tfrecord_io import checked_records, read_manifest, scan_file, write_manifest
+from kdist.data.tfrecord_io import write_tfrecords as write
+
+# Each record: 8-byte length, 4-byte length CRC, payload, 4-byte payload CRC.
+FRAME = 16
+
+
+def _ids(count: int, start: int = 0):
+    """Features whose first value is the example's id, so reads can be traced to files."""
+    x, y = learnable_arrays(count, seed=start)
+    x[:, 0] = np.arange(start, start + count)
+    return x, y
+
+
+def _write_ids(root: Path, *, train: int = 90, shards: int = 3) -> Path:
+    write(root, {"train": _ids(train), "validation": _ids(30, 1000)}, num_shards={"train": shards})
+    return root
+
+
+def _record_offsets(path: Path) -> list[int]:
+    data, offsets, at = path.read_bytes(), [], 0
+    while at < len(data):
+        offsets.append(at)
+        length = int.from_bytes(data[at : at + 8], "little")
+        at += length + FRAME
+    return offsets
+
+
+def test_writer_manifest_and_round_trip(tmp_path: Path):
+    x, y = _ids(100)
+    images = np.random.default_rng(0).integers(0, 255, (10, 4, 4, 3)).astype(np.uint8)
+    manifest_path = write(tmp_path / "a", {"train": (x, y)}, num_shards=3)
+    manifest = json.loads(manifest_path.read_text())
+    entries = manifest["splits"]["train"]
+    assert [e["file"] for e in entries] == [f"train-0000{i}-of-00003.tfrecord" for i in range(3)]
+    assert [e["records"] for e in entries] == [34, 33, 33]
+    for entry in entries:
+        assert (tmp_path / "a" / entry["file"]).stat().st_size == entry["bytes"]
+    assert manifest["num_classes"] == 3 and manifest["features"]["x"]["shape"] == [8]
+    assert not list((tmp_path / "a").glob(".*"))  # no temporary files left
+    source = kdist.data.tfrecord(path=str(tmp_path / "a"))
+    read = list(source.dataset("train"))
+    assert len(read) == 100 == source.size("train")
+    got = {int(f.numpy()[0]): (f.numpy(), int(label)) for f, label in read}
+    for i in range(100):
+        np.testing.assert_allclose(got[i][0], x[i], rtol=1e-6)
+        assert got[i][1] == y[i]
+    assert source.size("validation") == 0  # the manifest has no validation split
+
+    # uint8 images are stored raw and come back as [0, 1] floats; int tokens stay ints.
+    write(tmp_path / "b", {"train": (images, np.arange(10) % 2)})
+    image, _ = next(iter(kdist.data.tfrecord(path=str(tmp_path / "b")).dataset("train")))
+    np.testing.assert_allclose(image.numpy(), images[0] / 255.0, rtol=1e-6)
+    tokens = np.arange(30, dtype=np.int32).reshape(10, 3)
+    write(tmp_path / "c", {"train": (tokens, np.arange(10) % 2)})
+    first, _ = next(iter(kdist.data.tfrecord(path=str(tmp_path / "c")).dataset("train")))
+    assert first.dtype == tf.int32 and list(first.numpy()) == [0, 1, 2]
+
+
+def test_tfrecord_trains_under_mirrored(tmp_path: Path):
+    x, y = learnable_arrays(1200)
+    write(
+        tmp_path / "d",
+        {"train": (x[:960], y[:960]), "validation": (x[960:], y[960:])},
+        num_shards=3,
+    )
+    cfg = compose(
+        [
+            "data=tfrecord",
+            f"data.source.path={tmp_path / 'd'}",
+            "strategy=mirrored",
+            "trainer.epochs=1",
+            "trainer.global_batch_size=32",
+            "trainer.steps_per_execution=6",
+            "trainer.verbose=0",
+            "optimizer.learning_rate=0.01",
+            "callbacks=minimal",
+            f"run_dir={tmp_path / 'run'}",
+        ]
+    )
+    exp = kdist.Experiment(cfg)
+    exp.fit()
+    assert exp.steps_per_epoch == 30
+    assert exp.metrics()["validation"]["accuracy"] > 0.85
+
+
+def test_flipped_byte_fails_naming_the_file(tmp_path: Path):
+    root = _write_ids(tmp_path / "d")
+    victim = root / "train-00001-of-00003.tfrecord"
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    victim.write_bytes(bytes(data))
+    # Same size: only reading can tell. TensorFlow alone says "corrupted record at N".
+    source = kdist.data.tfrecord(path=str(root))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=str(victim)) as caught:
+        for _ in source.dataset("train"):
+            pass
+    assert "corrupt or truncated" in str(caught.value)
+    assert "of the 30 records" in str(caught.value)
+    # The same error stops training (inside the distributed train function).
+    cfg = compose(
+        [
+            "data=tfrecord",
+            f"data.source.path={root}",
+            "strategy=mirrored",
+            "trainer.epochs=1",
+            "trainer.global_batch_size=30",
+            "trainer.verbose=0",
+            "callbacks=minimal",
+            f"run_dir={tmp_path / 'run'}",
+        ]
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match=str(victim)):
+        kdist.Experiment(cfg).fit()
+
+
+def test_header_cut_truncation_fails_naming_the_file(tmp_path: Path):
+    root = _write_ids(tmp_path / "d")
+    victim = root / "train-00002-of-00003.tfrecord"
+    offsets = _record_offsets(victim)
+    cut = offsets[20] + 5  # inside the 12-byte header of record 21
+    data = victim.read_bytes()
+    victim.write_bytes(data[:cut])
+    # TensorFlow on its own reads 20 records and says nothing.
+    assert sum(1 for _ in tf.data.TFRecordDataset(str(victim))) == 20
+    with pytest.raises(ConfigError, match=str(victim)) as caught:
+        kdist.data.tfrecord(path=str(root))
+    assert "truncated" in str(caught.value) and "integrity=tolerant" in str(caught.value)
+    # Without sizes in the manifest, the record count check catches it while reading.
+    records = checked_records([str(victim)], [30])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"{victim}.*read 20 of the 30"):
+        for _ in records:
+            pass
+
+
+def test_tolerant_mode_counts_dropped_records_and_has_a_threshold(tmp_path: Path):
+    root = _write_ids(tmp_path / "d")
+    victim = root / "train-00000-of-00003.tfrecord"
+    offsets = _record_offsets(victim)
+    data = bytearray(victim.read_bytes())
+    data[offsets[25] + 20] ^= 0xFF  # inside record 26's payload: records 26..30 are lost
+    victim.write_bytes(bytes(data))
+    assert scan_file(str(victim))[0] == 25
+    source = kdist.data.tfrecord(path=str(root), integrity="tolerant", max_dropped_fraction=0.1)
+    assert source.dropped == {str(victim): 5}
+    assert source.size("train") == 85
+    ids = sorted(int(x.numpy()[0]) for x, _ in source.dataset("train"))
+    assert ids == [i for i in range(90) if not 25 <= i < 30]
+    with pytest.raises(ConfigError, match=rf"{victim} \(5\).*5 of the 90 train records"):
+        kdist.data.tfrecord(path=str(root), integrity="tolerant", max_dropped_fraction=0.05)
+    # integrity=off is TensorFlow's own behaviour: a DataLossError without the file name.
+    plain = kdist.data.tfrecord(path=str(root), integrity="off")
+    with pytest.raises(tf.errors.DataLossError):
+        for _ in plain.dataset("train"):
+            pass
+
+
+def test_manifest_and_file_errors(tmp_path: Path):
+    with pytest.raises(ConfigError, match=r"data\.source\.path.*no manifest\.json"):
+        (tmp_path / "empty").mkdir()
+        kdist.data.tfrecord(path=str(tmp_path / "empty"))
+    root = _write_ids(tmp_path / "d")
+    (root / "train-00001-of-00003.tfrecord").unlink()
+    with pytest.raises(ConfigError, match=r"train-00001-of-00003\.tfrecord: is missing"):
+        kdist.data.tfrecord(path=str(root))
+    (root / "manifest.json").write_text("{not json")
+    with pytest.raises(ConfigError, match=r"manifest\.json: is not valid JSON"):
+        kdist.data.tfrecord(path=str(root))
+
+
+def test_write_manifest_for_foreign_files(tmp_path: Path):
+    folder = tmp_path / "foreign"
+    folder.mkdir()
+    for i, count in enumerate((7, 5)):
+        with tf.io.TFRecordWriter(str(folder / f"part{i}.rec")) as writer:
+            for j in range(count):
+                example = tf.train.Example(
+                    features=tf.train.Features(
+                        feature={
+                            "pixels": tf.train.Feature(
+                                float_list=tf.train.FloatList(value=[float(j), 1.0])
+                            ),
+                            "class": tf.train.Feature(int64_list=tf.train.Int64List(value=[j % 2])),
+                        }
+                    )
+                )
+                writer.write(example.SerializeToString())
+    features = {
+        "pixels": {"shape": [2], "dtype": "float32"},
+        "class": {"shape": [], "dtype": "int64"},
+    }
+    path = write_manifest(
+        folder,
+        {"train": "part*.rec"},
+        features=features,
+        feature_key="pixels",
+        label_key="class",
+        num_classes=2,
+    )
+    manifest = read_manifest(str(path))
+    assert [s.records for s in manifest.splits["train"]] == [7, 5]
+    assert kdist.data.tfrecord(path=str(folder)).size("train") == 12
+    # A truncated file is refused (its size does not match its records).
+    victim = folder / "part1.rec"
+    victim.write_bytes(victim.read_bytes()[:-3])
+    with pytest.raises(ConfigError, match=r"part1\.rec: is corrupt or truncated"):
+        write_manifest(
+            folder,
+            {"train": "part*.rec"},
+            features=features,
+            feature_key="pixels",
+            label_key="class",
+            num_classes=2,
+        )
+
+
+def _pipeline_ids(source, data_cfg, pipeline: int, pipelines: int = 2) -> list[int]:
+    fn = make_dataset_fn(source, "train", data_cfg, global_batch_size=4, seed=0)
+    context = tf.distribute.InputContext(
+        num_input_pipelines=pipelines, input_pipeline_id=pipeline, num_replicas_in_sync=pipelines
+    )
+    share = source.count("train", list(source.files)[pipeline::pipelines])
+    ids: list[int] = []
+    for x, _ in fn(context):  # batches of 4 // 2 = 2 per replica
+        ids.extend(int(v) for v in x.numpy()[:, 0])
+        if len(ids) >= share:
+            break
+    return ids[:share]
+
+
+def test_three_files_two_workers_shard_by_file(tmp_path: Path):
+    root = _write_ids(tmp_path / "d", train=90, shards=3)
+    source = kdist.data.tfrecord(path=str(root))
+    cfg = compose(["data=tfrecord", f"data.source.path={root}", "data.shard_policy=auto"])
+    assert resolve_shard_policy("auto", source, 2, "train") == "file"
+    assert resolve_shard_policy("auto", source, 2, "validation") == "data"
+    first, second = _pipeline_ids(source, cfg.data, 0), _pipeline_ids(source, cfg.data, 1)
+    # Pipeline 0 reads files 0 and 2 whole, pipeline 1 file 1: disjoint, covering everything.
+    assert sorted(first) == [*range(0, 30), *range(60, 90)]
+    assert sorted(second) == list(range(30, 60))
+    assert not set(first) & set(second)
+    assert sorted(first + second) == list(range(90))
+
+
+def test_fewer_files_than_workers(tmp_path: Path):
+    root = _write_ids(tmp_path / "d", train=40, shards=1)
+    source = kdist.data.tfrecord(path=str(root))
+    cfg = compose(["data=tfrecord", f"data.source.path={root}", "data.shard_policy=file"])
+    fn = make_dataset_fn(source, "train", cfg.data, global_batch_size=4, seed=0)
+    context = tf.distribute.InputContext(
+        num_input_pipelines=2, input_pipeline_id=0, num_replicas_in_sync=2
+    )
+    with pytest.raises(ConfigError, match=r"data\.shard_policy='file'.*1 file\(s\) for 2"):
+        fn(context)
+    # auto falls back to sharding by example: every example once over the two pipelines.
+    assert resolve_shard_policy("auto", source, 2, "train") == "data"
+    cfg.data.shard_policy = "auto"
+    cfg.data.shuffle = False
+    fn = make_dataset_fn(source, "train", cfg.data, global_batch_size=4, seed=0)
+    seen = []
+    for pipeline in range(2):
+        context = tf.distribute.InputContext(
+            num_input_pipelines=2, input_pipeline_id=pipeline, num_replicas_in_sync=2
+        )
+        seen += [int(v) for x, _ in fn(context).take(10) for v in x.numpy()[:, 0]]
+    assert sorted(seen) == list(range(40))
+    # An in-memory source cannot shard by file.
+    memory = compose(["data.shard_policy=file", "trainer.verbose=0", f"run_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match="file sharding needs a file-based source"):
+        kdist.Experiment(memory).build_model()
