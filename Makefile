@@ -41,5 +41,14 @@ test: lint
 test-all: lint
 	$(PY) -m pytest $(ARGS)
 
+# Benchmarks (benchmarks/README.md): kdist against hand-written TensorFlow and Keras `fit`.
+# `bench` writes benchmarks/results/ (about 20 minutes on 2 cores); `bench-quick` is a
+# smoke run into outputs/benchmarks-quick/ (under a minute). Pass options with ARGS="...".
+bench: $(STAMP)
+	$(PY) -m benchmarks $(ARGS)
+
+bench-quick: $(STAMP)
+	$(PY) -m benchmarks --quick $(ARGS)
+
 clean:
 	rm -rf outputs multirun .pytest_cache .mypy_cache .ruff_cache build *.egg-info

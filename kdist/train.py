@@ -33,8 +33,9 @@ __all__ = ["main", "non_chief_overrides", "precheck", "run"]
 log = logging.getLogger("kdist.train")
 
 # Exit statuses besides 0: 2 bad config, 3 non-finite loss, 4 unreadable checkpoints,
-# 42 saved on SIGTERM and asks to be restarted.
+# 5 a parameter server is unreachable, 42 saved on SIGTERM and asks to be restarted.
 EXIT_CHECKPOINT = 4
+EXIT_PS_UNAVAILABLE = 5
 
 
 def precheck(argv: list[str], *, config_name: str = "train") -> DictConfig | None:
@@ -88,6 +89,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         exit_with(error)
     from kdist.callbacks.checkpoint import CheckpointError
     from kdist.callbacks.guards import EXIT_NON_FINITE, NonFiniteLossError
+    from kdist.engine.ps_runner import ParameterServerUnavailableError
 
     try:
         experiment.fit()
@@ -101,6 +103,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         log.error("%s", error)
         print(f"kdist: checkpoint error: {error}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_CHECKPOINT) from None
+    except ParameterServerUnavailableError as error:
+        # Already logged by the runner; one line on stderr, no traceback.
+        print(f"kdist: error: {error}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_PS_UNAVAILABLE) from None
     return experiment.metrics()
 
 

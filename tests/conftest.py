@@ -12,6 +12,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 def pytest_configure(config):
     """Split the CPU into 2 logical devices before any test touches TensorFlow."""
+    import kdist  # noqa: F401  (first: it quiets TensorFlow's start-up lines)
     import tensorflow as tf
 
     (cpu,) = tf.config.list_physical_devices("CPU")

@@ -1,6 +1,7 @@
 """Mixed precision and XLA under every strategy available in one process.
 
-Cost: about 15 s fast (small MLP); the ResNet-20 done-when case is `slow` (about 40 s).
+Cost: about 15 s fast (small MLP); the XLA-vs-plain comparison and the ResNet-20
+done-when case are `slow` (about 10 s and 40 s on an idle machine).
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ def test_without_jit_nothing_is_marked_for_xla(tmp_path: Path):
     assert not _xla_compiled(exp.runner)
 
 
+@pytest.mark.slow
 def test_xla_and_plain_steps_agree_in_float32(tmp_path: Path):
     """XLA changes how the step runs, not what it computes."""
     weights = []

@@ -86,6 +86,7 @@ class _KdistOracleMixin:
 
     trials: dict[str, Any]
     ongoing_trials: dict[str, Any]
+    _retry_queue: list[str]
     tuner_ids: set[str]
     end_order: list[str]
     max_consecutive_failed_trials: int
@@ -116,8 +117,18 @@ class _KdistOracleMixin:
             # A late report from a tuner the chief already gave up as lost.
             return
         super().end_trial(trial)  # type: ignore[misc]
+        # keras-tuner saved its state before it popped the trial from `ongoing_trials`;
+        # a kill right now would run the finished trial again on resume. Save again.
+        self.save()
         if self.trial_ended is not None:
             self.trial_ended(self.trials[trial.trial_id])
+
+    def reload(self) -> None:
+        super().reload()  # type: ignore[misc]
+        # Trials keras-tuner found "ongoing" but whose own record says they ended (a kill
+        # between its two saves) are not run again.
+        ended = (TrialStatus.COMPLETED, TrialStatus.FAILED)
+        self._retry_queue = [t for t in self._retry_queue if self.trials[t].status not in ended]
 
     @synchronized
     def remote_state(self, *, exclude: str | None = None) -> tuple[dict[str, str], set[str]]:

@@ -1,0 +1,206 @@
+"""The benchmarks are smoke-run here (CI does not time anything); the profiling hook is tested.
+
+`python -m benchmarks --quick` with one round costs about 20 s on an idle 2-core machine;
+the subprocess suites (start-up, local clusters) are `slow`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import REPO, compose
+
+import kdist
+from benchmarks.harness import Case, Target, interleave, summarize
+from benchmarks.probes import parse
+from kdist.callbacks.factory import ProfileSteps, profile_range
+from kdist.config.errors import ConfigError
+
+SIDE_KEYS = {"name", "median", "min", "max", "best", "samples"}
+ROW_KEYS = {
+    "id",
+    "group",
+    "title",
+    "unit",
+    "lower_is_better",
+    "a",
+    "b",
+    "ratio",
+    "target",
+    "met",
+    "rounds",
+    "load",
+    "details",
+    "note",
+}
+
+
+def _bench(args: list[str], tmp_path: Path, timeout: float) -> dict:
+    out = tmp_path / "out"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args, "--out", str(out), "--quiet"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "targets met" in done.stdout
+    assert (out / "results.md").read_text().startswith("# kdist benchmarks")
+    return json.loads((out / "results.json").read_text())
+
+
+def test_quick_mode_writes_json_and_markdown(tmp_path: Path):
+    results = _bench(["--quick", "--rounds", "1", "--workdir", str(tmp_path / "w")], tmp_path, 300)
+    assert results["mode"] == "quick"
+    assert {"cpu", "cores", "tensorflow", "keras", "load_average"} <= set(results["machine"])
+    ids = {row["id"] for row in results["comparisons"]}
+    assert {
+        "loop/one_device_mlp_k1",
+        "fit/one_device_mlp_k1",
+        "strategy/mirrored1_vs_none_mlp_k32",
+        "overhead/minimal_ms_per_epoch",
+        "overhead/minimal_share",
+        "input/mlp_k32_files",
+    } <= ids
+    for row in results["comparisons"]:
+        assert set(row) == ROW_KEYS, row["id"]
+        assert set(row["a"]) == SIDE_KEYS
+        assert row["a"]["median"] > 0 and row["rounds"] == 1
+        if row["b"] is not None:
+            assert set(row["ratio"]) == {"median", "of_medians", "of_best"}
+        if row["target"] is not None:
+            assert isinstance(row["met"], bool)
+    assert results["suites"]["cluster"].startswith("skipped")
+    assert results["summary"]["targets"] == sum(r["met"] is not None for r in results["comparisons"])
+    markdown = (tmp_path / "out" / "results.md").read_text()
+    for heading in ("## 1. ", "## 2. ", "## 3. ", "## 4. ", "## 5. ", "Machine:"):
+        assert heading in markdown
+
+
+@pytest.mark.slow
+def test_startup_suite_runs_both_commands(tmp_path: Path):
+    results = _bench(["--only", "startup", "--rounds", "1"], tmp_path, 600)
+    (row,) = results["comparisons"]
+    assert row["a"]["name"] == "python -m kdist.train"
+    assert 0 < row["a"]["median"] < 300 and 0 < row["b"]["median"] < 300
+
+
+@pytest.mark.slow
+@pytest.mark.multiworker
+def test_cluster_suite_measures_both_clusters(tmp_path: Path):
+    results = _bench(["--only", "cluster", "--rounds", "1"], tmp_path, 1200)
+    rows = {row["id"]: row for row in results["comparisons"]}
+    assert set(rows) == {"cluster/mwms2_vs_one_process", "cluster/ps_vs_one_process"}
+    for row in rows.values():
+        assert row["unit"] == "examples/s" and row["a"]["median"] > 0
+
+
+def test_interleave_alternates_the_order_and_ratios_are_per_round():
+    calls: list[str] = []
+    values = {"a": iter([2.0, 4.0, 6.0]), "b": iter([1.0, 1.0, 2.0])}
+
+    def side(name: str):
+        def run() -> float:
+            calls.append(name)
+            return next(values[name])
+
+        return run
+
+    samples = interleave([Case("a", side("a")), Case("b", side("b"))], rounds=2, warmup=1)
+    assert calls == ["a", "b", "a", "b", "b", "a"]
+    assert samples == {"a": [4.0, 6.0], "b": [1.0, 2.0]}
+    row = summarize(
+        id="x", group="g", title="t", samples=samples, a="a", b="b", unit="s",
+        target=Target("<=", 3.5),
+    )
+    assert row.ratio == {"median": 3.5, "of_medians": 5.0 / 1.5, "of_best": 4.0}
+    assert row.met is True
+    throughput = summarize(
+        id="y", group="g", title="t", samples=samples, a="a", b=None, unit="x/s",
+        lower_is_better=False, target=Target(">=", 6.0),
+    )
+    assert throughput.a["best"] == 6.0 and throughput.met is False
+
+
+def test_probe_lines_are_parsed_per_task():
+    text = (
+        "[worker 0] kdist-bench epoch index=1 seconds=2.5 steps=16 batch=128\n"
+        "[worker 1] kdist-bench epoch index=1 seconds=9.0 steps=16 batch=128\n"
+        "[worker 0] other output\n"
+    )
+    assert parse(text, prefix="[worker 0]") == [
+        ("epoch", {"index": "1", "seconds": "2.5", "steps": "16", "batch": "128"})
+    ]
+
+
+def test_profile_steps_writes_a_tensorboard_profile(tmp_path: Path):
+    run_dir = tmp_path / "run"
+    cfg = compose(
+        [
+            "trainer=fast_dev",
+            "trainer.verbose=0",
+            "callbacks=minimal",
+            "callbacks.tensorboard.profile_steps=[2,3]",
+            f"run_dir={run_dir}",
+        ]
+    )
+    kdist.Experiment(cfg).fit()
+    profiles = list((run_dir / "tensorboard" / "train" / "plugins" / "profile").glob("*/*.xplane.pb"))
+    assert len(profiles) == 1 and profiles[0].stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("steps_per_call", "first", "last", "profiled"),
+    [(1, 2, 3, [2, 3]), (8, 10, 20, [2, 3]), (8, 1, 1, [1]), (4, 30, 40, [])],
+)
+def test_profile_steps_covers_the_calls_that_run_the_steps(
+    steps_per_call, first, last, profiled, monkeypatch
+):
+    """Which calls (1-based) run under the profiler, with 4 calls of `steps_per_call` steps."""
+
+    class Profiler(ProfileSteps):
+        def __init__(self):
+            super().__init__(log_dir="unused", first=first, last=last)
+            self.steps = 0
+            self.calls: list[int] = []
+            self.call = 0
+
+        def _steps_done(self) -> int:
+            return self.steps
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self.call += 1
+            super().on_train_batch_begin(batch, logs)
+            if self._active:
+                self.calls.append(self.call)
+
+    import tensorflow as tf
+
+    profiler = Profiler()
+    started, stopped = [], []
+    monkeypatch.setattr(tf.profiler.experimental, "start", lambda logdir: started.append(logdir))
+    monkeypatch.setattr(tf.profiler.experimental, "stop", lambda: stopped.append(True))
+    profiler.on_train_begin()
+    for _ in range(4):
+        profiler.on_train_batch_begin(0)
+        profiler.steps += steps_per_call
+        profiler.on_train_batch_end(0)
+    profiler.on_train_end()
+    assert profiler.calls == profiled
+    assert len(started) == len(stopped) == (1 if profiled else 0)
+
+
+def test_profile_steps_rejects_a_bad_range():
+    assert profile_range(None) is None
+    assert profile_range([5, 5]) == (5, 5)
+    for bad in ([3, 2], [0, 4], [7], [1, 2, 3]):
+        with pytest.raises(ConfigError, match=r"callbacks\.tensorboard\.profile_steps"):
+            profile_range(bad)
