@@ -12,8 +12,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 def pytest_configure(config):
     """Split the CPU into 2 logical devices before any test touches TensorFlow."""
-    import kdist  # noqa: F401  (first: it quiets TensorFlow's start-up lines)
-    import tensorflow as tf
+    import importlib
+
+    # kdist first: importing it quiets TensorFlow's start-up lines.
+    importlib.import_module("kdist")
+    tf = importlib.import_module("tensorflow")
 
     (cpu,) = tf.config.list_physical_devices("CPU")
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
