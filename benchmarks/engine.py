@@ -66,27 +66,36 @@ class Spec:
 
 ONE_DEVICE = [
     Spec("mlp_k1", "mlp", 32, 1, 2, 100, 11, 1.15, 1.00),
-    Spec("mlp_k32", "mlp", 32, 32, 2, 256, 11, 1.05, 1.00),
-    Spec("cnn_k1", "cnn", 128, 1, 1, 4, 7, 1.03, 1.00, trace_warmup=True),
+    Spec("mlp_k32", "mlp", 32, 32, 2, 160, 11, 1.05, 1.00),
+    Spec("cnn_k1", "cnn", 128, 1, 1, 6, 7, 1.03, 1.00, trace_warmup=True),
     # At 32 steps per call a CNN round is 32 steps on each side: Keras fit is left out
     # (its ratio at 1 step per call already bounds the per-call cost).
     Spec("cnn_k32", "cnn", 128, 32, 1, 32, 7, 1.03, None, trace_warmup=True),
 ]
 MIRRORED = [
-    Spec("mlp_k1", "mlp", 32, 1, 2, 100, 9, None, 1.00),
-    Spec("mlp_k32", "mlp", 32, 32, 2, 256, 9, None, 1.00),
+    Spec("mlp_k1", "mlp", 32, 1, 2, 100, 7, None, 1.00),
+    Spec("mlp_k32", "mlp", 32, 32, 2, 160, 7, None, 1.00),
 ]
 STRATEGY = [
-    Spec("mlp_k1", "mlp", 32, 1, 2, 100, 11, None, None),
-    Spec("mlp_k32", "mlp", 32, 32, 2, 256, 11, None, None),
+    Spec("mlp_k1", "mlp", 32, 1, 2, 100, 9, None, None),
+    Spec("mlp_k32", "mlp", 32, 32, 2, 160, 9, None, None),
 ]
 # Quick mode (a smoke run) keeps one job per kind of comparison.
 QUICK = {"mlp_k1"}
 
 
+@dataclass
+class Measured:
+    """Interleaved samples (seconds per step), CPU seconds per round and the load."""
+
+    samples: dict[str, list[float]]
+    cpu: dict[str, list[float]]
+    load: dict[str, list[float]]
+
+
 def _measure(
     ctx: Context, job: Job, sides: dict[str, Side], rounds: int, trace_warmup: bool
-) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+) -> Measured:
     def per_step(side: Side) -> Callable[[], float]:
         return lambda: side.fit() / job.steps
 
@@ -95,8 +104,9 @@ def _measure(
         for name, side in sides.items()
     ]
     before = load_average()
-    samples = interleave(cases, rounds, warmup=0 if trace_warmup else 1)
-    return samples, {"before": before, "after": load_average()}
+    cpu: dict[str, list[float]] = {}
+    samples = interleave(cases, rounds, warmup=0 if trace_warmup else 1, cpu=cpu)
+    return Measured(samples, cpu, {"before": before, "after": load_average()})
 
 
 def _details(job: Job, **more: Any) -> dict[str, Any]:
@@ -151,22 +161,42 @@ def _pairs(
             )
     rounds = ctx.rounds_for(spec.rounds)
     ctx.log(f"{id_prefix}/{spec.key}: {', '.join(sides)}; {rounds} rounds of {job.steps} steps")
-    samples, load = _measure(ctx, job, sides, rounds, spec.trace_warmup)
+    measured = _measure(ctx, job, sides, rounds, spec.trace_warmup)
     out: list[Comparison | dict[str, Any]] = list(missing)
     if LOOP in sides:
+        # Step time: kdist's epoch loop (what `fit` spends from the first epoch to the
+        # last) against the hand-written loop, which has no set-up of its own. The
+        # once-per-fit cost around kdist's loop is comparison 3's subject.
+        loop_samples = {
+            KDIST: [s / job.steps for s in kd.loop_seconds[-rounds:]],
+            LOOP: measured.samples[LOOP],
+        }
         out.append(
             summarize(
                 id=f"loop/{id_prefix}_{spec.key}",
                 group=GROUP_LOOP,
                 title=title,
-                samples=samples,
+                samples=loop_samples,
+                cpu=measured.cpu,
                 a=KDIST,
                 b=LOOP,
                 unit="ms/step",
                 scale=1000.0,
                 target=None if spec.loop_target is None else Target("<=", spec.loop_target),
-                load=load,
-                details=_details(job),
+                load=measured.load,
+                details=_details(
+                    job,
+                    kdist_whole_fit_vs_loop=summarize(
+                        id="",
+                        group="",
+                        title="",
+                        samples=measured.samples,
+                        a=KDIST,
+                        b=LOOP,
+                        unit="",
+                    ).ratio,
+                    cpu="CPU A/B is over the whole call (for kdist its set-up too)",
+                ),
             )
         )
     if FIT in sides:
@@ -175,13 +205,14 @@ def _pairs(
                 id=f"fit/{id_prefix}_{spec.key}",
                 group=GROUP_FIT,
                 title=title,
-                samples=samples,
+                samples=measured.samples,
+                cpu=measured.cpu,
                 a=KDIST,
                 b=FIT,
                 unit="ms/step",
                 scale=1000.0,
                 target=None if spec.fit_target is None else Target("<=", spec.fit_target),
-                load=load,
+                load=measured.load,
                 details=_details(job),
             )
         )
@@ -189,14 +220,21 @@ def _pairs(
 
 
 def _strategy_overhead(ctx: Context, spec: Spec) -> list[Comparison]:
-    """kdist under mirrored with one replica, under no strategy and under one_device."""
+    """Mirrored with one replica vs no strategy, for kdist and for the hand-written loop.
+
+    The hand-written pair shows how much of the difference is TensorFlow's own cost of
+    the strategy (the same for any loop) rather than kdist's.
+    """
     job = spec.job(ctx)
     variants = {
-        "mirrored, 1 replica": ["strategy=mirrored", "strategy.devices=[/cpu:0]"],
+        "kdist, mirrored 1 replica": ["strategy=mirrored", "strategy.devices=[/cpu:0]"],
         # The default strategy through the config's `_target_` (what "no strategy" means
         # for a tf.distribute program).
-        "no strategy": ["strategy=auto", "strategy._target_=tensorflow.distribute.get_strategy"],
-        "one_device": ["strategy=one_device"],
+        "kdist, no strategy": [
+            "strategy=auto",
+            "strategy._target_=tensorflow.distribute.get_strategy",
+        ],
+        "kdist, one_device": ["strategy=one_device"],
     }
     sides: dict[str, Side] = {
         name: KdistJob(
@@ -205,30 +243,57 @@ def _strategy_overhead(ctx: Context, spec: Spec) -> list[Comparison]:
         )
         for index, (name, overrides) in enumerate(variants.items())
     }
+    sides["hand-written, mirrored 1 replica"] = HandWrittenLoop(
+        job, tf.distribute.MirroredStrategy(["/cpu:0"])
+    )
+    sides["hand-written, no strategy"] = HandWrittenLoop(job, tf.distribute.get_strategy())
     rounds = ctx.rounds_for(spec.rounds)
     ctx.log(f"strategy/{spec.key}: {', '.join(sides)}; {rounds} rounds of {job.steps} steps")
-    samples, load = _measure(ctx, job, sides, rounds, spec.trace_warmup)
+    measured = _measure(ctx, job, sides, rounds, spec.trace_warmup)
+    # kdist's epoch loop, as in comparison 1 (the once-per-fit set-up is comparison 3's).
+    samples = {
+        name: [s / job.steps for s in side.loop_seconds[-rounds:]]
+        if isinstance(side, KdistJob)
+        else measured.samples[name]
+        for name, side in sides.items()
+    }
     common = {
         "group": GROUP_STRATEGY,
         "samples": samples,
-        "b": "no strategy",
+        "cpu": measured.cpu,
         "unit": "ms/step",
         "scale": 1000.0,
-        "load": load,
-        "details": _details(job, engine="kdist"),
+        "load": measured.load,
+        "details": _details(job),
     }
     return [
         summarize(
             id=f"strategy/mirrored1_vs_none_{spec.key}",
-            title=spec.title("kdist engine: mirrored 1 replica / no strategy"),
-            a="mirrored, 1 replica",
+            title=spec.title("kdist: mirrored 1 replica / no strategy"),
+            a="kdist, mirrored 1 replica",
+            b="kdist, no strategy",
             target=Target("<=", 1.03),
             **common,
         ),
         summarize(
+            id=f"strategy/loop_mirrored1_vs_none_{spec.key}",
+            title=spec.title("hand-written loop: mirrored 1 replica / no strategy"),
+            a="hand-written, mirrored 1 replica",
+            b="hand-written, no strategy",
+            **common,
+        ),
+        summarize(
             id=f"strategy/one_device_vs_none_{spec.key}",
-            title=spec.title("kdist engine: one_device / no strategy"),
-            a="one_device",
+            title=spec.title("kdist: one_device / no strategy"),
+            a="kdist, one_device",
+            b="kdist, no strategy",
+            **common,
+        ),
+        summarize(
+            id=f"strategy/kdist_vs_loop_none_{spec.key}",
+            title=spec.title("no strategy: kdist / hand-written loop"),
+            a="kdist, no strategy",
+            b="hand-written, no strategy",
             **common,
         ),
     ]

@@ -106,7 +106,13 @@ def settle() -> None:
     gc.freeze()
 
 
-def interleave(cases: Sequence[Case], rounds: int, *, warmup: int = 1) -> dict[str, list[float]]:
+def interleave(
+    cases: Sequence[Case],
+    rounds: int,
+    *,
+    warmup: int = 1,
+    cpu: dict[str, list[float]] | None = None,
+) -> dict[str, list[float]]:
     """Run `rounds` timed rounds of every case, alternating the order between rounds.
 
     Args:
@@ -114,6 +120,10 @@ def interleave(cases: Sequence[Case], rounds: int, *, warmup: int = 1) -> dict[s
         rounds: timed rounds per case.
         warmup: untimed rounds per case before the first timed one (tracing, caches).
             Defaults to `1`.
+        cpu: if given, filled with each round's CPU seconds of this process (all its
+            threads) per case: less sensitive than wall time to other processes taking
+            the cores, so its ratio is a second opinion on a loaded machine.
+            Defaults to `None`.
 
     Returns:
         Case name -> the value of each timed round, in round order.
@@ -130,7 +140,10 @@ def interleave(cases: Sequence[Case], rounds: int, *, warmup: int = 1) -> dict[s
     for index in range(rounds):
         order = list(cases) if index % 2 == 0 else list(reversed(cases))
         for case in order:
+            started = time.process_time()
             samples[case.name].append(float(case.run()))
+            if cpu is not None:
+                cpu.setdefault(case.name, []).append(time.process_time() - started)
     return samples
 
 
@@ -162,6 +175,7 @@ def summarize(
     load: dict[str, list[float]] | None = None,
     details: dict[str, Any] | None = None,
     note: str = "",
+    cpu: dict[str, list[float]] | None = None,
 ) -> Comparison:
     """Turn interleaved samples into a `Comparison`.
 
@@ -184,6 +198,8 @@ def summarize(
         load: load averages before and after. Defaults to `None`.
         details: anything else worth keeping. Defaults to `None`.
         note: a sentence for the table. Defaults to `""`.
+        cpu: CPU seconds per round (from `interleave(cpu=...)`): adds `cpu_median`, the
+            median per-round ratio of CPU time, to the ratio. Defaults to `None`.
 
     Returns:
         The `Comparison`.
@@ -199,6 +215,10 @@ def summarize(
             "of_medians": stats_a["median"] / stats_b["median"],
             "of_best": stats_a["best"] / stats_b["best"],
         }
+        if cpu and cpu.get(a) and cpu.get(b):
+            ratio["cpu_median"] = statistics.median(
+                x / y for x, y in zip(cpu[a], cpu[b], strict=True) if y
+            )
         met = None if target is None else target.met(ratio["median"])
     elif target is not None:
         # A single measurement: the target is on its median.

@@ -9,11 +9,13 @@ them once and then serves the cached tensors.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from benchmarks.context import Context
 from benchmarks.harness import Case, Comparison, Target, interleave, load_average, summarize
-from benchmarks.jobs import Job, KdistJob, kdist_overrides
+from benchmarks.jobs import Job, KdistJob, kdist_overrides, synthetic_data
 
 __all__ = ["GROUP", "run"]
 
@@ -37,7 +39,7 @@ class _Spec:
 
 SPECS = [
     # The most input-bound job: a 1 ms step of 32 examples.
-    _Spec("mlp_k32", "MLP 784-128-10, batch 32, 32 steps/call", "mlp", 32, 32, 2, 256, 9, False),
+    _Spec("mlp_k32", "MLP 784-128-10, batch 32, 32 steps/call", "mlp", 32, 32, 2, 160, 9, False),
     _Spec("cnn_k1", "MNIST CNN, batch 128, 1 step/call", "cnn", 128, 1, 1, 4, 7, True),
 ]
 
@@ -83,7 +85,8 @@ def _compare(ctx: Context, spec: _Spec) -> list[Comparison]:
         for name, side in sides.items()
     ]
     before = load_average()
-    samples = interleave(cases, rounds, warmup=0 if spec.trace_warmup else 1)
+    cpu: dict[str, list[float]] = {}
+    samples = interleave(cases, rounds, warmup=0 if spec.trace_warmup else 1, cpu=cpu)
     load = {"before": before, "after": load_average()}
     details = {
         "model": spec.model,
@@ -95,6 +98,7 @@ def _compare(ctx: Context, spec: _Spec) -> list[Comparison]:
     common = {
         "group": GROUP,
         "samples": samples,
+        "cpu": cpu,
         "b": MEMORY,
         "unit": "ms/step",
         "scale": 1000.0,
@@ -119,11 +123,90 @@ def _compare(ctx: Context, spec: _Spec) -> list[Comparison]:
     ]
 
 
+def _pipeline_only(ctx: Context) -> list[Comparison]:
+    """Examples per second of the input pipelines alone (no training): what limits comparison
+    4. kdist's builder on the in-memory source, on the TFRecord source with its record
+    checks (`integrity=strict`) and without (`off`), and a hand-written TFRecord pipeline
+    that batches before parsing (`tf.io.parse_example` on a whole batch)."""
+    import tensorflow as tf
+
+    import kdist
+    from kdist.config.build import instantiate
+    from kdist.data import make_dataset_fn
+
+    job = Job(
+        model="mlp", global_batch_size=32, steps_per_execution=32, epochs=1, steps_per_epoch=1
+    )
+    path = _write_files(ctx, job)
+    batches = ctx.scale(200, 20)
+
+    def kdist_dataset(data: list[str]) -> tf.data.Dataset:
+        cfg = kdist.compose(kdist_overrides(job, data=data))
+        source = instantiate(cfg.data.source, _convert_="all")
+        dataset_fn = make_dataset_fn(source, "train", cfg.data, global_batch_size=32, seed=42)
+        return dataset_fn(tf.distribute.InputContext())
+
+    files = ["data=tfrecord", f"data.source.path={path}", "data.cache=false"]
+    schema = {
+        "x": tf.io.FixedLenFeature(job.input_shape, tf.float32),
+        "y": tf.io.FixedLenFeature([], tf.int64),
+    }
+    shards = sorted(str(p) for p in (ctx.workdir / "tfrecord_mlp").glob("train-*.tfrecord"))
+    plain = (
+        tf.data.TFRecordDataset(shards)
+        .shuffle(4096, seed=42)
+        .repeat()
+        .batch(32, drop_remainder=True)
+        .map(lambda r: tf.io.parse_example(r, schema), num_parallel_calls=tf.data.AUTOTUNE)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    datasets = {
+        MEMORY: kdist_dataset(synthetic_data(job)),
+        "tfrecord, integrity=strict": kdist_dataset([*files, "data.source.integrity=strict"]),
+        "tfrecord, integrity=off": kdist_dataset([*files, "data.source.integrity=off"]),
+        "plain TF: batch, then parse_example": plain,
+    }
+    iterators = {name: iter(ds) for name, ds in datasets.items()}
+
+    def rate(iterator: object) -> Callable[[], float]:
+        def run() -> float:
+            started = time.perf_counter()
+            for _ in range(batches):
+                next(iterator)  # type: ignore[call-overload]
+            return batches * 32 / (time.perf_counter() - started)
+
+        return run
+
+    rounds = ctx.rounds_for(7)
+    ctx.log(f"input/pipeline-only: {', '.join(datasets)}; {rounds} rounds of {batches} batches")
+    before = load_average()
+    samples = interleave([Case(n, rate(it)) for n, it in iterators.items()], rounds)
+    load = {"before": before, "after": load_average()}
+    details = {"batches_per_round": batches, "global_batch_size": 32, "features": "784 floats"}
+    return [
+        summarize(
+            id=f"input/pipeline_{name.split(':')[0].replace(', ', '_').replace(' ', '_')}",
+            group=GROUP,
+            title=f"input pipeline alone, MLP data (784 floats), batch 32: {name} / in-memory",
+            samples=samples,
+            a=name,
+            b=MEMORY,
+            unit="examples/s",
+            lower_is_better=False,
+            load=load,
+            details=details,
+        )
+        for name in datasets
+        if name != MEMORY
+    ]
+
+
 def run(ctx: Context) -> list[Comparison]:
-    """Comparison 4."""
+    """Comparison 4, and the input pipelines alone."""
     results: list[Comparison] = []
     for spec in SPECS:
         if ctx.quick and spec.model != "mlp":
             continue
         results += _compare(ctx, spec)
+    results += _pipeline_only(ctx)
     return results

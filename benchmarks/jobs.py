@@ -24,6 +24,7 @@ __all__ = [
     "KerasFit",
     "input_pipeline",
     "kdist_overrides",
+    "synthetic_data",
 ]
 
 # The process splits its CPU into this many logical devices (mirrored with 2 replicas).
@@ -73,6 +74,17 @@ class Job:
         return kdist.models.build(self.model, input_shape=self.input_shape, num_classes=10)
 
 
+def synthetic_data(job: Job) -> list[str]:
+    """The `data` overrides for kdist's synthetic source with the job's arrays."""
+    shape = ",".join(str(d) for d in job.input_shape)
+    return [
+        "data=synthetic",
+        f"data.source.num_train={job.num_train}",
+        "data.source.num_validation=0",
+        f"data.source.input_shape=[{shape}]",
+    ]
+
+
 def kdist_overrides(job: Job, *more: str, data: Sequence[str] | None = None) -> list[str]:
     """kdist overrides for `job`: no validation, minimal callbacks, silent.
 
@@ -82,14 +94,8 @@ def kdist_overrides(job: Job, *more: str, data: Sequence[str] | None = None) -> 
         data: the `data` overrides. Defaults to `None`: kdist's synthetic source with
             the job's arrays (the same as `Job.arrays`).
     """
-    shape = ",".join(str(d) for d in job.input_shape)
     if data is None:
-        data = [
-            "data=synthetic",
-            f"data.source.num_train={job.num_train}",
-            "data.source.num_validation=0",
-            f"data.source.input_shape=[{shape}]",
-        ]
+        data = synthetic_data(job)
     return [
         f"runtime.logical_devices={LOGICAL_DEVICES}",
         f"model={job.model}",
@@ -123,6 +129,10 @@ class KdistJob:
         self.cfg = kdist.compose(list(overrides))
         self.experiment = kdist.Experiment(self.cfg, run_dir=run_dir)
         self.experiment.build_model()
+        # Per `fit`: the controller's epoch loop alone (`FitResult.train_seconds`: every
+        # step call, hook, metric reset and epoch end, but not building the callbacks
+        # before it or writing metrics.json after it).
+        self.loop_seconds: list[float] = []
 
     @property
     def strategy(self) -> tf.distribute.Strategy:
@@ -132,7 +142,11 @@ class KdistJob:
         """Train `trainer.epochs` epochs; returns the wall seconds of `Experiment.fit`."""
         started = time.perf_counter()
         self.experiment.fit(verbose=0)
-        return time.perf_counter() - started
+        wall = time.perf_counter() - started
+        result = self.experiment.result
+        assert result is not None
+        self.loop_seconds.append(result.train_seconds)
+        return wall
 
     def trace(self) -> None:
         """Trace the train function (one step), outside any timed round."""

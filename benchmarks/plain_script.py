@@ -12,11 +12,11 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402 (after the log level, as a user's script would)
-import numpy as np  # noqa: E402
-from sklearn.datasets import load_digits  # noqa: E402
+import keras
+import numpy as np
+from sklearn.datasets import load_digits
 
-from benchmarks.probes import FirstStepMarker  # noqa: E402
+from benchmarks.probes import FirstStepMarker
 
 __all__: list[str] = []
 
@@ -41,9 +41,7 @@ def main() -> None:
         metrics=["accuracy"],
         steps_per_execution=8,
     )
-    model.fit(
-        x[train], y[train], batch_size=64, epochs=1, verbose=0, callbacks=[FirstStepMarker()]
-    )
+    model.fit(x[train], y[train], batch_size=64, epochs=1, verbose=0, callbacks=[FirstStepMarker()])
 
 
 if __name__ == "__main__":

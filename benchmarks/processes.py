@@ -54,7 +54,9 @@ def run_command(
         check=False,
     )
     seconds = time.perf_counter() - clock
-    return Finished(done.returncode, done.stdout, seconds, started, parse(done.stdout, prefix=prefix))
+    return Finished(
+        done.returncode, done.stdout, seconds, started, parse(done.stdout, prefix=prefix)
+    )
 
 
 class _Capture(io.StringIO):

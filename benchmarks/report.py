@@ -36,6 +36,11 @@ def _value(row: dict[str, Any]) -> str:
     return f"{_num(row['a']['median'])} {row['unit']}"
 
 
+def _cpu(row: dict[str, Any]) -> str:
+    ratio = row.get("ratio") or {}
+    return f"{ratio['cpu_median']:.3f}" if "cpu_median" in ratio else ""
+
+
 def _load(row: dict[str, Any]) -> str:
     before = row.get("load", {}).get("before") or []
     after = row.get("load", {}).get("after") or []
@@ -58,8 +63,10 @@ def summary_table(results: dict[str, Any]) -> list[str]:
             f"| {row['target']} | {_verdict(row)} |"
         )
     for row in results.get("not_measured", []):
-        lines.append(f"| {row['group'].split('. ', 1)[-1]} | {row['title']} | not measured "
-                     f"| {row.get('target') or ''} | — |")
+        lines.append(
+            f"| {row['group'].split('. ', 1)[-1]} | {row['title']} | not measured "
+            f"| {row.get('target') or ''} | — |"
+        )
     return lines
 
 
@@ -93,8 +100,10 @@ def markdown(results: dict[str, Any], notes: dict[str, str] | None = None) -> st
         "and after the comparison.",
         "",
         "Each side: median (best round) over the rounds. A/B: median of the per-round "
-        "ratios (best: ratio of the best rounds). Times: lower is better; throughput: "
-        "higher is better.",
+        "ratios (best: ratio of the best rounds); targets are checked on it. CPU A/B: the "
+        "same for the CPU seconds this process used in each round (all its threads), "
+        "which other processes disturb less than wall time. Times: lower is better; "
+        "throughput: higher is better.",
         "",
     ]
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -107,14 +116,14 @@ def markdown(results: dict[str, Any], notes: dict[str, str] | None = None) -> st
         lines += [f"## {group}", ""]
         if rows:
             lines += [
-                "| job | A | B | A/B or value | target | met | rounds | load |",
-                "|---|---|---|---|---|---|---|---|",
+                "| job | A | B | A/B or value | target | met | CPU A/B | rounds | load |",
+                "|---|---|---|---|---|---|---|---|---|",
             ]
             for row in rows:
                 lines.append(
                     f"| {row['title']} | {_side(row['a'], row['unit'])} "
                     f"| {_side(row['b'], row['unit'])} | {_value(row)} "
-                    f"| {row['target'] or ''} | {_verdict(row)} | {row['rounds']} "
+                    f"| {row['target'] or ''} | {_verdict(row)} | {_cpu(row)} | {row['rounds']} "
                     f"| {_load(row)} |"
                 )
             lines.append("")

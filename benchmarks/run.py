@@ -16,7 +16,6 @@ import importlib
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -91,6 +90,7 @@ def run(
     if unknown:
         raise ValueError(f"unknown suite(s) {unknown}; choose from {', '.join(SUITES)}")
     scratch = workdir or Path(tempfile.mkdtemp(prefix="kdist-bench-"))
+    scratch.mkdir(parents=True, exist_ok=True)
     ctx = Context(quick=quick, rounds=rounds, workdir=scratch, verbose=verbose)
     results: dict[str, Any] = {
         "kdist_benchmarks": 1,
@@ -146,11 +146,11 @@ def run(
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `python -m benchmarks`."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="short rounds, in-process suites")
-    parser.add_argument(
-        "--only", default=None, help=f"comma-separated suites: {', '.join(SUITES)}"
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.split("\n")[0]
     )
+    parser.add_argument("--quick", action="store_true", help="short rounds, in-process suites")
+    parser.add_argument("--only", default=None, help=f"comma-separated suites: {', '.join(SUITES)}")
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds per comparison")
     parser.add_argument(
         "--out",
@@ -185,4 +185,3 @@ def main(argv: Sequence[str] | None = None) -> None:
         + f"; results in {out}",
         flush=True,
     )
-

@@ -79,7 +79,9 @@ def test_quick_mode_writes_json_and_markdown(tmp_path: Path):
         if row["target"] is not None:
             assert isinstance(row["met"], bool)
     assert results["suites"]["cluster"].startswith("skipped")
-    assert results["summary"]["targets"] == sum(r["met"] is not None for r in results["comparisons"])
+    assert results["summary"]["targets"] == sum(
+        r["met"] is not None for r in results["comparisons"]
+    )
     markdown = (tmp_path / "out" / "results.md").read_text()
     for heading in ("## 1. ", "## 2. ", "## 3. ", "## 4. ", "## 5. ", "Machine:"):
         assert heading in markdown
@@ -118,14 +120,27 @@ def test_interleave_alternates_the_order_and_ratios_are_per_round():
     assert calls == ["a", "b", "a", "b", "b", "a"]
     assert samples == {"a": [4.0, 6.0], "b": [1.0, 2.0]}
     row = summarize(
-        id="x", group="g", title="t", samples=samples, a="a", b="b", unit="s",
+        id="x",
+        group="g",
+        title="t",
+        samples=samples,
+        a="a",
+        b="b",
+        unit="s",
         target=Target("<=", 3.5),
     )
     assert row.ratio == {"median": 3.5, "of_medians": 5.0 / 1.5, "of_best": 4.0}
     assert row.met is True
     throughput = summarize(
-        id="y", group="g", title="t", samples=samples, a="a", b=None, unit="x/s",
-        lower_is_better=False, target=Target(">=", 6.0),
+        id="y",
+        group="g",
+        title="t",
+        samples=samples,
+        a="a",
+        b=None,
+        unit="x/s",
+        lower_is_better=False,
+        target=Target(">=", 6.0),
     )
     assert throughput.a["best"] == 6.0 and throughput.met is False
 
@@ -153,7 +168,9 @@ def test_profile_steps_writes_a_tensorboard_profile(tmp_path: Path):
         ]
     )
     kdist.Experiment(cfg).fit()
-    profiles = list((run_dir / "tensorboard" / "train" / "plugins" / "profile").glob("*/*.xplane.pb"))
+    profiles = list(
+        (run_dir / "tensorboard" / "train" / "plugins" / "profile").glob("*/*.xplane.pb")
+    )
     assert len(profiles) == 1 and profiles[0].stat().st_size > 0
 
 

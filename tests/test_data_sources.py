@@ -318,6 +318,11 @@ def test_augmentation_flips_and_crops_deterministically():
     distinct = {x.tobytes() for x in first}
     assert len(distinct) > 4  # flips and shifts vary per example
     assert all(x.shape == (4, 4, 1) for x in first)
+    # A resumed stream continues where the first one was.
+    resumed = [
+        x.numpy() for x, _ in augment(ds.skip(10), cfg, input_shape=(4, 4, 1), seed=3, skip=10)
+    ]
+    np.testing.assert_array_equal(np.stack(resumed), np.stack(first[10:]))
 
 
 def test_option_overrides_helper_covers_every_new_data_option(tmp_path: Path):

@@ -319,3 +319,47 @@ def test_collective_timeout_turns_a_stalled_worker_into_an_error(tmp_path: Path)
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
             launcher.wait(timeout=30)
+
+
+def test_tfrecord_with_3_files_on_2_workers_shards_by_file(tmp_path: Path):
+    from helpers import learnable_arrays
+
+    from kdist.data.tfrecord_io import write_tfrecords
+
+    x, y = learnable_arrays(360, shape=(8, 8, 1))
+    root = write_tfrecords(
+        tmp_path / "records",
+        {"train": (x[:300], y[:300]), "validation": (x[300:], y[300:])},
+        num_shards={"train": 3, "validation": 1},
+    )
+    log = io.StringIO()
+    code = run(
+        2,
+        [
+            "strategy=multi_worker_mirrored",
+            "data=tfrecord",
+            f"data.source.path={root}",
+            "data.shard_policy=file",
+            "trainer.epochs=3",
+            "trainer.global_batch_size=32",
+            "trainer.verbose=0",
+            "callbacks=minimal",
+        ],
+        run_dir=tmp_path / "run",
+        timeout=300,
+        output=log,
+    )
+    text = log.getvalue()
+    assert code == 0, text[-3000:]
+    reads = dict(
+        re.findall(
+            r"\[(worker \d)\] .*train data: input pipeline \d of 2 reads (\d file\(s\): .*)", text
+        )
+    )
+    assert set(reads) == {"worker 0", "worker 1"}, text[-3000:]
+    files = {w: set(r.split(": ", 1)[1].split(", ")) for w, r in reads.items()}
+    assert len(files["worker 0"]) == 2 and len(files["worker 1"]) == 1
+    assert not files["worker 0"] & files["worker 1"]
+    assert len(files["worker 0"] | files["worker 1"]) == 3
+    accuracy = json.loads((tmp_path / "run" / "metrics.json").read_text())["validation"]["accuracy"]
+    assert accuracy > 0.5

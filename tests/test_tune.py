@@ -333,6 +333,7 @@ def test_failed_trials_are_recorded_and_the_search_goes_on(tmp_path: Path):
         assert row["status"] == "FAILED"
         assert "flaky_model cannot build mode='error'" in row["reason"]
         assert (result.run_dir / row["run_dir"] / "error.txt").is_file()
+        assert (result.run_dir / row["run_dir"] / "config.yaml").is_file()
     assert result.stop_reason is None
     assert result.best is not None and "+model.mode=ok" in result.best["overrides"]
 
@@ -382,6 +383,11 @@ def test_a_search_resumes_without_rerunning_finished_trials(tmp_path: Path):
     # Other settings in the same run directory are refused, not mixed in.
     with pytest.raises(ConfigError, match="holds a search with other settings"):
         _search(tmp_path, ["tuner.max_trials=5", "optimizer=sgd"])
+    # ... unless the search starts afresh.
+    fresh = _search(tmp_path, ["tuner.max_trials=1", "optimizer=sgd", "tuner.overwrite=true"])
+    rows = read_summary(fresh.run_dir / "trials.csv")
+    assert [r["trial_id"] for r in rows] == ["0"]
+    assert "optimizer=sgd" in fresh.best["overrides"]
 
 
 @pytest.mark.slow
@@ -696,36 +702,42 @@ def _stop(processes):
 
 @pytest.mark.slow
 @pytest.mark.multiworker
-def test_distributed_search_runs_trials_on_both_tuners(tmp_path: Path):
+def test_launch_runs_a_distributed_search_on_both_workers(tmp_path: Path, monkeypatch):
+    """`python -m kdist.launch --workers 2 --module kdist.tune`: the chief serves the
+    oracle and runs trials, worker 1 runs trials too."""
+    import io
+
+    from kdist.launch import run as launch
+
+    monkeypatch.chdir(tmp_path)
     run_dir = tmp_path / "tune"
-    cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
-    args = [
-        "tuner.max_trials=4",
-        "trainer.epochs=2",
-        "tuner.verbose=0",
-        "trainer.verbose=0",
-        "tuner.distributed.timeout=20",
-        "tuner.distributed.connect_timeout=120",
-        f"hydra.run.dir={run_dir}",
-    ]
-    processes = [_tuner_process(tmp_path, i, cluster, args) for i in range(2)]
-    try:
-        codes = [p.wait(timeout=600) for p in processes]
-    finally:
-        _stop(processes)
-    logs = [(tmp_path / f"worker{i}.log").read_text() for i in range(2)]
-    assert codes == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+    output = io.StringIO()
+    code = launch(
+        2,
+        [
+            "tuner.max_trials=4",
+            "trainer.epochs=2",
+            "tuner.verbose=0",
+            "trainer.verbose=0",
+            "tuner.distributed.timeout=30",
+        ],
+        module="kdist.tune",
+        run_dir=run_dir,
+        timeout=600,
+        output=output,
+    )
+    assert code == 0, output.getvalue()[-4000:]
     rows = read_summary(run_dir / "trials.csv")
     assert len(rows) == 4 and {r["status"] for r in rows} == {"COMPLETED"}
     assert {r["tuner_id"] for r in rows} == {"chief", "worker1"}
     for row in rows:
-        assert (
-            json.loads((run_dir / row["run_dir"] / "result.json").read_text())["tuner_id"]
-            == row["tuner_id"]
-        )
+        record = json.loads((run_dir / row["run_dir"] / "result.json").read_text())
+        assert record["tuner_id"] == row["tuner_id"]
+        assert (run_dir / row["run_dir"] / "metrics.json").is_file()
     assert (run_dir / "best.yaml").is_file()
-    # Only the chief writes Hydra's files in the shared run directory.
+    # Hydra's own files in the shared run directory are the chief's only.
     assert (run_dir / ".hydra").is_dir() and (run_dir / "tune.log").is_file()
+    assert "[worker 1]" in output.getvalue() and "trial" in (run_dir / "tune.log").read_text()
 
 
 @pytest.mark.slow

@@ -57,7 +57,12 @@ def check_augment(augment_cfg: Any, input_shape: Sequence[int]) -> tuple[str | N
 
 
 def augment(
-    dataset: tf.data.Dataset, augment_cfg: Any, *, input_shape: Sequence[int], seed: int
+    dataset: tf.data.Dataset,
+    augment_cfg: Any,
+    *,
+    input_shape: Sequence[int],
+    seed: int,
+    skip: int = 0,
 ) -> tf.data.Dataset:
     """Apply the `data.augment` node to unbatched `(image, label)` examples.
 
@@ -68,6 +73,7 @@ def augment(
             each side before a random crop back to the image size; 0 for none).
         input_shape: `(height, width, channels)` of one image.
         seed: seed of the random stream.
+        skip: examples of the stream already used (a resumed run). Defaults to `0`.
 
     Returns:
         The augmented dataset (unchanged when nothing is enabled).
@@ -92,7 +98,7 @@ def augment(
             image = tf.image.stateless_random_crop(padded, (height, width, channels), seeds[2])
         return image, label
 
-    seeds = tf.data.Dataset.random(seed=seed).batch(2, drop_remainder=True)
+    seeds = tf.data.Dataset.random(seed=seed).batch(2, drop_remainder=True).skip(skip)
     return tf.data.Dataset.zip((dataset, seeds)).map(
         transform, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     )

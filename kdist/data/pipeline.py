@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
@@ -152,7 +153,12 @@ def make_dataset_fn(
         mode = resolve_shard_policy(policy, source, pipelines, split)
         if mode == "file":
             assert isinstance(source, FileSource)
-            ds = source.read(split, list(source.split_files(split))[index::pipelines])
+            mine = list(source.split_files(split))[index::pipelines]
+            log.info(
+                "%s data: input pipeline %d of %d reads %d file(s): %s",
+                split, index, pipelines, len(mine), ", ".join(Path(f).name for f in mine),
+            )
+            ds = source.read(split, mine)
         else:
             ds = source.dataset(split)
         if data_cfg.cache:
@@ -172,8 +178,15 @@ def make_dataset_fn(
         if mode == "data":
             ds = ds.shard(pipelines, index)
         if training:
-            # A different random stream per pipeline, the same for a given seed.
-            ds = augment(ds, augment_cfg, input_shape=source.input_shape, seed=seed * 7919 + index)
+            # A different random stream per pipeline, the same for a given seed; a resumed
+            # run continues it after the examples this pipeline already consumed.
+            ds = augment(
+                ds,
+                augment_cfg,
+                input_shape=source.input_shape,
+                seed=seed * 7919 + index,
+                skip=skip_examples // pipelines,
+            )
         ds = ds.batch(batch, drop_remainder=training)
         options = tf.data.Options()
         # kdist shards by input context itself; auto-sharding would shard twice.

@@ -2,6 +2,7 @@
 
 from kdist.tuning.distributed import (
     DeadlineOracleClient,
+    OracleError,
     OracleServer,
     OracleUnreachable,
     Role,
@@ -17,6 +18,7 @@ __all__ = [
     "DeadlineOracleClient",
     "FatalConfigError",
     "KdistTuner",
+    "OracleError",
     "OracleServer",
     "OracleUnreachable",
     "Role",

@@ -76,10 +76,10 @@ def check(cfg: DictConfig) -> Space:
     return Space.from_config(cfg.tuner.space)
 
 
-def _check_resume(project: Path, plan: TrialPlan, target: str, *, overwrite: bool) -> None:
+def _check_resume(project: Path, plan: TrialPlan, target: str) -> None:
     settings = {**plan.describe(), "tuner": target}
     path = project / _SEARCH_FILE
-    if path.is_file() and not overwrite:
+    if path.is_file():
         before = yaml.safe_load(path.read_text()) or {}
         for key, value in settings.items():
             if before.get(key) != value:
@@ -160,19 +160,14 @@ def run(
 
     oracle = oracles.build(tuner_cfg, hyperparameters=space.hyperparameters())
     project = run_dir / "keras_tuner"
-    overwrite = bool(tuner_cfg.overwrite) and role.is_chief
     if role.is_chief:
-        if overwrite:
-            for name in ("trials", "trials.csv", "best.yaml"):
+        if tuner_cfg.overwrite:
+            for name in ("keras_tuner", "trials", "trials.csv", "best.yaml"):
                 path = run_dir / name
                 shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
-        _check_resume(project, plan, str(tuner_cfg._target_), overwrite=overwrite)
+        _check_resume(project, plan, str(tuner_cfg._target_))
     tuner = KdistTuner(
-        oracle=oracle,
-        plan=plan,
-        run_dir=run_dir,
-        overwrite=overwrite,
-        heartbeat=float(distributed.heartbeat),
+        oracle=oracle, plan=plan, run_dir=run_dir, heartbeat=float(distributed.heartbeat)
     )
     if role.is_chief:
         oracle.trial_ended = lambda _: results.write_tables(oracle, plan=plan, run_dir=run_dir)
@@ -189,7 +184,13 @@ def run(
                 local_tuner=role.tuner_id if distributed.chief_runs_trials else None,
             ).start()
             tuner.save()
-            server.wait_for_tuners(role.expected_tuners, timeout=float(distributed.connect_timeout))
+            # Wait for the other tuners, so that the chief does not take every trial
+            # before they are up.
+            if distributed.chief_runs_trials:
+                count = role.expected_tuners  # the chief included
+            else:
+                count = max(role.expected_tuners - 1, 1)
+            server.wait_for_tuners(count, timeout=float(distributed.connect_timeout))
             if distributed.chief_runs_trials:
                 tuner.search()
             result.lost_tuners = server.drain(until_stopped=not distributed.chief_runs_trials)

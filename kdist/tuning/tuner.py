@@ -17,6 +17,7 @@ import keras
 import keras_tuner
 from keras_tuner.src import errors as kt_errors
 from keras_tuner.src.engine import trial as trial_module
+from omegaconf import OmegaConf
 
 from kdist.config.compose import format_hydra_error
 from kdist.config.errors import ConfigError
@@ -60,7 +61,6 @@ class KdistTuner(keras_tuner.Tuner):
         oracle: a keras-tuner oracle (`kdist.tuning.oracles.build`).
         plan: how trials become training configs.
         run_dir: the search's run directory.
-        overwrite: start afresh instead of resuming. Defaults to `False`.
         heartbeat: seconds between heartbeats to a remote oracle. Defaults to `5.0`.
 
     Raises:
@@ -73,7 +73,6 @@ class KdistTuner(keras_tuner.Tuner):
         oracle: Any,
         plan: TrialPlan,
         run_dir: str | Path,
-        overwrite: bool = False,
         heartbeat: float = 5.0,
     ):
         if heartbeat <= 0:
@@ -87,7 +86,9 @@ class KdistTuner(keras_tuner.Tuner):
             oracle=oracle,
             directory=str(self.run_dir),
             project_name="keras_tuner",
-            overwrite=overwrite,
+            # A fresh start is the caller's: `kdist.tuning.search.run` clears the folder
+            # on the chief only (keras-tuner's `overwrite` would delete it on every tuner).
+            overwrite=False,
         )
 
     # -- the search loop ---------------------------------------------------------------
@@ -166,11 +167,14 @@ class KdistTuner(keras_tuner.Tuner):
             raise kt_errors.FailedTrialError(
                 f"the trial's overrides do not compose: {format_hydra_error(error)}"
             ) from None
+        # The trial's config, also for a trial that fails before training writes it.
+        folder = self.trial_dir(trial.trial_id)
+        (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         # Layer names and other global Keras state start afresh in every trial (without
         # the forced garbage collection, which takes seconds once TensorFlow is loaded).
         keras.backend.clear_session(free_memory=False)
         try:
-            experiment = Experiment(cfg, run_dir=self.trial_dir(trial.trial_id))
+            experiment = Experiment(cfg, run_dir=folder)
             experiment.build_model()
         except ConfigError as error:
             if self.plan.space.owns(error.key):
