@@ -6,6 +6,9 @@ comparison id.
 
 from __future__ import annotations
 
-__all__ = ["NOTES"]
+__all__ = ["FINDINGS", "NOTES"]
 
 NOTES: dict[str, str] = {}
+
+# The analysis under "Findings" in a full run's results.md.
+FINDINGS = ""

@@ -70,12 +70,16 @@ def summary_table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def markdown(results: dict[str, Any], notes: dict[str, str] | None = None) -> str:
-    """The whole report: the machine, then one table per comparison group.
+def markdown(
+    results: dict[str, Any], notes: dict[str, str] | None = None, findings: str = ""
+) -> str:
+    """The whole report: the machine, one table per comparison group, then the findings.
 
     Args:
         results: the results JSON.
         notes: comparison id -> a note printed under its group's table. Defaults to `None`.
+        findings: markdown appended under "Findings" (analysis written from these
+            results and their profiles). Defaults to `""`.
 
     Returns:
         Markdown text.
@@ -139,4 +143,6 @@ def markdown(results: dict[str, Any], notes: dict[str, str] | None = None) -> st
         lines += ["## Suites not run", ""]
         lines += [f"- {name}: {why}" for name, why in skipped.items()]
         lines.append("")
+    if findings and results.get("mode") == "full":
+        lines += ["## Findings", "", findings.strip(), ""]
     return "\n".join(lines)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SUITES", "main", "run"]
+__all__ = ["SUITES", "main", "render", "run"]
 
 REPO = Path(__file__).resolve().parents[1]
 # Suite name -> module; each module has `run(ctx) -> list[Comparison]`.
@@ -83,7 +83,7 @@ def run(
     _setup_process()
     from benchmarks.context import Context
     from benchmarks.harness import load_average, machine, settle
-    from benchmarks.notes import NOTES
+    from benchmarks.notes import FINDINGS, NOTES
     from benchmarks.report import markdown
 
     unknown = [name for name in only or () if name not in SUITES]
@@ -136,12 +136,27 @@ def run(
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (out / "results.md").write_text(markdown(results, NOTES))
+    (out / "results.md").write_text(markdown(results, NOTES, FINDINGS))
     ctx.log(
         f"wrote {out / 'results.json'} and results.md: {results['summary']['met']} of "
         f"{len(targets)} targets met in {results['seconds']:.0f} s"
     )
     return results
+
+
+def render(results_json: Path) -> Path:
+    """Rewrite `results.md` beside `results_json` (with the current notes).
+
+    Returns:
+        The markdown file's path.
+    """
+    from benchmarks.notes import FINDINGS, NOTES
+    from benchmarks.report import markdown
+
+    results = json.loads(results_json.read_text())
+    path = results_json.with_name("results.md")
+    path.write_text(markdown(results, NOTES, FINDINGS))
+    return path
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -160,7 +175,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--workdir", type=Path, default=None, help="keep scratch files here")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument(
+        "--render",
+        type=Path,
+        default=None,
+        help="only rewrite results.md beside this results.json (e.g. after editing notes.py)",
+    )
     args = parser.parse_args(argv)
+    if args.render is not None:
+        render(args.render)
+        return
     if args.rounds is not None and args.rounds < 1:
         parser.error(f"--rounds ({args.rounds}) must be a positive integer")
     only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None

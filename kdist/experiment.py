@@ -294,6 +294,23 @@ class Experiment:
         set_data(self._train_dataset_fn(skip_examples=point.examples))
         return steps
 
+    def _earlier_epochs(self) -> list[dict[str, float]]:
+        """The epochs `history.csv` already holds (a resumed run), for `curves.png`."""
+        path = self.output_dir / "history.csv"
+        if not path.exists():
+            return []
+        records = []
+        with path.open(newline="") as handle:
+            for row in csv.DictReader(handle):
+                record = {}
+                for key, value in row.items():
+                    try:
+                        record[key] = float(value)
+                    except (TypeError, ValueError):
+                        continue
+                records.append(record)
+        return records
+
     def _trim_history(self, epoch: int) -> None:
         """Drop `history.csv` rows of epochs from `epoch` on: the resumed run redoes them.
 
@@ -347,8 +364,9 @@ class Experiment:
             if key == "backup":
                 backup = saver
         if cfg.best_model.monitor:
-            mode = monitor_mode(str(cfg.best_model.monitor), str(cfg.best_model.mode),
-                                self._directions())
+            mode = monitor_mode(
+                str(cfg.best_model.monitor), str(cfg.best_model.mode), self._directions()
+            )
             self.best_model = BestModelExport(
                 directory=self.output_dir, monitor=str(cfg.best_model.monitor), mode=mode
             )
@@ -383,8 +401,9 @@ class Experiment:
         resume_step = self.restore() if cfg.callbacks.backup.enabled else 0
         total_steps = int(cfg.trainer.epochs) * self.steps_per_epoch
         if resume_step >= total_steps:
-            log.info("the backup is at step %d of %d: training is already done", resume_step,
-                     total_steps)
+            log.info(
+                "the backup is at step %d of %d: training is already done", resume_step, total_steps
+            )
         first, last, listeners, align = self._fault_tolerance_callbacks(resume_step)
         with self.strategy.scope():
             configured = kdist_callbacks.build(
@@ -396,7 +415,12 @@ class Experiment:
         ours: list[keras.callbacks.Callback] = []
         # curves.png on the chief only: other workers' output_dir is a temporary folder.
         if cfg.callbacks.get("curves", True) and chief.is_chief(self.strategy):
-            ours.append(Curves(path=self.output_dir / "curves.png"))
+            ours.append(
+                Curves(
+                    path=self.output_dir / "curves.png",
+                    history=self._earlier_epochs() if resume_step else [],
+                )
+            )
         if verbose != 0:
             # Keras adds no bar of its own when a ProgbarLogger is in the list.
             ours.append(ProgressBar(examples_per_step=int(cfg.trainer.global_batch_size)))

@@ -28,7 +28,14 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-__all__ = ["SummaryCallback", "read_summary", "summary_row", "write_csv", "write_text_atomic"]
+__all__ = [
+    "SummaryCallback",
+    "plot_table",
+    "read_summary",
+    "summary_row",
+    "write_csv",
+    "write_text_atomic",
+]
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +169,20 @@ def write_csv(path: Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[s
     write_text_atomic(path, buffer.getvalue())
 
 
+def plot_table(path: Path, **kwargs: Any) -> None:
+    """Draw the sweep plot (objective per job or trial) next to a summary or trials table.
+
+    A plot is a convenience: failing to draw one (no finished job yet) is logged, never
+    raised, so it cannot stop a sweep.
+    """
+    from kdist.plots import write_sweep
+
+    try:
+        write_sweep(path, **kwargs)
+    except Exception as error:  # matplotlib and empty tables raise several types
+        log.info("no sweep plot for %s yet: %s", path.name, error)
+
+
 def read_summary(path: str | Path) -> list[dict[str, str]]:
     """The rows of a `summary.csv` (or `trials.csv`) as dictionaries of strings."""
     with open(path, newline="") as handle:
@@ -239,3 +260,4 @@ class SummaryCallback(Callback):
         path = sweep_dir / self.filename
         write_csv(path, ordered, _columns(ordered))
         log.debug("wrote %s (%d rows)", path, len(ordered))
+        plot_table(path)

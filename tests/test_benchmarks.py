@@ -156,10 +156,12 @@ def test_probe_lines_are_parsed_per_task():
     ]
 
 
-def test_profile_steps_writes_a_tensorboard_profile(tmp_path: Path):
+@pytest.mark.parametrize("strategy", ["one_device", "mirrored"])
+def test_profile_steps_writes_a_tensorboard_profile(strategy, tmp_path: Path):
     run_dir = tmp_path / "run"
     cfg = compose(
         [
+            f"strategy={strategy}",
             "trainer=fast_dev",
             "trainer.verbose=0",
             "callbacks=minimal",

@@ -142,6 +142,8 @@ def test_interrupted_mirrored_run_resumes_under_one_device(tmp_path: Path, caplo
     with (run_dir / "history.csv").open() as handle:
         epochs = [int(row["epoch"]) for row in csv.DictReader(handle)]
     assert epochs == [0, 1, 2]
+    # curves.png is drawn from all three epochs, not only the resumed ones.
+    assert (run_dir / "curves.png").is_file()
     # The resumed epoch's training metrics include the steps before the interruption.
     ref_loss = reference.metrics()["train"]["loss"]
     assert resumed.metrics()["train"]["loss"] == pytest.approx(ref_loss, rel=1e-4)

@@ -39,6 +39,8 @@ def test_multirun_writes_a_folder_per_job_and_summary_csv(tmp_path: Path):
     assert all((p / "metrics.json").is_file() for p in jobs)
     rows = read_summary(sweep / "summary.csv")
     assert len(rows) == 4
+    # The sweep plot sits next to the table (a real PNG).
+    assert (sweep / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert {(float(r["optimizer.learning_rate"]), r["model"]) for r in rows} == {
         (1e-3, "mlp"),
         (1e-3, "cnn"),

@@ -261,6 +261,7 @@ def test_random_search_writes_everything_and_reproduces(tmp_path: Path):
     run_dir = result.run_dir
     rows = read_summary(run_dir / "trials.csv")
     assert [r["trial_id"] for r in rows] == ["0", "1", "2"]
+    assert (run_dir / "trials.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert {r["status"] for r in rows} == {"COMPLETED"}
     assert {r["tuner_id"] for r in rows} == {"tuner0"}
     for column in ("val_accuracy", "optimizer.learning_rate", "model.units", "model.dropout"):

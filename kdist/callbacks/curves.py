@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +32,23 @@ class Curves(keras.callbacks.Callback):
         min_interval: least seconds between two writes before the end of training.
             Defaults to `60.0`; `0` writes after every epoch.
         title: a title over the panels. Defaults to `None`.
+        history: epochs recorded before this training started (a resumed run's earlier
+            epochs, e.g. read from `history.csv`). Defaults to `()`.
 
     Raises:
         ValueError: for a negative `min_interval`.
     """
 
-    def __init__(self, *, path: str | Path, min_interval: float = 60.0, title: str | None = None):
+    def __init__(
+        self,
+        *,
+        path: str | Path,
+        min_interval: float = 60.0,
+        title: str | None = None,
+        history: Sequence[Mapping[str, float]] = (),
+    ):
         super().__init__()
+        self._earlier = [dict(r) for r in history]
         if min_interval < 0:
             raise ValueError(f"`min_interval` ({min_interval}) must be >= 0.")
         self.path = Path(path)
@@ -47,7 +58,7 @@ class Curves(keras.callbacks.Callback):
         self._last_write = 0.0
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
-        self.records = []
+        self.records = list(self._earlier)
         self._last_write = time.monotonic()
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:

@@ -88,7 +88,8 @@ class ProfileSteps(keras.callbacks.Callback):
         self._steps_per_call = 1
 
     def _steps_done(self) -> int:
-        return int(self.model.optimizer.iterations)
+        # `.numpy()`: `int()` of a Keras variable fails when it wraps a MirroredVariable.
+        return int(self.model.optimizer.iterations.numpy())
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         self._previous = self._steps_done()

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from kdist.sweep import write_csv, write_text_atomic
+from kdist.sweep import plot_table, write_csv, write_text_atomic
 from kdist.tuning.oracles import TrialStatus, reason
 from kdist.tuning.plan import TrialPlan
 
@@ -133,5 +133,7 @@ def write_tables(oracle: Any, *, plan: TrialPlan, run_dir: Path) -> list[dict[st
     """Rewrite `trials.csv` and `best.yaml` in `run_dir` from the oracle's trials."""
     rows = trial_rows(oracle, plan=plan, trials_dir=run_dir / "trials")
     write_csv(run_dir / "trials.csv", rows, _columns(rows))
+    direction = str(getattr(oracle.objective, "direction", "") or "") or None
+    plot_table(run_dir / "trials.csv", direction=direction)
     write_best(run_dir / "best.yaml", oracle, plan=plan, run_dir=run_dir)
     return rows
