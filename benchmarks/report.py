@@ -78,8 +78,9 @@ def markdown(
     Args:
         results: the results JSON.
         notes: comparison id -> a note printed under its group's table. Defaults to `None`.
-        findings: markdown appended under "Findings" (analysis written from these
-            results and their profiles). Defaults to `""`.
+        findings: markdown appended under "Findings" (analysis written from a full
+            run of every suite and its profiles), shown for such runs only.
+            Defaults to `""`.
 
     Returns:
         Markdown text.
@@ -143,6 +144,7 @@ def markdown(
         lines += ["## Suites not run", ""]
         lines += [f"- {name}: {why}" for name, why in skipped.items()]
         lines.append("")
-    if findings and results.get("mode") == "full":
+    complete = all(state == "done" for state in results.get("suites", {}).values())
+    if findings and results.get("mode") == "full" and complete:
         lines += ["## Findings", "", findings.strip(), ""]
     return "\n".join(lines)

@@ -66,7 +66,7 @@ def run(
     workdir: Path | None = None,
     verbose: bool = True,
 ) -> dict[str, Any]:
-    """Run the suites and write `results.json` and `results.md` into `out`.
+    """Run the suites and write `results.json`, `results.md` and `machine.json` into `out`.
 
     Args:
         quick: short rounds, and the subprocess suites only when named in `only`.
@@ -136,6 +136,8 @@ def run(
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    machine_info = {**results["machine"], "load_average_end": results["load_average_end"]}
+    (out / "machine.json").write_text(json.dumps(machine_info, indent=2) + "\n")
     (out / "results.md").write_text(markdown(results, NOTES, FINDINGS))
     ctx.log(
         f"wrote {out / 'results.json'} and results.md: {results['summary']['met']} of "
@@ -145,7 +147,7 @@ def run(
 
 
 def render(results_json: Path) -> Path:
-    """Rewrite `results.md` beside `results_json` (with the current notes).
+    """Rewrite the markdown beside `results_json` (`results.md` for `results.json`).
 
     Returns:
         The markdown file's path.
@@ -154,7 +156,7 @@ def render(results_json: Path) -> Path:
     from benchmarks.report import markdown
 
     results = json.loads(results_json.read_text())
-    path = results_json.with_name("results.md")
+    path = results_json.with_suffix(".md")
     path.write_text(markdown(results, NOTES, FINDINGS))
     return path
 
@@ -179,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--render",
         type=Path,
         default=None,
-        help="only rewrite results.md beside this results.json (e.g. after editing notes.py)",
+        help="only rewrite the markdown beside this results JSON (e.g. after editing notes.py)",
     )
     args = parser.parse_args(argv)
     if args.render is not None:

@@ -49,6 +49,19 @@ def on_chief(strategy: Any, action: Callable[[], T]) -> T | None:
     return action() if is_chief(strategy) else None
 
 
+def scratch_prefix(run_dir: str | Path, task_type: str | None, task_id: int) -> str:
+    """The common start of the paths of a task's scratch folders for run `run_dir`."""
+    digest = hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[:10]
+    return str(Path(tempfile.gettempdir()) / f"kdist-{task_type}{task_id}-{digest}-")
+
+
+def remove_scratch(run_dir: str | Path, task_type: str | None, task_id: int) -> None:
+    """Remove every scratch folder of a task of run `run_dir` (e.g. after it was killed)."""
+    prefix = Path(scratch_prefix(run_dir, task_type, task_id))
+    for path in prefix.parent.glob(f"{prefix.name}*"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def scratch_dir(run_dir: str | Path, strategy: Any, purpose: str) -> Path:
     """An empty temporary folder for this task's throw-away writes in run `run_dir`.
 
@@ -57,8 +70,7 @@ def scratch_dir(run_dir: str | Path, strategy: Any, purpose: str) -> Path:
     restarted, and a finished run leaves nothing behind.
     """
     task_type, task_id = task_info(strategy)
-    digest = hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[:10]
-    path = Path(tempfile.gettempdir()) / f"kdist-{task_type}{task_id}-{digest}-{purpose}"
+    path = Path(f"{scratch_prefix(run_dir, task_type, task_id)}{purpose}")
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
     return path

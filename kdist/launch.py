@@ -38,6 +38,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO
 
+from kdist.chief import remove_scratch
 from kdist.cluster import tf_config_for
 
 __all__ = ["RESTART_EXIT_CODE", "free_ports", "main", "run"]
@@ -366,6 +367,9 @@ def run(
                         return 124
         finally:
             _stop(tasks, grace_seconds)
+            # A task killed before it could remove its scratch folders leaves them.
+            for task in tasks:
+                remove_scratch(resolved_dir, task.role, task.index)
         if status == 0:
             say("every task finished")
             return 0

@@ -223,3 +223,19 @@ def test_profile_steps_rejects_a_bad_range():
     for bad in ([3, 2], [0, 4], [7], [1, 2, 3]):
         with pytest.raises(ConfigError, match=r"callbacks\.tensorboard\.profile_steps"):
             profile_range(bad)
+
+
+def test_profile_steps_only_profiles_on_the_chief(monkeypatch):
+    """Other tasks' profiles would be thrown away (and two profiling processes crashed)."""
+    import tensorflow as tf
+
+    from kdist.callbacks import factory
+
+    monkeypatch.setattr(factory.chief, "is_chief", lambda strategy=None: False)
+    started = []
+    monkeypatch.setattr(tf.profiler.experimental, "start", lambda logdir: started.append(logdir))
+    profiler = ProfileSteps(log_dir="unused", first=1, last=2)
+    profiler._steps_done = lambda: 0  # no model needed
+    profiler.on_train_begin()
+    profiler.on_train_batch_begin(0)
+    assert started == []

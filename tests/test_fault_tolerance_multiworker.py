@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from helpers import REPO
 
+from kdist.chief import scratch_prefix
 from kdist.launch import run
 
 pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
@@ -144,4 +145,6 @@ def test_sigterm_to_one_worker_saves_on_both_and_resumes(tmp_path: Path, referen
     assert json.loads((run_dir / "metrics.json").read_text())["steps"] == 36
     assert _max_diff(_weights(run_dir), reference) < 1e-6
     assert not any(_alive(int(pid)) for pid in pids.values())
-    assert not list(Path("/tmp").glob("kdist-worker*"))
+    for index in (0, 1):
+        prefix = Path(scratch_prefix(run_dir, "worker", index))
+        assert not list(prefix.parent.glob(f"{prefix.name}*"))

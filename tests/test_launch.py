@@ -22,6 +22,7 @@ import pytest
 from helpers import compose
 
 import kdist
+from kdist.chief import scratch_prefix
 from kdist.launch import free_ports, run
 
 pytestmark = pytest.mark.multiworker
@@ -148,6 +149,9 @@ def test_sigkill_of_one_worker_stops_the_launch_within_60s(tmp_path: Path):
         assert elapsed < 60, elapsed
         assert "worker 1 exited with status 137" in text
         assert not any(_alive(pid) for pid in pids.values())
+        # The killed worker could not remove its scratch folders; the launcher did.
+        prefix = Path(scratch_prefix(tmp_path / "r", "worker", 1))
+        assert not list(prefix.parent.glob(f"{prefix.name}*"))
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)

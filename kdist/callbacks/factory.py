@@ -9,6 +9,7 @@ from typing import Any
 
 import keras
 
+from kdist import chief
 from kdist.config.build import instantiate
 from kdist.config.errors import ConfigError
 
@@ -65,8 +66,11 @@ class ProfileSteps(keras.callbacks.Callback):
     `trainer.steps_per_execution` steps are profiled (and the very first call is only
     predicted right when it starts at `first`: a call is assumed to run as many steps
     as the previous one). Steps are read from `optimizer.iterations`, so a resumed run
-    counts from where it resumed. The profile covers this process (the chief under
-    `parameter_server`). Open it in TensorBoard's Profile tab.
+    counts from where it resumed. The profile covers this process, and only the chief
+    profiles: other tasks' files would be thrown away, and a second process profiling
+    on the same machine crashed a worker (`munmap_chunk(): invalid pointer`, TF 2.21,
+    two local multi_worker_mirrored workers). Open it in TensorBoard's Profile tab.
+    Create it inside the strategy's scope (as `build` is called).
 
     Args:
         log_dir: the run's folder (`tensorboard/train`): the profile goes to its
@@ -86,6 +90,10 @@ class ProfileSteps(keras.callbacks.Callback):
         self._done = False
         self._previous = 0
         self._steps_per_call = 1
+        import tensorflow as tf
+
+        # Inside the scope this is the run's strategy (the default one outside).
+        self._done = not chief.is_chief(tf.distribute.get_strategy())
 
     def _steps_done(self) -> int:
         # `.numpy()`: `int()` of a Keras variable fails when it wraps a MirroredVariable.
