@@ -267,19 +267,18 @@ def _busy_processes() -> list[str]:
     """Other processes using the CPU right now (what makes the numbers noisy)."""
     try:
         out = subprocess.run(
-            ["ps", "-eo", "pcpu,args", "--sort=-pcpu", "--no-headers"],
+            ["ps", "-eo", "pid,pcpu,args", "--sort=-pcpu", "--no-headers"],
             capture_output=True,
             text=True,
             timeout=5,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    me = str(os.getpid())
     busy = []
     for line in out.splitlines()[:12]:
-        cpu, _, args = line.strip().partition(" ")
+        pid, cpu, args = [*line.split(None, 2), "", ""][:3]
         try:
-            if float(cpu) >= 10.0 and me not in args:
+            if int(pid) != os.getpid() and float(cpu) >= 10.0:
                 busy.append(f"{float(cpu):.0f}% {args.strip()[:90]}")
         except ValueError:
             continue

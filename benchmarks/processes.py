@@ -79,6 +79,7 @@ def launch_cluster(
     run_dir: Path,
     timeout: float = 900,
     prefix: str,
+    module: str = "kdist.train",
 ) -> Finished:
     """`kdist.launch.run` in this process (its tasks are processes); probes of `prefix`."""
     from kdist.launch import run
@@ -86,7 +87,15 @@ def launch_cluster(
     capture = _Capture()
     started = time.time()
     clock = time.perf_counter()
-    status = run(workers, list(overrides), ps=ps, run_dir=run_dir, timeout=timeout, output=capture)
+    status = run(
+        workers,
+        list(overrides),
+        ps=ps,
+        module=module,
+        run_dir=run_dir,
+        timeout=timeout,
+        output=capture,
+    )
     seconds = time.perf_counter() - clock
     text = capture.getvalue()
     return Finished(status, text, seconds, started, parse(text, prefix=prefix))

@@ -156,7 +156,11 @@ def make_dataset_fn(
             mine = list(source.split_files(split))[index::pipelines]
             log.info(
                 "%s data: input pipeline %d of %d reads %d file(s): %s",
-                split, index, pipelines, len(mine), ", ".join(Path(f).name for f in mine),
+                split,
+                index,
+                pipelines,
+                len(mine),
+                ", ".join(Path(f).name for f in mine),
             )
             ds = source.read(split, mine)
         else:

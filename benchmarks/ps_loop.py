@@ -1,0 +1,86 @@
+"""A hand-written parameter-server chief, to run in place of `kdist.train` for comparison.
+
+TensorFlow's "Parameter server training with a custom training loop" tutorial, on the
+cluster benchmark's job (the MNIST CNN on synthetic 28x28x1 data, global batch 128,
+Adam): `ClusterCoordinator.schedule` of a `tf.function` running 16 steps, a per-worker
+dataset, `join` at each epoch's end. It prints the same probe lines as kdist's run, so
+`kdist.launch` can start it as the chief:
+
+```python
+from kdist.launch import run
+run(workers=1, ps=1, module="benchmarks.ps_loop")
+```
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # after the log level, as a user's script would
+import tensorflow as tf
+
+__all__: list[str] = []
+
+BATCH, STEPS_PER_SCHEDULE, STEPS_PER_EPOCH, EPOCHS = 128, 16, 16, 2
+
+
+def main() -> None:
+    from kdist.data.builtin import synthetic
+    from kdist.models import build
+
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    x, y = synthetic(num_train=4096, num_validation=0).arrays("train")
+    with strategy.scope():
+        model = build("cnn", input_shape=(28, 28, 1), num_classes=10)
+        optimizer = keras.optimizers.Adam(1e-3)
+        optimizer.build(model.trainable_variables)
+        loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        return (
+            tf.data.Dataset.from_tensor_slices((x, y))
+            .cache()
+            .shuffle(4096, seed=42)
+            .repeat()
+            .batch(BATCH, drop_remainder=True)
+            .prefetch(tf.data.AUTOTUNE)
+        )
+
+    @tf.function
+    def per_worker_dataset_fn() -> tf.data.Dataset:
+        return strategy.distribute_datasets_from_function(dataset_fn)
+
+    iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
+
+    def step(features: tf.Tensor, labels: tf.Tensor) -> None:
+        with tf.GradientTape() as tape:
+            logits = model(features, training=True)
+            loss = tf.nn.compute_average_loss(loss_object(labels, logits), global_batch_size=BATCH)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
+
+    @tf.function
+    def train_function(iterator: object) -> None:
+        for _ in tf.range(STEPS_PER_SCHEDULE):
+            strategy.run(step, args=next(iterator))  # type: ignore[call-overload]
+
+    for epoch in range(EPOCHS):
+        started = time.perf_counter()
+        for _ in range(STEPS_PER_EPOCH // STEPS_PER_SCHEDULE):
+            coordinator.schedule(train_function, args=(iterator,))
+        coordinator.join()
+        seconds = time.perf_counter() - started
+        print(
+            f"kdist-bench epoch index={epoch} seconds={seconds:.6f} steps={STEPS_PER_EPOCH} "
+            f"batch={BATCH}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
