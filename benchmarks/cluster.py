@@ -18,7 +18,7 @@ from benchmarks.context import Context
 from benchmarks.harness import Case, Comparison, Target, interleave, load_average, summarize
 from benchmarks.processes import Finished, launch_cluster, run_command
 
-__all__ = ["GROUP", "JOB", "run"]
+__all__ = ["GROUP", "JOB", "run", "run_against_loops"]
 
 GROUP = "5. strategies on this machine"
 
@@ -107,6 +107,28 @@ class _Runs:
         self.extra[PS].append(extra)
         return value
 
+    def hand_multi_worker(self) -> float:
+        done = launch_cluster(
+            workers=2,
+            ps=0,
+            overrides=[],
+            run_dir=self._dir("hand_mwms"),
+            prefix="[worker 0]",
+            module="benchmarks.mwms_loop",
+        )
+        return _throughput(done, "benchmarks.mwms_loop on 2 workers")[0]
+
+    def hand_parameter_server(self) -> float:
+        done = launch_cluster(
+            workers=1,
+            ps=1,
+            overrides=[],
+            run_dir=self._dir("hand_ps"),
+            prefix="[chief 0]",
+            module="benchmarks.ps_loop",
+        )
+        return _throughput(done, "benchmarks.ps_loop with 1 worker and 1 ps")[0]
+
 
 def _details(runs: _Runs, name: str) -> dict[str, Any]:
     extra = runs.extra[name]
@@ -122,6 +144,63 @@ def _details(runs: _Runs, name: str) -> dict[str, Any]:
         if extra
         else None,
     }
+
+
+HAND_MWMS, HAND_PS = "hand-written, 2 local workers", "hand-written PS"
+
+
+def run_against_loops(ctx: Context) -> list[Comparison]:
+    """kdist's local clusters against the same clusters running TensorFlow's tutorial loops
+    (`benchmarks/mwms_loop.py`, `benchmarks/ps_loop.py`): whether the gap to one process is
+    kdist's or the cluster's. Suite `cluster_loops`, run only when named in `--only`."""
+    runs = _Runs(ctx)
+    sides: dict[str, Callable[[], float]] = {
+        ONE: runs.one,
+        MWMS: runs.multi_worker,
+        HAND_MWMS: runs.hand_multi_worker,
+        PS: runs.parameter_server,
+        HAND_PS: runs.hand_parameter_server,
+    }
+    rounds = ctx.rounds_for(7)
+    ctx.log(f"cluster_loops: {', '.join(sides)}; {rounds} rounds of {EPOCHS} epochs each")
+    before = load_average()
+    samples = interleave([Case(name, fn) for name, fn in sides.items()], rounds, warmup=0)
+    load = {"before": before, "after": load_average()}
+    common = {
+        "group": GROUP,
+        "samples": samples,
+        "unit": "examples/s",
+        "lower_is_better": False,
+        "load": load,
+        "details": _details(runs, ONE),
+    }
+    pairs = [
+        (
+            "cluster/mwms2_kdist_vs_loop",
+            "2 local workers: kdist / hand-written loop",
+            MWMS,
+            HAND_MWMS,
+        ),
+        (
+            "cluster/mwms2_loop_vs_one_process",
+            "2 local workers, hand-written / 1 process",
+            HAND_MWMS,
+            ONE,
+        ),
+        ("cluster/ps_kdist_vs_loop", "parameter server: kdist / hand-written loop", PS, HAND_PS),
+        (
+            "cluster/ps_loop_vs_one_process",
+            "parameter server, hand-written / 1 process",
+            HAND_PS,
+            ONE,
+        ),
+        ("cluster/mwms2_vs_one_process_again", "2 local workers (kdist) / 1 process", MWMS, ONE),
+        ("cluster/ps_vs_one_process_again", "parameter server (kdist) / 1 process", PS, ONE),
+    ]
+    return [
+        summarize(id=id_, title=f"MNIST CNN, batch 128: {title}", a=a, b=b, **common)
+        for id_, title, a, b in pairs
+    ]
 
 
 def run(ctx: Context) -> list[Comparison]:

@@ -144,7 +144,10 @@ def markdown(
         lines += ["## Suites not run", ""]
         lines += [f"- {name}: {why}" for name, why in skipped.items()]
         lines.append("")
-    complete = all(state == "done" for state in results.get("suites", {}).values())
+    complete = all(
+        state == "done" or state.startswith("on request")
+        for state in results.get("suites", {}).values()
+    )
     if findings and results.get("mode") == "full" and complete:
         lines += ["## Findings", "", findings.strip(), ""]
     return "\n".join(lines)

@@ -32,9 +32,13 @@ SUITES = {
     "input": "benchmarks.input_pipeline",
     "cluster": "benchmarks.cluster",
     "startup": "benchmarks.startup",
+    # Not in a default run: only when named in --only.
+    "cluster_loops": "benchmarks.cluster_loops",
 }
 # Suites that start other processes: minutes, not seconds; not in quick mode.
-SUBPROCESS_SUITES = ("cluster", "startup")
+SUBPROCESS_SUITES = ("cluster", "startup", "cluster_loops")
+# Suites that run only when `--only` names them (spot checks).
+ON_REQUEST = ("cluster_loops",)
 
 
 def _setup_process() -> None:
@@ -107,6 +111,9 @@ def run(
         for name, module_name in SUITES.items():
             if only and name not in only:
                 results["suites"][name] = "not selected"
+                continue
+            if not only and name in ON_REQUEST:
+                results["suites"][name] = "on request: run it with --only"
                 continue
             if quick and not only and name in SUBPROCESS_SUITES:
                 results["suites"][name] = "skipped in quick mode (starts processes)"

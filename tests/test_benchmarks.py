@@ -82,6 +82,7 @@ def test_quick_mode_writes_json_and_markdown(tmp_path: Path):
         if row["target"] is not None:
             assert isinstance(row["met"], bool)
     assert results["suites"]["cluster"].startswith("skipped")
+    assert results["suites"]["cluster_loops"].startswith("on request")
     assert results["summary"]["targets"] == sum(
         r["met"] is not None for r in results["comparisons"]
     )
