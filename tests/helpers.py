@@ -347,3 +347,23 @@ def option_overrides(group: str, option: str, root: Path) -> list[str]:
         name = build_tiny_tfds(root / "tfds", train=128, test=32)
         return [f"data.source.name={name}", f"data.source.data_dir={root / 'tfds'}"]
     return []
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie, exited but not yet waited for, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def launch_pids(text: str) -> dict[str, int]:
+    """Task name -> pid, from `kdist.launch` output (`[launch] worker 1 pid 123`)."""
+    import re
+
+    return {m[0]: int(m[1]) for m in re.findall(r"\[launch\] (\w+ \d+) pid (\d+)", text)}

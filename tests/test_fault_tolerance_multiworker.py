@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import REPO
+from helpers import REPO, alive
 
 from kdist.chief import scratch_prefix
 from kdist.launch import run
@@ -41,15 +41,6 @@ def _weights(run_dir: Path) -> list[np.ndarray]:
 
 def _max_diff(a, b) -> float:
     return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b, strict=True))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as handle:
-        return handle.read().split(") ", 1)[1][0] != "Z"
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +135,7 @@ def test_sigterm_to_one_worker_saves_on_both_and_resumes(tmp_path: Path, referen
     assert 12 <= step < 36 and step % 1000 != 0
     assert json.loads((run_dir / "metrics.json").read_text())["steps"] == 36
     assert _max_diff(_weights(run_dir), reference) < 1e-6
-    assert not any(_alive(int(pid)) for pid in pids.values())
+    assert not any(alive(int(pid)) for pid in pids.values())
     for index in (0, 1):
         prefix = Path(scratch_prefix(run_dir, "worker", index))
         assert not list(prefix.parent.glob(f"{prefix.name}*"))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import compose
+from helpers import alive, compose, launch_pids
 
 import kdist
 from kdist.chief import scratch_prefix
@@ -39,23 +39,6 @@ EXACT = [
     "optimizer.learning_rate=0.05",
     "runtime.seed=7",
 ]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie has exited; only its parent's wait is missing.
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _pids(text: str) -> dict[str, int]:
-    return {m[0]: int(m[1]) for m in re.findall(r"\[launch\] (\w+ \d+) pid (\d+)", text)}
 
 
 def _temp_leftovers() -> set[str]:
@@ -88,7 +71,7 @@ def test_two_workers_match_one_device_and_only_the_chief_writes(tmp_path: Path):
     names = {p.name for p in run_dir.iterdir()}
     assert {"metrics.json", "model.keras", "history.csv", "train.log", ".hydra"} <= names
     assert _temp_leftovers() <= before
-    assert not any(_alive(pid) for pid in _pids(text).values())
+    assert not any(alive(pid) for pid in launch_pids(text).values())
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["strategy"] == "CollectiveAllReduceStrategy"
     assert metrics["num_replicas"] == 2
@@ -139,7 +122,7 @@ def test_sigkill_of_one_worker_stops_the_launch_within_60s(tmp_path: Path):
             if "[worker 0] Epoch 3/" in line:
                 break
             assert time.monotonic() < deadline, "training did not start in time"
-        pids = _pids("".join(seen))
+        pids = launch_pids("".join(seen))
         os.kill(pids["worker 1"], signal.SIGKILL)
         killed_at = time.monotonic()
         rest, _ = launcher.communicate(timeout=90)
@@ -148,7 +131,7 @@ def test_sigkill_of_one_worker_stops_the_launch_within_60s(tmp_path: Path):
         assert launcher.returncode != 0
         assert elapsed < 60, elapsed
         assert "worker 1 exited with status 137" in text
-        assert not any(_alive(pid) for pid in pids.values())
+        assert not any(alive(pid) for pid in pids.values())
         # The killed worker could not remove its scratch folders; the launcher did.
         prefix = Path(scratch_prefix(tmp_path / "r", "worker", 1))
         assert not list(prefix.parent.glob(f"{prefix.name}*"))
@@ -184,7 +167,7 @@ def test_a_failing_task_stops_the_others_and_restarts_are_counted(tmp_path: Path
     assert time.monotonic() - started < 60
     assert text.count("[worker 1] started 1") == 2  # the first run and one restart
     assert "restart 1 of 1" in text
-    assert not any(_alive(pid) for pid in _pids(text).values())
+    assert not any(alive(pid) for pid in launch_pids(text).values())
 
 
 @pytest.fixture(autouse=True)
@@ -199,7 +182,7 @@ def test_timeout_stops_everything(tmp_path: Path):
     log = io.StringIO()
     code = run(2, [], module="sleepy", timeout=3, grace_seconds=1, output=log, run_dir=tmp_path)
     assert code == 124
-    assert not any(_alive(pid) for pid in _pids(log.getvalue()).values())
+    assert not any(alive(pid) for pid in launch_pids(log.getvalue()).values())
 
 
 def test_cli_rejects_bad_arguments(tmp_path: Path):
@@ -249,7 +232,7 @@ def test_cnn_on_two_workers_reaches_095(tmp_path: Path):
     assert metrics["validation"]["accuracy"] >= 0.95
     finals = re.findall(r"\[(worker \d)\] validation accuracy: ([\d.]+)", text)
     assert len(finals) == 2 and finals[0][1] == finals[1][1]
-    assert not any(_alive(pid) for pid in _pids(text).values())
+    assert not any(alive(pid) for pid in launch_pids(text).values())
 
 
 @pytest.mark.slow
@@ -309,7 +292,7 @@ def test_collective_timeout_turns_a_stalled_worker_into_an_error(tmp_path: Path)
             if "[worker 0] Epoch 3/" in line:
                 break
             assert time.monotonic() < deadline, "training did not start in time"
-        pids = _pids("".join(seen))
+        pids = launch_pids("".join(seen))
         os.kill(pids["worker 1"], signal.SIGSTOP)  # alive but silent: no heartbeat loss yet
         stopped_at = time.monotonic()
         rest, _ = launcher.communicate(timeout=120)
@@ -318,7 +301,7 @@ def test_collective_timeout_turns_a_stalled_worker_into_an_error(tmp_path: Path)
         assert launcher.returncode != 0
         assert "DeadlineExceeded" in text or "Unavailable" in text
         assert elapsed < 60, elapsed
-        assert not any(_alive(pid) for pid in pids.values())
+        assert not any(alive(pid) for pid in pids.values())
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)

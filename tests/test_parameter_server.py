@@ -23,7 +23,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import REPO, compose
+from helpers import REPO, alive, compose, launch_pids
 
 import kdist
 from kdist.cluster import parse_tf_config, tf_config_for
@@ -40,22 +40,6 @@ from kdist.models.wide_and_deep import FieldBuckets, wide_deep
 from kdist.strategies.parameter_server import parameter_server, partitioner
 
 DIGITS = ["strategy=parameter_server", "model=mlp", "data=digits", "trainer.verbose=2"]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _pids(text: str) -> dict[str, int]:
-    return {m[0]: int(m[1]) for m in re.findall(r"\[launch\] (\w+ \d+) pid (\d+)", text)}
 
 
 def _no_cluster_env(monkeypatch) -> None:
@@ -365,7 +349,7 @@ def test_digits_on_two_workers_and_one_ps(tmp_path: Path):
     # The progress bar (one line per epoch at verbose=2) follows the scheduled steps.
     assert len(re.findall(r"\[chief 0\] 22/22 - .* steps/s - .* val_accuracy", text)) == 10
     assert "[launch] every task finished" in text
-    assert not any(_alive(pid) for pid in _pids(text).values())
+    assert not any(alive(pid) for pid in launch_pids(text).values())
 
 
 def _launch(tmp_path: Path, overrides: list[str], *, ps: int = 1) -> subprocess.Popen:
@@ -409,7 +393,7 @@ def test_killing_the_ps_stops_the_chief_with_a_clear_error(tmp_path: Path):
     launcher = _launch(tmp_path, [*DIGITS, "trainer.epochs=200"])
     try:
         seen = _read_until(launcher, "[chief 0] Epoch 3/")
-        pids = _pids("".join(seen))
+        pids = launch_pids("".join(seen))
         os.kill(pids["ps 0"], signal.SIGKILL)
         killed_at = time.monotonic()
         rest, _ = launcher.communicate(timeout=120)
@@ -422,7 +406,7 @@ def test_killing_the_ps_stops_the_chief_with_a_clear_error(tmp_path: Path):
         assert "[chief 0] kdist: error: parameter server ps 0" in text
         line = re.search(r"parameter server ps 0 \(127\.0\.0\.1:\d+\) is unreachable: \S+", text)
         assert line, text[-3000:]
-        assert not any(_alive(pid) for pid in pids.values())
+        assert not any(alive(pid) for pid in pids.values())
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
@@ -445,14 +429,14 @@ def test_killing_a_worker_keeps_training(tmp_path: Path):
     launcher = _launch(tmp_path, [*DIGITS, f"trainer.epochs={epochs}"])
     try:
         seen = _read_until(launcher, "[chief 0] Epoch 3/")
-        pids = _pids("".join(seen))
+        pids = launch_pids("".join(seen))
         os.kill(pids["worker 1"], signal.SIGKILL)
         rest, _ = launcher.communicate(timeout=300)
         text = "".join(seen) + rest
         assert launcher.returncode == 0, text[-3000:]
         assert "[launch] worker 1 exited with status 137; training goes on with 1 worker(s)" in text
         assert "[launch] every task finished" in text
-        assert not any(_alive(pid) for pid in pids.values())
+        assert not any(alive(pid) for pid in pids.values())
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
@@ -470,14 +454,14 @@ def test_losing_every_worker_stops_the_run(tmp_path: Path):
     launcher = _launch(tmp_path, [*DIGITS, "trainer.epochs=200"])
     try:
         seen = _read_until(launcher, "[chief 0] Epoch 2/")
-        pids = _pids("".join(seen))
+        pids = launch_pids("".join(seen))
         os.kill(pids["worker 0"], signal.SIGKILL)
         os.kill(pids["worker 1"], signal.SIGKILL)
         rest, _ = launcher.communicate(timeout=120)
         text = "".join(seen) + rest
         assert launcher.returncode == 137, text[-3000:]
         assert "[launch] no worker is left" in text
-        assert not any(_alive(pid) for pid in pids.values())
+        assert not any(alive(pid) for pid in pids.values())
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
@@ -536,7 +520,7 @@ def test_embedding_recipe_shards_its_tables_over_two_ps(tmp_path: Path, monkeypa
     assert metrics["steps"] == 5 * 78
     assert metrics["validation"]["accuracy"] >= 0.8
     assert (tmp_path / "run" / "model.keras").is_file()
-    assert not any(_alive(pid) for pid in _pids(text).values())
+    assert not any(alive(pid) for pid in launch_pids(text).values())
 
 
 @pytest.mark.slow
@@ -572,14 +556,14 @@ def test_a_restarted_cluster_resumes_sharded_training_from_the_backup(tmp_path: 
     )
     try:
         seen = _read_until(launcher, "[chief 0] Epoch 3/")
-        first = _pids("".join(seen))
+        first = launch_pids("".join(seen))
         os.kill(first["chief 0"], signal.SIGKILL)
         rest, _ = launcher.communicate(timeout=600)
         text = "".join(seen) + rest
         assert launcher.returncode == 0, text[-3000:]
         assert "[launch] restart 1 of 1" in text
         assert re.search(r"resuming from \S+/backup/ckpt-\d+", text), text[-3000:]
-        assert not any(_alive(pid) for pid in first.values())
+        assert not any(alive(pid) for pid in first.values())
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)

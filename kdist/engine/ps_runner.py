@@ -20,7 +20,7 @@ import tensorflow as tf
 from tensorflow.python.distribute.sharded_variable import ShardedVariable
 
 from kdist.data.pipeline import DatasetFn
-from kdist.engine.runner import Logs, Runner
+from kdist.engine.runner import Logs, Runner, metric_results, to_floats
 
 __all__ = [
     "ParameterServerRunner",
@@ -384,7 +384,7 @@ class ParameterServerRunner(Runner):
                 self.val_loss.update_state(self._per_example_loss(y, logits))
                 for metric in self.val_metrics:
                     metric.update_state(y, logits)
-            return _results(self.val_loss, self.val_metrics)
+            return metric_results(self.val_loss, self.val_metrics)
 
         return eval_function
 
@@ -475,13 +475,13 @@ class ParameterServerRunner(Runner):
                 )
                 remaining -= count
                 self._wait(self.max_in_flight)
-            return _results(self.train_loss, self.train_metrics)
+            return metric_results(self.train_loss, self.train_metrics)
 
     def train_loop_end(self) -> dict[str, float]:
         with self._parameter_servers():
             self.coordinator.join()
             self._in_flight.clear()
-            return _to_floats(_results(self.train_loss, self.train_metrics))
+            return to_floats(metric_results(self.train_loss, self.train_metrics))
 
     def evaluate(self) -> dict[str, float]:
         if self._eval_fn is None or self._val_data is None:
@@ -490,7 +490,7 @@ class ParameterServerRunner(Runner):
             self.val_loss.reset_state()
             for metric in self.val_metrics:
                 metric.reset_state()
-            return _to_floats(self._eval_fn(iter(self._val_data)))
+            return to_floats(self._eval_fn(iter(self._val_data)))
 
     # -- resuming ----------------------------------------------------------------------
 
@@ -510,21 +510,6 @@ class ParameterServerRunner(Runner):
     def train_metric_variables(self) -> list[Any]:
         """The running training metrics' variables, saved with checkpoints."""
         return [v.value for m in (self.train_loss, *self.train_metrics) for v in m.variables]
-
-
-def _results(loss: keras.metrics.Metric, metrics: Sequence[keras.metrics.Metric]) -> Logs:
-    logs = {"loss": loss.result()}
-    for metric in metrics:
-        result = metric.result()
-        if isinstance(result, dict):
-            logs.update(result)
-        else:
-            logs[metric.name] = result
-    return logs
-
-
-def _to_floats(logs: Logs) -> dict[str, float]:
-    return {name: float(value) for name, value in logs.items()}
 
 
 def _cluster_spec(strategy: tf.distribute.Strategy) -> dict[str, list[str]]:

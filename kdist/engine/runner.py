@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["Logs", "Runner"]
+__all__ = ["Logs", "Runner", "metric_results", "to_floats"]
 
 # Metric name -> value (a scalar tensor between steps, a float at epoch ends).
 Logs = Mapping[str, Any]
@@ -36,3 +36,23 @@ class Runner(abc.ABC):
     @abc.abstractmethod
     def evaluate(self) -> dict[str, float]:
         """Run the validation data once and return its metrics as floats."""
+
+
+def metric_results(loss: Any, metrics: Sequence[Any]) -> Logs:
+    """`{"loss": ..., <metric name>: ...}` from a loss tracker and Keras metrics.
+
+    A metric whose result is a dict contributes each of its entries.
+    """
+    logs = {"loss": loss.result()}
+    for metric in metrics:
+        result = metric.result()
+        if isinstance(result, dict):
+            logs.update(result)
+        else:
+            logs[metric.name] = result
+    return logs
+
+
+def to_floats(logs: Logs) -> dict[str, float]:
+    """The logs with every value as a Python float."""
+    return {name: float(value) for name, value in logs.items()}

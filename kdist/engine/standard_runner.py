@@ -9,7 +9,7 @@ import keras
 import tensorflow as tf
 
 from kdist.data.pipeline import DatasetFn
-from kdist.engine.runner import Logs, Runner
+from kdist.engine.runner import Logs, Runner, metric_results, to_floats
 
 __all__ = ["StandardRunner"]
 
@@ -133,7 +133,7 @@ class StandardRunner(Runner):
         def train_function(iterator: Any, num_steps: tf.Tensor) -> Logs:
             for _ in tf.range(num_steps):
                 strategy.run(replica_step, args=(next(iterator),))
-            return self._results(self.train_loss, self.train_metrics)
+            return metric_results(self.train_loss, self.train_metrics)
 
         return train_function
 
@@ -157,20 +157,9 @@ class StandardRunner(Runner):
         def eval_function() -> Logs:
             for batch in dataset:
                 strategy.run(replica_step, args=(batch,))
-            return self._results(self.val_loss, self.val_metrics)
+            return metric_results(self.val_loss, self.val_metrics)
 
         return eval_function
-
-    @staticmethod
-    def _results(loss: keras.metrics.Metric, metrics: Sequence[keras.metrics.Metric]) -> Logs:
-        logs = {"loss": loss.result()}
-        for metric in metrics:
-            result = metric.result()
-            if isinstance(result, dict):
-                logs.update(result)
-            else:
-                logs[metric.name] = result
-        return logs
 
     def set_train_dataset_fn(self, dataset_fn: DatasetFn) -> None:
         """Replace the training data (e.g. advanced to a resumed position).
@@ -235,18 +224,14 @@ class StandardRunner(Runner):
         # The last call's results are the metrics' values now: nothing ran since.
         logs = self._last_logs
         if logs is None:  # no step in this epoch (e.g. stopped before the first call)
-            logs = self._results(self.train_loss, self.train_metrics)
-        return _to_floats(logs)
+            logs = metric_results(self.train_loss, self.train_metrics)
+        return to_floats(logs)
 
     def evaluate(self) -> dict[str, float]:
         if self._eval_fn is None:
             return {}
         self._reset_val()
-        return _to_floats(self._eval_fn())
-
-
-def _to_floats(logs: Logs) -> dict[str, float]:
-    return {name: float(value) for name, value in logs.items()}
+        return to_floats(self._eval_fn())
 
 
 def _compiled_reset(metrics: Sequence[keras.metrics.Metric]) -> Callable[[], None]:
