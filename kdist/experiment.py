@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import functools
 import json
 import logging
 import os
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 from omegaconf import DictConfig, OmegaConf
 
@@ -32,13 +32,25 @@ from kdist.callbacks.factory import monitor_mode
 from kdist.callbacks.guards import NonFiniteGuard
 from kdist.callbacks.preemption import PreemptionSave
 from kdist.callbacks.progress import ProgressBar
+from kdist.compiling import (
+    build_loss,
+    build_loss_weights,
+    build_metrics,
+    check_class_weight,
+    check_output_names,
+    is_sparse_classification_loss,
+    loss_names,
+)
 from kdist.config.build import instantiate
 from kdist.config.errors import ConfigError
 from kdist.config.validate import validate
 from kdist.data import Source, make_dataset_fn, steps_per_epoch
-from kdist.engine import FitResult, Runner, StandardRunner
+from kdist.data.source import ArraySource
+from kdist.engine import FitResult, Runner, StandardRunner, build_for_training
 from kdist.engine import fit as engine_fit
-from kdist.engine.ps_runner import ParameterServerRunner, savable_model, training_variables
+from kdist.engine.building import rebuild_in_scope
+from kdist.engine.ps_runner import ParameterServerRunner
+from kdist.engine.sharded import savable_model
 
 __all__ = ["Experiment"]
 
@@ -104,7 +116,13 @@ class Experiment:
             self.source, batch, cfg.trainer.get("steps_per_epoch")
         )
         self.output_dir = chief.writable_dir(self.run_dir, self.strategy)
-        self._check_objective()
+        self.cluster_strategy = isinstance(
+            self.strategy,
+            (
+                tf.distribute.MultiWorkerMirroredStrategy,
+                tf.distribute.ParameterServerStrategy,
+            ),
+        )
         self.model: keras.Model | None = None
         self.optimizer: keras.optimizers.Optimizer | None = None
         self.runner: Runner | None = None
@@ -131,46 +149,94 @@ class Experiment:
         return source
 
     def _directions(self) -> dict[str, str]:
+        """`min`/`max` of each metric the run logs, from the metrics' own `_direction`."""
         directions = {"loss": "min"}
-        for metric in self._make_metrics():
+        if self.model is None:
+            return directions
+        pending = list(self.model.metrics)
+        while pending:
+            metric = pending.pop()
+            # CompileMetrics holds the compiled metrics (per output) inside it.
+            pending.extend(getattr(metric, "_flat_metrics", None) or [])
             direction = getattr(metric, "_direction", None)
             if direction in ("up", "down"):
                 directions[metric.name] = "max" if direction == "up" else "min"
         return directions
 
-    def _check_objective(self) -> None:
+    def _check_objective(self, logged: Sequence[str]) -> None:
+        """`objective.name` must be something this run logs (checked once the model is built)."""
         objective = self.cfg.get("objective")
         if objective is None:
             return
-        names = ["loss", *(metric.name for metric in self._make_metrics())]
-        if objective.name not in [*names, *(f"val_{name}" for name in names)]:
+        validates = bool(self.cfg.trainer.validation) and self.source.size("validation") > 0
+        if objective.name not in [*logged, *(f"val_{name}" for name in logged)]:
             raise ConfigError(
                 "objective.name",
                 "is not a metric of this run",
                 value=objective.name,
-                hint=f"use one of: {', '.join(names)} (val_<name> for validation)",
+                hint=f"use one of: {', '.join(logged)} (val_<name> for validation)",
             )
-        validates = bool(self.cfg.trainer.validation) and self.source.size("validation") > 0
         if str(objective.name).startswith("val_") and not validates:
             # Training still makes sense; sweeps and the tuner get no value (the tuner stops).
             log.warning("objective %s needs validation, which this run has not", objective.name)
 
-    def _make_metrics(self) -> list[keras.metrics.Metric]:
-        return [instantiate(node, _convert_="all") for node in self.cfg.trainer.metrics or []]
+    def _dataset_fn(self, split: str, skip_examples: int = 0) -> Any:
+        return make_dataset_fn(
+            self.source,
+            split,
+            self.cfg.data,
+            global_batch_size=int(self.cfg.trainer.global_batch_size),
+            seed=int(self.cfg.runtime.seed),
+            skip_examples=skip_examples,
+            class_weight=check_class_weight(self.cfg.trainer.get("class_weight"))
+            if split == "train"
+            else None,
+        )
+
+    def _check_targets(self) -> None:
+        """Classification losses need class ids (or one-hot rows): say so before training."""
+        loss = self.cfg.trainer.get("loss")
+        if not is_sparse_classification_loss(loss) or not isinstance(self.source, ArraySource):
+            return
+        targets = self.source.arrays("train")[1]
+        if isinstance(targets, dict):
+            return
+        if not np.issubdtype(targets.dtype, np.integer):
+            raise ConfigError(
+                "trainer.loss",
+                f"needs integer class ids, but the targets are {targets.dtype}",
+                value=loss_names(loss)[0],
+                hint="for float targets use a regression loss, e.g. trainer.loss=mse "
+                "trainer.metrics=[mae]",
+            )
 
     def build_model(self, model: keras.Model | None = None) -> keras.Model:
         """Build the model, optimizer, loss and metrics inside `strategy.scope()`.
 
+        Models that create their variables on the first call (subclassed models, layers
+        without an input shape) are built here from the data's element spec, before the
+        optimizer, as `fit` does.
+
         Args:
-            model: a model to use instead of building `cfg.model`, e.g. one reloaded
-                with `kdist.export.load_model` (create it inside `strategy.scope()`).
-                Defaults to `None`.
+            model: a model to use instead of building `cfg.model`. Defaults to `None`.
+                When it is already compiled (e.g. in a notebook), its compile is kept:
+                its loss, loss weights, metrics and optimizer (with its configuration)
+                replace `trainer.loss`, `trainer.metrics` and `optimizer`. A model made
+                outside `strategy.scope()` under a distributed strategy is rebuilt in
+                the scope from its config, with its weights and compile configuration
+                (the optimizer restarts from its configuration, without slots).
 
         Returns:
-            The compiled `keras.Model` (compiled so that `model.keras` reloads with its
-            optimizer and loss; training runs through the kdist engine, not `fit`).
+            The compiled, built `keras.Model` (compiled so that `model.keras` reloads
+            with its optimizer and loss; training runs through the kdist engine).
+
+        Raises:
+            ConfigError: naming the key, for a loss or metric Keras does not know, loss
+                keys that are not the model's outputs, targets a classification loss
+                cannot take, or an objective the run does not log.
         """
         cfg = self.cfg
+        self._check_targets()
         with self.strategy.scope():
             if model is None:
                 model = models.from_config(
@@ -178,57 +244,49 @@ class Experiment:
                     input_shape=self.source.input_shape,
                     num_classes=self.source.num_classes,
                 )
-            optimizer = optimizers.build(
-                cfg.optimizer,
-                num_replicas=self.num_replicas,
-                mixed_precision=cfg.runtime.mixed_precision,
-                total_steps=int(cfg.trainer.epochs) * self.steps_per_epoch,
-            )
-            # Keras creates optimizer slots lazily on the first update; under a strategy
-            # they must exist before the step function is traced. Sharded variables
-            # (parameter-server partitioning) are updated shard by shard.
-            optimizer.build(training_variables(model))
-            train_loss = instantiate(cfg.trainer.loss, _convert_="all", reduction=None)
-            model.compile(
-                optimizer=optimizer,
-                loss=instantiate(cfg.trainer.loss, _convert_="all"),
-                metrics=self._make_metrics(),
-            )
-            global_batch = int(cfg.trainer.global_batch_size)
-            seed = int(cfg.runtime.seed)
-            validation = bool(cfg.trainer.validation) and self.source.size("validation") > 0
-            runner_class: Any = StandardRunner
-            if isinstance(self.strategy, tf.distribute.ParameterServerStrategy):
-                # The chief schedules K-step functions on the workers.
-                runner_class = functools.partial(
-                    ParameterServerRunner,
-                    steps_per_schedule=int(cfg.strategy.steps_per_schedule),
+            elif getattr(model, "_distribute_strategy", None) is not self.strategy and (
+                self.num_replicas > 1 or self.cluster_strategy
+            ):
+                model = rebuild_in_scope(model)
+            if not model.compiled or model.optimizer is None:
+                check_output_names(model, cfg.trainer)
+                model.compile(
+                    optimizer=optimizers.build(
+                        cfg.optimizer,
+                        num_replicas=self.num_replicas,
+                        mixed_precision=cfg.runtime.mixed_precision,
+                        total_steps=int(cfg.trainer.epochs) * self.steps_per_epoch,
+                    ),
+                    loss=build_loss(cfg.trainer.get("loss")),
+                    loss_weights=build_loss_weights(cfg.trainer.get("loss_weights")),
+                    metrics=build_metrics(cfg.trainer.get("metrics")),
                 )
-            self.runner = runner_class(
-                strategy=self.strategy,
-                model=model,
-                optimizer=optimizer,
-                loss=train_loss,
-                make_metrics=self._make_metrics,
-                train_dataset_fn=make_dataset_fn(
-                    self.source, "train", cfg.data, global_batch_size=global_batch, seed=seed
-                ),
-                validation_dataset_fn=(
-                    make_dataset_fn(
-                        self.source,
-                        "validation",
-                        cfg.data,
-                        global_batch_size=global_batch,
-                        seed=seed,
+            else:
+                log.info("keeping %s's own compile (loss, metrics, optimizer)", model.name)
+            train_fn = self._dataset_fn("train")
+            build_for_training(model, train_fn(tf.distribute.InputContext()).element_spec)
+            validation = bool(cfg.trainer.validation) and self.source.size("validation") > 0
+            kwargs: dict[str, Any] = {
+                "strategy": self.strategy,
+                "model": model,
+                "train_dataset_fn": train_fn,
+                "validation_dataset_fn": self._dataset_fn("validation") if validation else None,
+                "global_batch_size": int(cfg.trainer.global_batch_size),
+                "steps_per_execution": int(cfg.trainer.steps_per_execution),
+                "jit_compile": bool(cfg.runtime.jit_compile),
+            }
+            try:
+                if isinstance(self.strategy, tf.distribute.ParameterServerStrategy):
+                    # The chief schedules K-step functions on the workers.
+                    self.runner = ParameterServerRunner(
+                        steps_per_schedule=int(cfg.strategy.steps_per_schedule), **kwargs
                     )
-                    if validation
-                    else None
-                ),
-                global_batch_size=global_batch,
-                steps_per_execution=int(cfg.trainer.steps_per_execution),
-                jit_compile=bool(cfg.runtime.jit_compile),
-            )
-        self.model, self.optimizer = model, optimizer
+                else:
+                    self.runner = StandardRunner(**kwargs)
+            except ValueError as error:
+                raise ConfigError("model", str(error), value=type(model).__name__) from None
+            self._check_objective(list(model.get_metrics_result()))
+        self.model, self.optimizer = model, model.optimizer
         self._make_checkpoint()
         return model
 
@@ -240,19 +298,9 @@ class Experiment:
             global_batch_size=int(self.cfg.trainer.global_batch_size),
         )
         metrics = tf.Module(name="kdist_running_metrics")
-        metrics.variables_list = list(getattr(self.runner, "train_metric_variables", []))
+        metrics.variables_list = list(self.runner.metric_variables if self.runner else [])
         self.checkpoint = tf.train.Checkpoint(
             model=self.model, optimizer=self.optimizer, state=self.state, metrics=metrics
-        )
-
-    def _train_dataset_fn(self, skip_examples: int = 0) -> Any:
-        return make_dataset_fn(
-            self.source,
-            "train",
-            self.cfg.data,
-            global_batch_size=int(self.cfg.trainer.global_batch_size),
-            seed=int(self.cfg.runtime.seed),
-            skip_examples=skip_examples,
         )
 
     def restore(self) -> int:
@@ -288,10 +336,8 @@ class Experiment:
         )
         if chief.is_chief(self.strategy):
             self._trim_history(steps // self.steps_per_epoch)
-        set_data = getattr(self.runner, "set_train_dataset_fn", None)
-        if set_data is None:
-            raise RuntimeError(f"{type(self.runner).__name__} cannot resume its input position")
-        set_data(self._train_dataset_fn(skip_examples=point.examples))
+        assert self.runner is not None
+        self.runner.set_train_dataset_fn(self._dataset_fn("train", skip_examples=point.examples))
         return steps
 
     def _earlier_epochs(self) -> list[dict[str, float]]:

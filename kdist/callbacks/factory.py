@@ -25,10 +25,12 @@ def monitor_mode(monitor: str, mode: str, directions: Mapping[str, str]) -> str:
     """
     if mode != "auto":
         return mode
+    from kdist.compiling import direction_of
+
     name = monitor.removeprefix("val_")
     if name in directions:
         return directions[name]
-    return "min" if name.endswith("loss") else "max"
+    return direction_of(name)
 
 
 def profile_range(value: Sequence[int] | None) -> tuple[int, int] | None:

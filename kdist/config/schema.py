@@ -224,17 +224,21 @@ class TrainerConfig:
     validation_freq: int = 1
     validation: bool = True
     verbose: int = 1
-    loss: Any = field(
-        default_factory=lambda: {
-            "_target_": "keras.losses.SparseCategoricalCrossentropy",
-            "from_logits": True,
-        }
-    )
+    # What `model.compile` takes (kdist.compiling): a Keras name (mse), a _target_ node, or
+    # a mapping from output names to those. null: SparseCategoricalCrossentropy on logits,
+    # what kdist's built-in classifiers output. A name or null here lets an override
+    # replace it wholesale (Hydra merges a mapping into a mapping).
+    loss: Any = None
     metrics: Any = field(
         default_factory=lambda: [
             {"_target_": "keras.metrics.SparseCategoricalAccuracy", "name": "accuracy"}
         ]
     )
+    # One number per output (a list in output order, or by output name); null: all 1.
+    loss_weights: Any = None
+    # {class id: weight}, as `fit(class_weight=...)`: each example's sample weight is
+    # multiplied by the weight of its class. null: none.
+    class_weight: Any = None
 
 
 # --- runtime ----------------------------------------------------------------------------
@@ -329,9 +333,11 @@ class CallbacksConfig:
 class ObjectiveConfig:
     """The metric a run is judged by: the train app returns it (for Hydra sweepers)."""
 
-    # A key of the final logs: loss, accuracy, val_loss, val_accuracy, ...
-    name: str = "val_accuracy"
-    direction: str = "max"
+    # A key of the final logs: loss, accuracy, val_loss, val_accuracy, ... auto:
+    # val_accuracy when trainer.metrics has an accuracy, else val_loss (the val_ prefix
+    # only with validation). direction auto: max for accuracy-like metrics, else min.
+    name: str = "auto"
+    direction: str = "auto"
 
 
 @dataclass

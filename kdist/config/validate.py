@@ -200,8 +200,10 @@ def validate(cfg: DictConfig) -> None:
     check_positive("trainer.steps_per_epoch", trainer.steps_per_epoch, allow_none=True)
     check_positive("trainer.steps_per_execution", trainer.steps_per_execution)
     check_positive("trainer.validation_freq", trainer.validation_freq)
-    check_target_keys("trainer.loss", trainer.loss)
-    _check_target_list("trainer.metrics", trainer.metrics)
+    from kdist.compiling import check_compile, resolve_objective
+
+    check_compile(trainer)
+    resolve_objective(cfg)
 
     optimizer = cfg.optimizer
     check_positive("optimizer.learning_rate", optimizer.learning_rate)

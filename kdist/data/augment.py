@@ -87,7 +87,7 @@ def augment(
     height, width, channels = (int(d) for d in input_shape)
 
     def transform(example: Any, seed_pair: tf.Tensor) -> Any:
-        image, label = example
+        image, rest = example[0], example[1:]
         seeds = tf.random.experimental.stateless_split(seed_pair, num=3)
         if flip in ("horizontal", "horizontal_and_vertical"):
             image = tf.image.stateless_random_flip_left_right(image, seeds[0])
@@ -96,7 +96,7 @@ def augment(
         if padding:
             padded = tf.pad(image, [[padding, padding], [padding, padding], [0, 0]])
             image = tf.image.stateless_random_crop(padded, (height, width, channels), seeds[2])
-        return image, label
+        return (image, *rest)
 
     seeds = tf.data.Dataset.random(seed=seed).batch(2, drop_remainder=True).skip(skip)
     return tf.data.Dataset.zip((dataset, seeds)).map(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import zipfile
+from typing import Any
 
 import numpy as np
+import tensorflow as tf
 
 from kdist.config.errors import ConfigError
 from kdist.data.files import existing_path, model_array, split_indices
@@ -41,17 +43,24 @@ def load_arrays(key: str, path: str, names: tuple[str, ...]) -> list[np.ndarray]
 def npz(
     *,
     path: str,
-    x_key: str = "x",
-    y_key: str = "y",
+    x_key: str | list[str] = "x",
+    y_key: str | list[str] = "y",
     validation_path: str | None = None,
-    validation_x_key: str | None = None,
-    validation_y_key: str | None = None,
+    validation_x_key: str | list[str] | None = None,
+    validation_y_key: str | list[str] | None = None,
     validation_fraction: float = 0.2,
     split_seed: int = 0,
     num_classes: int | None = None,
     scale: float | None = None,
+    weight_key: str | None = None,
 ) -> ArraySource:
-    """Features and integer labels from `.npz` files (`numpy.savez`).
+    """Features, targets and optional sample weights from `.npz` files (`numpy.savez`).
+
+    Targets may be class ids, one-hot rows or float regression targets. `x_key` and
+    `y_key` may each be a list of array names: the features become a dict of inputs
+    and the targets a dict of outputs, keyed by array name (name the model's inputs
+    and outputs the same). Classification checks (integer labels, their range) are
+    made by the experiment when the loss is a classification loss.
 
     The validation split is, in this order: `validation_x_key`/`validation_y_key` (in
     `validation_path` or else `path`), the `x_key`/`y_key` arrays of `validation_path`,
@@ -61,8 +70,10 @@ def npz(
 
     Args:
         path: the training `.npz` file.
-        x_key: name of the features array. Defaults to `"x"`.
-        y_key: name of the labels array. Defaults to `"y"`.
+        x_key: name of the features array, or a list of names (a dict of inputs).
+            Defaults to `"x"`.
+        y_key: name of the targets array, or a list of names (a dict of targets).
+            Defaults to `"y"`.
         validation_path: a separate validation file. Defaults to `None`.
         validation_x_key: name of the validation features array. Defaults to `None`.
         validation_y_key: name of the validation labels array. Defaults to `None`.
@@ -72,6 +83,8 @@ def npz(
         num_classes: number of classes. Defaults to `None`: one more than the largest label.
         scale: multiply the features by this (as float32). Defaults to `None`: `uint8`
             becomes [0, 1] floats, other integers stay int32 (token ids), floats float32.
+        weight_key: name of an array of per-example sample weights (in each file).
+            Defaults to `None`: no sample weights.
 
     Returns:
         An `ArraySource` (in memory; sharded by example, not by file).
@@ -79,7 +92,17 @@ def npz(
     Raises:
         ConfigError: naming the key of a missing file or array.
     """
-    x, y = load_arrays("data.source.path", path, (x_key, y_key))
+    xs, ys = _names(x_key), _names(y_key)
+    ws = (weight_key,) if weight_key else ()
+
+    def read(key: str, where: str, x_names: tuple[str, ...], y_names: tuple[str, ...]) -> Any:
+        arrays = load_arrays(key, where, (*x_names, *y_names, *ws))
+        x = _structure(x_key, x_names, arrays[: len(x_names)])
+        y = _structure(y_key, y_names, arrays[len(x_names) : len(x_names) + len(y_names)])
+        w = arrays[-1] if ws else None
+        return x, y, w
+
+    x, y, w = read("data.source.path", path, xs, ys)
     if validation_x_key or validation_y_key:
         if not (validation_x_key and validation_y_key):
             raise ConfigError(
@@ -90,34 +113,71 @@ def npz(
             )
         where = validation_path or path
         key = "data.source.validation_path" if validation_path else "data.source.path"
-        x_val, y_val = load_arrays(key, where, (validation_x_key, validation_y_key))
+        x_val, y_val, w_val = read(key, where, _names(validation_x_key), _names(validation_y_key))
     elif validation_path:
-        x_val, y_val = load_arrays("data.source.validation_path", validation_path, (x_key, y_key))
+        x_val, y_val, w_val = read("data.source.validation_path", validation_path, xs, ys)
     else:
+        count = len(_first(x))
         try:
-            train, val = split_indices(len(x), validation_fraction, split_seed)
+            train, val = split_indices(count, validation_fraction, split_seed)
         except ValueError as error:
             raise ConfigError(
                 "data.source.validation_fraction", str(error), value=validation_fraction
             ) from None
-        x, y, x_val, y_val = x[train], y[train], x[val], y[val]
+        x, x_val = _take(x, train), _take(x, val)
+        y, y_val = _take(y, train), _take(y, val)
+        if w is not None:
+            w, w_val = w[train], w[val]
+        else:
+            w_val = None
     validation_key = "validation_path" if validation_path else "path"
-    for name, features, labels in (("path", x, y), (validation_key, x_val, y_val)):
-        if len(features) != len(labels):
+    for name, features, targets, weights in (
+        ("path", x, y, w),
+        (validation_key, x_val, y_val, w_val),
+    ):
+        rows = len(_first(features))
+        others = [len(a) for a in tf.nest.flatten((features, targets))]
+        if weights is not None:
+            others.append(len(weights))
+        if any(count != rows for count in others):
             raise ConfigError(
                 f"data.source.{name}",
-                f"has {len(features)} feature rows but {len(labels)} labels",
-            )
-        if labels.size and not np.issubdtype(labels.dtype, np.integer):
-            raise ConfigError(
-                f"data.source.{name}",
-                f"labels must be integers, not {labels.dtype}",
-                hint="store class ids 0..num_classes-1",
+                f"has {rows} feature rows but arrays of {sorted(set(others) - {rows})[0]} rows",
+                hint="every array (features, targets, weights) needs one row per example",
             )
     return ArraySource(
-        x_train=model_array(x, scale),
-        y_train=y.reshape(-1),
-        x_validation=model_array(x_val, scale),
-        y_validation=y_val.reshape(-1),
+        x_train=tf.nest.map_structure(lambda a: model_array(a, scale), x),
+        y_train=tf.nest.map_structure(_flat_labels, y),
+        x_validation=tf.nest.map_structure(lambda a: model_array(a, scale), x_val),
+        y_validation=tf.nest.map_structure(_flat_labels, y_val),
         num_classes=num_classes,
+        w_train=w,
+        w_validation=w_val,
     )
+
+
+def _names(key: Any) -> tuple[str, ...]:
+    if isinstance(key, (list, tuple)):
+        return tuple(str(k) for k in key)
+    return (str(key),)
+
+
+def _structure(key: Any, names: tuple[str, ...], arrays: list[np.ndarray]) -> Any:
+    if isinstance(key, (list, tuple)):
+        return dict(zip(names, arrays, strict=True))
+    return arrays[0]
+
+
+def _first(structure: Any) -> np.ndarray:
+    return tf.nest.flatten(structure)[0]
+
+
+def _take(structure: Any, index: np.ndarray) -> Any:
+    return tf.nest.map_structure(lambda a: a[index], structure)
+
+
+def _flat_labels(y: np.ndarray) -> np.ndarray:
+    """Integer labels as a vector (an `(n, 1)` column included); other targets as they are."""
+    if np.issubdtype(y.dtype, np.integer) and y.size == len(y):
+        return y.reshape(-1)
+    return y

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +96,7 @@ def make_dataset_fn(
     global_batch_size: int,
     seed: int,
     skip_examples: int = 0,
+    class_weight: Mapping[int, float] | None = None,
 ) -> DatasetFn:
     """The `dataset_fn` that `distribute_datasets_from_function` calls once per pipeline.
 
@@ -118,6 +119,9 @@ def make_dataset_fn(
         skip_examples: training examples already consumed (a resumed run); the stream
             continues right after them, so no example is used twice or skipped.
             Defaults to `0`.
+        class_weight: `{class id: weight}`, as `fit(class_weight=...)`: each
+            example's sample weight (1 when the source has none) is multiplied by its
+            class's weight. Defaults to `None`.
 
     Returns:
         A function from `tf.distribute.InputContext` to a batched `tf.data.Dataset`.
@@ -191,6 +195,8 @@ def make_dataset_fn(
                 seed=seed * 7919 + index,
                 skip=skip_examples // pipelines,
             )
+        if class_weight:
+            ds = ds.map(_class_weighting(class_weight), num_parallel_calls=tf.data.AUTOTUNE)
         ds = ds.batch(batch, drop_remainder=training)
         options = tf.data.Options()
         # kdist shards by input context itself; auto-sharding would shard twice.
@@ -199,3 +205,39 @@ def make_dataset_fn(
         return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
 
     return dataset_fn
+
+
+def _class_weighting(class_weight: Mapping[int, float]) -> Callable[..., Any]:
+    """A map from `(x, y[, w])` to `(x, y, w * class_weight[class of y])`, as Keras's `fit`.
+
+    The class of a target is its value for class ids, and its argmax for one-hot rows.
+    Every class id from 0 to the largest key needs a weight, as in Keras.
+    """
+    size = max(class_weight) + 1
+    missing = [i for i in range(size) if i not in class_weight]
+    if missing:
+        raise ConfigError(
+            "trainer.class_weight",
+            f"has no weight for class {missing[0]}",
+            hint=f"give a weight for every class id 0..{size - 1}",
+        )
+    table = tf.constant([class_weight[i] for i in range(size)], tf.float32)
+
+    def weigh(*example: Any) -> Any:
+        if len(example) not in (2, 3) or isinstance(example[1], Mapping):
+            raise ConfigError(
+                "trainer.class_weight",
+                "needs one target per example (not several outputs)",
+                hint="use sample weights (data.source.weight_key) for several outputs",
+            )
+        x, y = example[0], example[1]
+        if y.shape.rank and y.shape[-1] > 1:
+            classes = tf.argmax(y, axis=-1, output_type=tf.int32)
+        else:
+            classes = tf.cast(tf.round(tf.reshape(y, [-1])[0] if y.shape.rank else y), tf.int32)
+        weight = tf.gather(table, classes)
+        if len(example) == 3:
+            weight = weight * tf.cast(example[2], tf.float32)
+        return x, y, weight
+
+    return weigh

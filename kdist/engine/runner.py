@@ -1,12 +1,35 @@
-"""The interface the controller drives; one runner per kind of strategy."""
+"""The interface the controller drives, and the base every runner shares: Keras's step.
+
+`Runner` is what a runner is (Orbit's `runner.py`); `StepRunner` holds the per-replica
+train and test steps and the metric logic, which are the same under every strategy
+(Orbit's `standard_runner.py`, Keras's `TensorFlowTrainer`). Its subclasses differ only in
+how a call is dispatched and how the data is distributed: `StandardRunner` for the
+synchronous strategies, `ParameterServerRunner` for parameter servers.
+"""
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["Logs", "Runner", "metric_results", "to_floats"]
+import keras
+import tensorflow as tf
+
+from kdist.data.pipeline import DatasetFn
+from kdist.engine.sharded import has_sharded_variables, training_variables
+
+__all__ = [
+    "Logs",
+    "Runner",
+    "StepRunner",
+    "compiled_reset",
+    "overrides",
+    "to_floats",
+]
+
+log = logging.getLogger(__name__)
 
 # Metric name -> value (a scalar tensor between steps, a float at epoch ends).
 Logs = Mapping[str, Any]
@@ -16,9 +39,7 @@ class Runner(abc.ABC):
     """Runs training and evaluation steps under one strategy.
 
     The controller (`kdist.engine.controller.fit`) owns epochs, callbacks and validation
-    timing; a runner owns how steps run: `StandardRunner` for the synchronous strategies
-    (one device, mirrored, multi-worker mirrored). A runner for another kind of strategy
-    implements the same four methods.
+    timing; a runner owns how steps run.
     """
 
     @abc.abstractmethod
@@ -37,20 +58,175 @@ class Runner(abc.ABC):
     def evaluate(self) -> dict[str, float]:
         """Run the validation data once and return its metrics as floats."""
 
+    @abc.abstractmethod
+    def set_train_dataset_fn(self, dataset_fn: DatasetFn) -> None:
+        """Replace the training data (e.g. advanced to a resumed position)."""
 
-def metric_results(loss: Any, metrics: Sequence[Any]) -> Logs:
-    """`{"loss": ..., <metric name>: ...}` from a loss tracker and Keras metrics.
+    @property
+    @abc.abstractmethod
+    def metric_variables(self) -> list[Any]:
+        """The running metrics' variables, saved with checkpoints."""
 
-    A metric whose result is a dict contributes each of its entries.
+
+def overrides(model: keras.Model, method: str) -> bool:
+    """Whether `model`'s class defines its own `method` (e.g. `train_step`)."""
+    return getattr(type(model), method) is not getattr(keras.Model, method)
+
+
+class StepRunner(Runner):
+    """The step and metric logic of every kdist runner: Keras's training contract.
+
+    The per-replica train step is the model's own `train_step` when its class overrides
+    it (GANs, VAEs, distillation...). Otherwise it is Keras's `train_step`, line for line
+    (`keras/src/backend/tensorflow/trainer.py`): the model's `compute_loss` with the
+    compiled losses, loss weights, sample weights and `model.losses`, the loss tracker,
+    `optimizer.scale_loss`, then `compute_metrics`. Keras scales each replica's loss by
+    the replica count, and the optimizer sums the replicas' gradients, so an update
+    equals one-device training on the global batch. kdist's copy differs in two places
+    only: the forward and backward pass can be XLA-compiled apart from the update (whose
+    all-reduce cannot run inside XLA), and it differentiates the shards of sharded
+    variables (`kdist.engine.sharded`). The test step is always the model's `test_step`.
+
+    Metrics are the model's (`model.metrics`), shared by training and validation as in
+    `fit`; they are reset by one compiled call and read in cross-replica context, so
+    they cover every replica.
+
+    All arguments are keyword-only. Build the runner inside `strategy.scope()`, after
+    the model is compiled and built (`kdist.engine.building.build_for_training`).
+
+    Args:
+        strategy: the `tf.distribute.Strategy`.
+        model: the compiled, built `keras.Model`; its optimizer is the one updated.
+        train_dataset_fn: the training `dataset_fn` (infinite, batched per replica).
+        validation_dataset_fn: the validation `dataset_fn`, or `None` for no validation.
+        global_batch_size: examples per step over all replicas.
+        steps_per_execution: most steps run by one call of `train_steps`.
+        jit_compile: compile the step's forward and backward pass with XLA. Defaults to
+            `False`.
+
+    Raises:
+        ValueError: naming the argument, for values out of range, or a model whose own
+            `train_step` cannot update sharded variables.
     """
-    logs = {"loss": loss.result()}
-    for metric in metrics:
-        result = metric.result()
-        if isinstance(result, dict):
-            logs.update(result)
-        else:
-            logs[metric.name] = result
-    return logs
+
+    def __init__(
+        self,
+        *,
+        strategy: tf.distribute.Strategy,
+        model: keras.Model,
+        train_dataset_fn: DatasetFn,
+        validation_dataset_fn: DatasetFn | None,
+        global_batch_size: int,
+        steps_per_execution: int,
+        jit_compile: bool = False,
+    ):
+        for name, value in (
+            ("global_batch_size", global_batch_size),
+            ("steps_per_execution", steps_per_execution),
+        ):
+            if value < 1:
+                raise ValueError(f"`{name}` ({value}) must be a positive integer.")
+        if model.optimizer is None:
+            raise ValueError("`model` must be compiled with an optimizer before training.")
+        self.strategy = strategy
+        self.model = model
+        self.optimizer = model.optimizer
+        self.global_batch_size = global_batch_size
+        self.steps_per_execution = steps_per_execution
+        self.custom_train_step = overrides(model, "train_step")
+        if self.custom_train_step and has_sharded_variables(model):
+            raise ValueError(
+                f"{type(model).__name__} overrides `train_step`, which cannot update the "
+                "sharded variables of a parameter-server partitioner (Keras 3 does not "
+                "support them); train without sharding (no min/max_shard_bytes) or use "
+                "Keras's own train_step."
+            )
+        if self.custom_train_step and jit_compile:
+            log.warning(
+                "runtime.jit_compile: %s has its own train_step, whose optimizer update "
+                "cannot run inside XLA; training runs without XLA (validation uses it)",
+                type(model).__name__,
+            )
+        self.variables = training_variables(model)
+        self.train_dataset_fn = train_dataset_fn
+        self.validation_dataset_fn = validation_dataset_fn
+        self.replica_train_step = self._make_replica_train_step(jit_compile)
+        self.replica_test_step = self._make_replica_test_step(jit_compile)
+        # Resetting Keras metrics eagerly runs one op per variable, and under
+        # MirroredStrategy each assign goes to every replica: about 5 ms per reset of a
+        # loss and an accuracy on 2 replicas (benchmarks/README.md). One compiled call
+        # resets them all in well under a millisecond.
+        self.reset_metrics = compiled_reset(model.metrics)
+
+    # -- the step ----------------------------------------------------------------------
+
+    def _make_replica_train_step(self, jit_compile: bool) -> Callable[[Any], None]:
+        model, optimizer, variables = self.model, self.optimizer, self.variables
+        if self.custom_train_step:
+
+            def own_step(data: Any) -> None:
+                model.train_step(data)
+
+            return own_step
+
+        from keras.src.losses.loss import unscale_loss_for_distribution
+
+        def gradients_of(data: Any) -> list[Any]:
+            x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+            with tf.GradientTape() as tape:
+                y_pred = model(x, training=True) if model._call_has_training_arg else model(x)
+                loss = model._compute_loss(
+                    x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True
+                )
+                model._loss_tracker.update_state(
+                    unscale_loss_for_distribution(loss),
+                    sample_weight=tf.shape(tf.nest.flatten(x)[0])[0],
+                )
+                loss = optimizer.scale_loss(loss)
+            gradients = tape.gradient(loss, variables)
+            model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+            return gradients
+
+        compiled = tf.function(gradients_of, jit_compile=True) if jit_compile else gradients_of
+
+        def replica_step(data: Any) -> None:
+            # `apply_gradients` all-reduces across replicas (a `merge_call`), which cannot
+            # run inside a nested (XLA) tf.function: only forward and backward are compiled.
+            gradients = compiled(data)
+            optimizer.apply_gradients(zip(gradients, variables, strict=True))
+
+        return replica_step
+
+    def _make_replica_test_step(self, jit_compile: bool) -> Callable[[Any], None]:
+        model = self.model
+
+        def test_step(data: Any) -> None:
+            model.test_step(data)
+
+        return tf.function(test_step, jit_compile=True) if jit_compile else test_step
+
+    # -- metrics -----------------------------------------------------------------------
+
+    def metric_results(self) -> Logs:
+        """The model's metrics (`loss`, compiled metrics, per-output losses, the model's
+        own trackers), read in cross-replica context."""
+        return self.model.get_metrics_result()
+
+    @property
+    def metric_variables(self) -> list[Any]:
+        return [v.value for m in self.model.metrics for v in m.variables]
+
+
+def compiled_reset(metrics: Sequence[keras.metrics.Metric]) -> Callable[[], None]:
+    """One `tf.function` that resets every metric in `metrics`."""
+    metrics = list(metrics)
+
+    @tf.function
+    def reset() -> None:
+        for metric in metrics:
+            metric.reset_state()
+
+    return reset
 
 
 def to_floats(logs: Logs) -> dict[str, float]:
