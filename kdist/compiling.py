@@ -206,9 +206,26 @@ def build_loss(loss: Any) -> Any:
     return _build_one("trainer.loss", loss, "loss")
 
 
-def build_metrics(metrics: Any) -> Any:
-    """What `model.compile(metrics=...)` takes, from `trainer.metrics` (see the module)."""
+def default_metrics(loss: Any) -> Any:
+    """`trainer.metrics` when it is null: `accuracy` with a classification loss, else none."""
+    if is_sparse_classification_loss(loss):
+        return [{"_target_": "keras.metrics.SparseCategoricalAccuracy", "name": "accuracy"}]
+    if is_classification_loss(loss):
+        return ["accuracy"]
+    return None
+
+
+def build_metrics(metrics: Any, loss: Any = None) -> Any:
+    """What `model.compile(metrics=...)` takes, from `trainer.metrics` (see the module).
+
+    Args:
+        metrics: the `trainer.metrics` node.
+        loss: the `trainer.loss` node, for the default metrics when `metrics` is null.
+            Defaults to `None` (the default loss).
+    """
     metrics = _plain(metrics)
+    if metrics is None:
+        metrics = default_metrics(_plain(loss))
     if metrics is None:
         return None
 
@@ -305,7 +322,10 @@ def resolve_objective(cfg: Any) -> None:
         return
     name = str(objective.get("name", "auto"))
     if name == "auto":
-        base = "accuracy" if _has_accuracy(cfg.trainer.get("metrics")) else "loss"
+        metrics = cfg.trainer.get("metrics")
+        if metrics is None:
+            metrics = default_metrics(_plain(cfg.trainer.get("loss")))
+        base = "accuracy" if _has_accuracy(metrics) else "loss"
         validates = bool(cfg.trainer.get("validation", True))
         name = f"val_{base}" if validates else base
         objective.name = name

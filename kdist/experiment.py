@@ -38,6 +38,7 @@ from kdist.compiling import (
     build_metrics,
     check_class_weight,
     check_output_names,
+    direction_of,
     is_sparse_classification_loss,
     loss_names,
 )
@@ -96,6 +97,8 @@ class Experiment:
     """
 
     def __init__(self, cfg: DictConfig, *, run_dir: str | Path | None = None):
+        objective = cfg.get("objective")
+        self._objective_auto = objective is not None and objective.get("name") == "auto"
         validate(cfg)
         self.cfg = cfg
         self.run_dir = Path(run_dir or cfg.get("run_dir") or _default_run_dir())
@@ -169,6 +172,11 @@ class Experiment:
         if objective is None:
             return
         validates = bool(self.cfg.trainer.validation) and self.source.size("validation") > 0
+        if self._objective_auto and objective.name.removeprefix("val_") not in logged:
+            # A model compiled by the user logs its own metrics: pick from those.
+            name = "accuracy" if "accuracy" in logged else "loss"
+            objective.name = f"val_{name}" if validates else name
+            objective.direction = direction_of(name)
         if objective.name not in [*logged, *(f"val_{name}" for name in logged)]:
             raise ConfigError(
                 "objective.name",
@@ -259,7 +267,7 @@ class Experiment:
                     ),
                     loss=build_loss(cfg.trainer.get("loss")),
                     loss_weights=build_loss_weights(cfg.trainer.get("loss_weights")),
-                    metrics=build_metrics(cfg.trainer.get("metrics")),
+                    metrics=build_metrics(cfg.trainer.get("metrics"), cfg.trainer.get("loss")),
                 )
             else:
                 log.info("keeping %s's own compile (loss, metrics, optimizer)", model.name)

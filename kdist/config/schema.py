@@ -229,11 +229,9 @@ class TrainerConfig:
     # what kdist's built-in classifiers output. A name or null here lets an override
     # replace it wholesale (Hydra merges a mapping into a mapping).
     loss: Any = None
-    metrics: Any = field(
-        default_factory=lambda: [
-            {"_target_": "keras.metrics.SparseCategoricalAccuracy", "name": "accuracy"}
-        ]
-    )
+    # A list of Keras metric names or _target_ nodes, or a mapping from output names to
+    # lists. null: `accuracy` with a classification loss, else none.
+    metrics: Any = None
     # One number per output (a list in output order, or by output name); null: all 1.
     loss_weights: Any = None
     # {class id: weight}, as `fit(class_weight=...)`: each example's sample weight is
