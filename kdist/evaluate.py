@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from kdist.config.errors import ConfigError, exit_with
 from kdist.runtime import quiet_tensorflow
 
-__all__ = ["evaluate_run", "load_run_config", "main"]
+__all__ = ["apply_overrides", "evaluate_run", "load_run_config", "main"]
 
 GROUPS = ("strategy", "model", "data", "optimizer", "trainer", "runtime", "callbacks")
 
@@ -58,7 +58,7 @@ def load_run_config(run_dir: str | os.PathLike[str]) -> DictConfig:
     )
 
 
-def _apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
+def apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
     from kdist.config.compose import compose
 
     for override in overrides:
@@ -91,7 +91,7 @@ def evaluate_run(
     from kdist.export import load_model
 
     cfg = load_run_config(run_dir)
-    _apply_overrides(cfg, overrides)
+    apply_overrides(cfg, overrides)
     model_path = Path(run_dir) / "model.keras"
     if not model_path.is_file():
         raise ConfigError(

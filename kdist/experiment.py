@@ -52,6 +52,7 @@ from kdist.engine import fit as engine_fit
 from kdist.engine.building import rebuild_in_scope
 from kdist.engine.ps_runner import ParameterServerRunner
 from kdist.engine.sharded import savable_model
+from kdist.predicting import predict_dataset
 
 __all__ = ["Experiment"]
 
@@ -523,6 +524,32 @@ class Experiment:
             self.build_model()
         assert self.runner is not None
         return self.runner.evaluate()
+
+    def predict(self, split: str = "validation", *, x: Any = None) -> Any:
+        """Predict with the model under the run's strategy, in the data's order.
+
+        Args:
+            split: `"validation"` or `"train"`: the split's examples, read once in
+                order through the run's input pipeline. Defaults to `"validation"`.
+            x: features to predict on instead of a split (NumPy arrays, or a dict of
+                them for several inputs). Defaults to `None`.
+
+        Returns:
+            NumPy arrays with the structure of the model's outputs, one row per example.
+        """
+        if self.model is None:
+            self.build_model()
+        assert self.model is not None
+        batch = int(self.cfg.trainer.global_batch_size)
+        if x is not None:
+            dataset = tf.data.Dataset.from_tensor_slices(x).batch(batch)
+        else:
+            if split not in ("train", "validation"):
+                raise ConfigError("split", "must be train or validation", value=split)
+            if self.source.size(split) < 1:
+                raise ConfigError("data.source", f"has no {split} examples to predict on")
+            dataset = self.source.dataset(split).batch(batch)
+        return predict_dataset(self.strategy, self.model, dataset)
 
     # -- outputs -------------------------------------------------------------------------
 

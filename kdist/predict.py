@@ -1,0 +1,149 @@
+"""`python -m kdist.predict run_dir=...`: a finished run's predictions, in `predictions.npz`.
+
+The run's config rebuilds the strategy and the input pipeline; the model is the run's
+`model.keras`, loaded in Keras safe mode. The predictions are made batch by batch under
+the strategy (`kdist.predicting`) and written to `<run_dir>/predictions.npz`: the array
+`predictions` (or `predictions_<output>` for each output of a model with several), one
+row per example, in the order of the data.
+
+Arguments:
+- `split=validation` (default) or `split=train`: predict on that split of the run's data;
+- `input=FILE.npz`: predict on the features of another file instead (the arrays named
+  by the run's `data.source.x_key`, `x` by default);
+- `output=FILE.npz`: write there instead of the run folder;
+- any other `key=value` or `group=option` overrides the run's config, as for
+  `kdist.evaluate`. Multi-worker and parameter-server runs predict in one process
+  (`strategy=one_device`, logged), which needs no cluster.
+
+Example:
+
+```bash
+python -m kdist.predict run_dir=outputs/2026-11-21/10-00-00
+python -m kdist.predict run_dir=outputs/2026-11-21/10-00-00 input=new.npz output=new_preds.npz
+```
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kdist.config.errors import ConfigError, exit_with
+from kdist.evaluate import apply_overrides, load_run_config
+from kdist.runtime import quiet_tensorflow
+
+__all__ = ["main", "predict_run"]
+
+log = logging.getLogger(__name__)
+
+_CLUSTER_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
+
+
+def predict_run(
+    run_dir: str | os.PathLike[str],
+    overrides: Sequence[str] = (),
+    *,
+    split: str = "validation",
+    input_path: str | None = None,
+    output_path: str | None = None,
+) -> Path:
+    """Predict with a finished run's `model.keras` and write `predictions.npz`.
+
+    Args:
+        run_dir: the run's output folder.
+        overrides: `key=value` or `group=option` changes to the run's config.
+            Defaults to `()`.
+        split: the split of the run's data to predict on. Defaults to `"validation"`.
+        input_path: an `.npz` file whose features to predict on instead. Defaults to
+            `None`.
+        output_path: where to write. Defaults to `None`: `<run_dir>/predictions.npz`.
+
+    Returns:
+        The path written.
+
+    Raises:
+        ConfigError: naming `run_dir`, `split`, `input` or the key at fault.
+    """
+    from kdist.experiment import Experiment
+    from kdist.export import load_model
+
+    cfg = load_run_config(run_dir)
+    apply_overrides(cfg, overrides)
+    target = str(cfg.strategy.get("_target_", ""))
+    if target.rsplit(".", 1)[-1] in _CLUSTER_STRATEGIES:
+        log.info("predicting in one process: strategy=one_device instead of %s", target)
+        apply_overrides(cfg, ["strategy=one_device"])
+    model_path = Path(run_dir) / "model.keras"
+    if not model_path.is_file():
+        raise ConfigError(
+            "run_dir",
+            "holds no model.keras",
+            value=str(run_dir),
+            hint="the run must finish with callbacks.save_model=true",
+        )
+    experiment = Experiment(cfg, run_dir=Path(run_dir))
+    with experiment.strategy.scope():
+        model = load_model(model_path)
+    experiment.build_model(model=model)
+    x = _features(cfg, input_path) if input_path else None
+    predictions = experiment.predict(split, x=x)
+    destination = Path(output_path) if output_path else Path(run_dir) / "predictions.npz"
+    arrays = (
+        {f"predictions_{name}": value for name, value in predictions.items()}
+        if isinstance(predictions, Mapping)
+        else {"predictions": predictions}
+    )
+    partial = destination.with_name(destination.name + ".partial.npz")
+    np.savez(partial, **arrays)
+    os.replace(partial, destination)
+    return destination
+
+
+def _features(cfg: Any, path: str) -> Any:
+    from kdist.data.files import model_array
+    from kdist.data.npz import load_arrays
+
+    source = cfg.data.get("source") or {}
+    x_key = source.get("x_key", "x") if str(source.get("_target_")) == "kdist.data.npz" else "x"
+    names = [str(k) for k in x_key] if not isinstance(x_key, str) else [x_key]
+    arrays = load_arrays("input", path, tuple(names))
+    scale = source.get("scale")
+    arrays = [model_array(a, scale) for a in arrays]
+    return dict(zip(names, arrays, strict=True)) if not isinstance(x_key, str) else arrays[0]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of `python -m kdist.predict run_dir=... [split=...] [input=...] [...]`."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    options: dict[str, list[str]] = {"run_dir": [], "split": [], "input": [], "output": []}
+    overrides = []
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if sep and key in options:
+            options[key].append(value)
+        else:
+            overrides.append(arg)
+    if len(options["run_dir"]) != 1 or not options["run_dir"][0]:
+        exit_with(ConfigError("run_dir", "is required once", hint="run_dir=outputs/DATE/TIME"))
+    quiet_tensorflow()
+    try:
+        written = predict_run(
+            options["run_dir"][0],
+            overrides,
+            split=(options["split"] or ["validation"])[-1],
+            input_path=options["input"][-1] if options["input"] else None,
+            output_path=options["output"][-1] if options["output"] else None,
+        )
+    except ConfigError as error:
+        exit_with(error)
+    print(f"predictions: {written}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

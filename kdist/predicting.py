@@ -1,0 +1,53 @@
+"""Batched inference under a strategy: the model's `predict_step` over a dataset, in order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+__all__ = ["predict_dataset"]
+
+
+def predict_dataset(
+    strategy: tf.distribute.Strategy, model: keras.Model, dataset: tf.data.Dataset
+) -> Any:
+    """Run `model.predict_step` on every batch of `dataset` and return the outputs in order.
+
+    Under a single-host strategy with several replicas (mirrored), each global batch is
+    split over the replicas (`experimental_distribute_dataset`) and the outputs are
+    gathered back in order, as Keras's `predict` does. Under multi-worker and
+    parameter-server strategies every process predicts on its own (the chief's result is
+    the one written); one-device runs call the step directly.
+
+    Args:
+        strategy: the run's strategy (the model was built in its scope).
+        model: the model.
+        dataset: batched examples, `x` or `(x, ...)`; targets and weights are ignored.
+
+    Returns:
+        NumPy arrays with the structure of the model's outputs, one row per example.
+    """
+    local = isinstance(strategy, tf.distribute.MirroredStrategy) and not isinstance(
+        strategy, tf.distribute.MultiWorkerMirroredStrategy
+    )
+    if local and strategy.num_replicas_in_sync > 1:
+        # Each global batch is split over the replicas, in order (one host: no sharding).
+        distributed = strategy.experimental_distribute_dataset(dataset)
+
+        @tf.function
+        def step(batch: Any) -> Any:
+            outputs = strategy.run(model.predict_step, args=(batch,))
+            return tf.nest.map_structure(lambda v: strategy.gather(v, axis=0), outputs)
+
+        batches = [step(batch) for batch in distributed]
+    else:
+        step = tf.function(model.predict_step)
+        batches = [step(batch) for batch in dataset]
+    if not batches:
+        raise ValueError("`dataset` has no examples to predict on.")
+    return tf.nest.map_structure(
+        lambda *parts: np.concatenate([np.asarray(p) for p in parts]), *batches
+    )
