@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from kdist import quiet as _quiet
 
-__version__ = "0.8.0"
+__version__ = "0.9.0"
 
 __all__ = ["ConfigError", "Experiment", "__version__", "compose", "data", "models"]
 

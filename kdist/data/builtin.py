@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -51,8 +52,13 @@ def synthetic(
     input_shape: Sequence[int] = (28, 28, 1),
     num_classes: int = 10,
     seed: int = 0,
+    targets: str = "class",
 ) -> ArraySource:
     """Learnable synthetic data: labels are the argmax of a fixed random linear map.
+
+    `targets` picks what each example carries: `class` (the label), `value` (a float
+    regression target: the map's first output, shape `(1,)`), or `both` (a dict
+    `{"class": label, "value": target}` for a model with two outputs of those names).
 
     Args:
         num_train: training examples. Defaults to `2048`.
@@ -60,6 +66,7 @@ def synthetic(
         input_shape: shape of one example. Defaults to `(28, 28, 1)`.
         num_classes: number of classes. Defaults to `10`.
         seed: seed of the features and of the labelling map. Defaults to `0`.
+        targets: `class`, `value` or `both`. Defaults to `"class"`.
 
     Returns:
         An `ArraySource`.
@@ -70,16 +77,28 @@ def synthetic(
         )
     if num_classes < 2:
         raise ValueError(f"`num_classes` ({num_classes}) must be at least 2.")
+    if targets not in ("class", "value", "both"):
+        raise ValueError(f"`targets` ({targets!r}) must be one of class, value, both.")
     shape = tuple(int(d) for d in input_shape)
     rng = np.random.default_rng(seed)
     total = num_train + num_validation
     x = rng.standard_normal((total, *shape)).astype(np.float32)
     weights = rng.standard_normal((int(np.prod(shape)), num_classes)).astype(np.float32)
-    y = np.argmax(x.reshape(total, -1) @ weights, axis=1).astype(np.int32)
+    scores = x.reshape(total, -1) @ weights
+    labels = np.argmax(scores, axis=1).astype(np.int32)
+    # Unit variance: each score sums prod(shape) products of two standard normals.
+    values = (scores[:, :1] / np.sqrt(np.prod(shape))).astype(np.float32)
+    y: Any = {"class": labels, "value": values}
+    if targets != "both":
+        y = y[targets]
     return ArraySource(
         x_train=x[:num_train],
-        y_train=y[:num_train],
+        y_train=_rows(y, slice(None, num_train)),
         x_validation=x[num_train:],
-        y_validation=y[num_train:],
+        y_validation=_rows(y, slice(num_train, None)),
         num_classes=num_classes,
     )
+
+
+def _rows(y: Any, rows: slice) -> Any:
+    return {k: v[rows] for k, v in y.items()} if isinstance(y, dict) else y[rows]

@@ -6,6 +6,7 @@ import csv as csv_module
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import tensorflow as tf
 
@@ -23,13 +24,30 @@ class _Layout:
     features: list[str]
     label: str
     delimiter: str
+    # `values`: float targets in `label` and `extra_targets` (regression); else class ids.
+    values: bool = False
+    extra_targets: tuple[str, ...] = ()
+    weight: str | None = None
+
+    @property
+    def targets(self) -> list[str]:
+        return [self.label, *self.extra_targets]
+
+    @property
+    def numeric(self) -> list[str]:
+        """Columns that must hold numbers: features, float targets, the weight."""
+        return [
+            *self.features,
+            *(self.targets if self.values else []),
+            *([self.weight] if self.weight else []),
+        ]
 
 
 def _scan(key: str, files: Sequence[str], layout: _Layout) -> tuple[dict[str, int], set[str]]:
     """Row counts per file and the label values; checks every row once, in Python."""
     counts: dict[str, int] = {}
     labels: set[str] = set()
-    columns = [layout.header.index(name) for name in layout.features]
+    columns = [layout.header.index(name) for name in layout.numeric]
     label_index = layout.header.index(layout.label)
     for file in files:
         with tf.io.gfile.GFile(file, "r") as handle:
@@ -56,7 +74,8 @@ def _scan(key: str, files: Sequence[str], layout: _Layout) -> tuple[dict[str, in
                             f"column {layout.header[index]!r} is not a number",
                             value=row[index],
                         ) from None
-                labels.add(row[label_index].strip())
+                if not layout.values:
+                    labels.add(row[label_index].strip())
                 rows += 1
             counts[file] = rows
     return counts, labels
@@ -120,12 +139,17 @@ class CsvSource(FileSource):
 
     def read(self, split: str, files: Sequence[str]) -> tf.data.Dataset:
         layout = self._layout
-        wanted = sorted({layout.header.index(n) for n in [*layout.features, layout.label]})
+        used = [*layout.features, *layout.targets, *([layout.weight] if layout.weight else [])]
+        wanted = sorted({layout.header.index(n) for n in used})
         position = {index: i for i, index in enumerate(wanted)}
         feature_positions = [position[layout.header.index(n)] for n in layout.features]
         label_position = position[layout.header.index(layout.label)]
+        target_positions = [position[layout.header.index(n)] for n in layout.targets]
+        weight_position = position[layout.header.index(layout.weight)] if layout.weight else None
         defaults = [
-            tf.constant([], tf.string) if i == label_position else tf.constant([], tf.float32)
+            tf.constant([], tf.string)
+            if i == label_position and not layout.values
+            else tf.constant([], tf.float32)
             for i in range(len(wanted))
         ]
         vocabulary = self._vocabulary
@@ -154,9 +178,21 @@ class CsvSource(FileSource):
                 )
             return rows
 
-        def example(index: tf.Tensor, values: tuple[tf.Tensor, ...]) -> tuple[tf.Tensor, tf.Tensor]:
+        def example(index: tf.Tensor, values: tuple[tf.Tensor, ...]) -> tuple[Any, ...]:
             x = tf.stack([values[i] for i in feature_positions])
-            return x, label_id(values[label_position])
+            y: Any
+            if not layout.values:
+                y = label_id(values[label_position])
+            elif layout.extra_targets:
+                y = {
+                    n: values[i][None]
+                    for n, i in zip(layout.targets, target_positions, strict=True)
+                }
+            else:
+                y = values[label_position][None]
+            if weight_position is None:
+                return x, y
+            return x, y, values[weight_position]
 
         names = [os.path.basename(f) for f in files]
         paths = tf.data.Dataset.from_tensor_slices(
@@ -168,21 +204,42 @@ class CsvSource(FileSource):
 
 
 def _layout(
-    key: str, file: str, label: str, features: Sequence[str] | None, delimiter: str
+    key: str,
+    file: str,
+    label: str | Sequence[str],
+    features: Sequence[str] | None,
+    delimiter: str,
+    *,
+    values: bool = False,
+    weight: str | None = None,
 ) -> _Layout:
     with tf.io.gfile.GFile(file, "r") as handle:
         header = next(csv_module.reader(handle, delimiter=delimiter), None)
     if not header:
         raise ConfigError(key, f"{file} is empty; it needs a header row", value=file)
     header = [h.strip() for h in header]
-    if label not in header:
+    targets = [label] if isinstance(label, str) else [str(n) for n in label]
+    if not targets:
+        raise ConfigError("data.source.label_column", "must name a column")
+    if len(targets) > 1 and not values:
         raise ConfigError(
             "data.source.label_column",
-            f"is not a column of {file}",
-            value=label,
-            hint=f"columns: {', '.join(header)}",
+            "names several columns: that needs float targets",
+            value=list(targets),
+            hint="set data.source.targets=value, or name one class column",
         )
-    chosen = list(features) if features else [h for h in header if h != label]
+    for name, key_name in [(n, "data.source.label_column") for n in targets] + (
+        [(weight, "data.source.weight_column")] if weight else []
+    ):
+        if name not in header:
+            raise ConfigError(
+                key_name,
+                f"is not a column of {file}",
+                value=name,
+                hint=f"columns: {', '.join(header)}",
+            )
+    taken = {*targets, *([weight] if weight else [])}
+    chosen = list(features) if features else [h for h in header if h not in taken]
     unknown = [name for name in chosen if name not in header]
     if unknown:
         raise ConfigError(
@@ -190,29 +247,44 @@ def _layout(
             f"{unknown[0]!r} is not a column of {file}",
             hint=f"columns: {', '.join(header)}",
         )
-    if not chosen or label in chosen:
+    if not chosen or taken & set(chosen):
         raise ConfigError(
-            "data.source.feature_columns", "must name one or more columns besides the label"
+            "data.source.feature_columns",
+            "must name one or more columns besides the targets and the weight",
         )
-    return _Layout(header=header, features=chosen, label=label, delimiter=delimiter)
+    return _Layout(
+        header=header,
+        features=chosen,
+        label=targets[0],
+        delimiter=delimiter,
+        values=values,
+        extra_targets=tuple(targets[1:]),
+        weight=weight,
+    )
 
 
 def csv(
     *,
     path: str | Sequence[str],
     validation_path: str | Sequence[str] | None = None,
-    label_column: str = "label",
+    label_column: str | Sequence[str] = "label",
     feature_columns: Sequence[str] | None = None,
     validation_fraction: float = 0.2,
     split_seed: int = 0,
     num_classes: int | None = None,
     delimiter: str = ",",
+    targets: str = "class",
+    weight_column: str | None = None,
 ) -> CsvSource:
-    """Numeric features and a class label from CSV files with a header row.
+    """Numeric features and a target from CSV files with a header row.
 
-    Labels are integer class ids, or any text (classes are then the sorted distinct
-    values). Every file is checked once, in Python, before training: a row with a wrong
-    field count or a non-numeric feature fails naming the file and line.
+    With `targets: class`, the label is an integer class id or any text (classes are
+    then the sorted distinct values). With `targets: value`, the label column(s) hold
+    float regression targets: one column gives a target of shape `(1,)`, several give a
+    dict keyed by column name (a model with outputs of those names). A `weight_column`
+    gives each row a sample weight. Every file is checked once, in Python, before
+    training: a row with a wrong field count or a non-numeric feature, target or weight
+    fails naming the file and line.
 
     Args:
         path: a training file, a glob pattern or a list of them (one file per shard).
@@ -225,6 +297,8 @@ def csv(
         split_seed: seed of that split. Defaults to `0`.
         num_classes: number of classes. Defaults to `None`: from the labels.
         delimiter: the field separator. Defaults to `","`.
+        targets: `class` or `value` (float targets). Defaults to `"class"`.
+        weight_column: a column of per-row sample weights. Defaults to `None`.
 
     Returns:
         A `CsvSource` (sharded by file under `data.shard_policy=file`).
@@ -234,8 +308,20 @@ def csv(
     """
     if len(delimiter) != 1:
         raise ConfigError("data.source.delimiter", "must be one character", value=delimiter)
+    if targets not in ("class", "value"):
+        raise ConfigError(
+            "data.source.targets", "is not a valid choice", value=targets, hint="class or value"
+        )
     train_files = expand_files("data.source.path", path)
-    layout = _layout("data.source.path", train_files[0], label_column, feature_columns, delimiter)
+    layout = _layout(
+        "data.source.path",
+        train_files[0],
+        label_column,
+        feature_columns,
+        delimiter,
+        values=targets == "value",
+        weight=weight_column,
+    )
     val_files = (
         expand_files("data.source.validation_path", validation_path) if validation_path else []
     )
@@ -244,6 +330,31 @@ def csv(
         val_counts, val_labels = _scan("data.source.validation_path", val_files, layout)
         counts.update(val_counts)
         labels |= val_labels
+    vocabulary: list[str] | None = None
+    if layout.values:
+        classes = len(layout.targets)
+    else:
+        vocabulary, classes = _classes(labels, num_classes)
+    if not val_files and not 0.0 <= validation_fraction < 1.0:
+        raise ConfigError(
+            "data.source.validation_fraction", "must be in [0, 1)", value=validation_fraction
+        )
+    source = CsvSource(
+        files={"train": train_files, "validation": val_files or train_files},
+        row_counts=counts,
+        layout=layout,
+        vocabulary=vocabulary,
+        num_classes=classes,
+        validation_fraction=None if val_files else float(validation_fraction),
+        split_seed=split_seed,
+    )
+    if source.size("train") < 1:
+        raise ConfigError("data.source.path", "has no training rows", value=str(path))
+    return source
+
+
+def _classes(labels: set[str], num_classes: int | None) -> tuple[list[str] | None, int]:
+    """The class vocabulary (`None` for integer ids) and the class count."""
     vocabulary: list[str] | None
     try:
         ids = sorted({int(v) for v in labels})
@@ -270,21 +381,8 @@ def csv(
             ) from None
     if classes < 2:
         raise ConfigError(
-            "data.source.label_column", "has fewer than 2 classes", value=label_column
+            "data.source.label_column",
+            "has fewer than 2 classes",
+            hint="for float targets set data.source.targets=value",
         )
-    if not val_files and not 0.0 <= validation_fraction < 1.0:
-        raise ConfigError(
-            "data.source.validation_fraction", "must be in [0, 1)", value=validation_fraction
-        )
-    source = CsvSource(
-        files={"train": train_files, "validation": val_files or train_files},
-        row_counts=counts,
-        layout=layout,
-        vocabulary=vocabulary,
-        num_classes=classes,
-        validation_fraction=None if val_files else float(validation_fraction),
-        split_seed=split_seed,
-    )
-    if source.size("train") < 1:
-        raise ConfigError("data.source.path", "has no training rows", value=str(path))
-    return source
+    return vocabulary, classes

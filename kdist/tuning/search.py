@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from kdist.compiling import resolve_objective
 from kdist.config.errors import ConfigError
 from kdist.config.validate import validate
 from kdist.tuning import hparams, oracles, results
@@ -72,6 +73,8 @@ def check(cfg: DictConfig) -> Space:
         raise ConfigError(
             "tuner", "is missing", hint="run python -m kdist.tune, or add tuner=random"
         )
+    # `objective: auto` becomes the metric the trials log (tuner.objective follows it).
+    resolve_objective(cfg)
     oracles.check(cfg.tuner)
     return Space.from_config(cfg.tuner.space)
 

@@ -1,0 +1,157 @@
+"""Data carries what Keras data carries: float, one-hot and dict targets, sample weights."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from helpers import compose
+
+import kdist
+from kdist.config import ConfigError
+from kdist.data.csv import csv as csv_source
+
+
+def _write(path: Path, header: list[str], rows: np.ndarray) -> Path:
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows.tolist())
+    return path
+
+
+def _regression_csv(path: Path, count: int = 160) -> Path:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(count, 4))
+    price = x @ np.array([1.0, -2.0, 0.5, 0.0]) + 3.0
+    rooms = x[:, :1].sum(axis=1) * 0.5
+    weight = rng.uniform(0.5, 2.0, size=count)
+    return _write(
+        path,
+        ["a", "b", "c", "d", "price", "rooms", "w"],
+        np.column_stack([x, price, rooms, weight]),
+    )
+
+
+def test_csv_float_target_and_weight_column(tmp_path: Path):
+    path = _regression_csv(tmp_path / "house.csv")
+    source = csv_source(
+        path=str(path),
+        label_column="price",
+        feature_columns=["a", "b", "c", "d"],
+        targets="value",
+        weight_column="w",
+    )
+    x, y, w = next(iter(source.dataset("train")))
+    assert x.shape == (4,) and y.shape == (1,) and y.dtype == tf.float32
+    assert w.shape == () and 0.5 <= float(w) <= 2.0
+
+
+def test_csv_several_target_columns_give_a_dict(tmp_path: Path):
+    path = _regression_csv(tmp_path / "house.csv")
+    source = csv_source(
+        path=str(path),
+        label_column=["price", "rooms"],
+        feature_columns=["a", "b", "c", "d"],
+        targets="value",
+    )
+    _x, y = next(iter(source.dataset("train")))
+    assert set(y) == {"price", "rooms"} and y["price"].shape == (1,)
+
+
+def test_csv_several_class_columns_are_refused(tmp_path: Path):
+    path = _regression_csv(tmp_path / "house.csv")
+    with pytest.raises(ConfigError, match=r"label_column.*float targets.*targets=value"):
+        csv_source(path=str(path), label_column=["price", "rooms"])
+
+
+def test_csv_regression_trains_with_mse(tmp_path: Path):
+    path = _regression_csv(tmp_path / "house.csv")
+    exp = kdist.Experiment(
+        compose(
+            [
+                "data=csv",
+                f"data.source.path={path}",
+                "data.source.label_column=price",
+                "data.source.feature_columns=[a,b,c,d]",
+                "data.source.targets=value",
+                "data.source.weight_column=w",
+                "model=custom",
+                "model._target_=kdist.models.examples.regression_mlp",
+                "trainer.loss=mse",
+                "trainer.metrics=[mae]",
+                "trainer.epochs=3",
+                "trainer.global_batch_size=16",
+                "trainer.verbose=0",
+                "callbacks=minimal",
+                "optimizer.learning_rate=0.01",
+                f"run_dir={tmp_path / 'run'}",
+            ]
+        )
+    )
+    history = exp.fit()
+    assert history.history["val_mae"][-1] < history.history["val_mae"][0]
+    assert exp.cfg.objective.name == "val_loss"
+
+
+def test_synthetic_targets(tmp_path: Path):
+    from kdist.data import synthetic
+
+    both = synthetic(num_train=32, num_validation=8, input_shape=(4,), targets="both")
+    _x, y = next(iter(both.dataset("train")))
+    assert set(y) == {"class", "value"} and y["value"].dtype == tf.float32
+    value = synthetic(num_train=32, num_validation=8, input_shape=(4,), targets="value")
+    assert value.arrays("train")[1].shape == (32, 1)
+
+
+def test_recipes_for_own_models_train(tmp_path: Path):
+    from helpers import REPO
+
+    for name, logged in (
+        ("regression", {"loss", "mae", "val_loss", "val_mae"}),
+        ("multi_output", {"class_accuracy", "value_mae", "val_class_accuracy"}),
+        ("custom_train_step", {"grad_norm", "accuracy", "val_accuracy"}),
+    ):
+        cfg = compose(
+            [
+                f"run_dir={tmp_path / name}",
+                "trainer.epochs=2",
+                "trainer.steps_per_epoch=3",
+                "trainer.verbose=0",
+                "callbacks=minimal",
+            ],
+            config_name=name,
+            config_dir=REPO / "recipes",
+        )
+        exp = kdist.Experiment(cfg)
+        history = exp.fit()
+        assert logged <= set(history.history), (name, sorted(history.history))
+
+
+def test_one_hot_targets_with_categorical_crossentropy(tmp_path: Path):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(96, 6)).astype("float32")
+    labels = (x[:, 0] > 0).astype(int) + (x[:, 1] > 0).astype(int)
+    np.savez(tmp_path / "d.npz", x=x, y=np.eye(3, dtype="float32")[labels])
+    exp = kdist.Experiment(
+        compose(
+            [
+                "data=npz",
+                f"data.source.path={tmp_path / 'd.npz'}",
+                "model=mlp",
+                "trainer.loss={_target_: keras.losses.CategoricalCrossentropy, from_logits: true}",
+                "trainer.metrics=[accuracy]",
+                "trainer.epochs=2",
+                "trainer.global_batch_size=16",
+                "trainer.verbose=0",
+                "callbacks=minimal",
+                f"run_dir={tmp_path / 'run'}",
+            ]
+        )
+    )
+    assert exp.source.num_classes == 3
+    history = exp.fit()
+    assert "val_accuracy" in history.history
