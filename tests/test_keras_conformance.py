@@ -346,3 +346,36 @@ def test_trains_under_parameter_server(case: Case, tmp_path: Path, monkeypatch):
     summary = json.loads((run_dir / "metrics.json").read_text())
     # Every scheduled step applied exactly once (the atomic counters).
     assert summary["steps"] == 4 * 3
+
+
+def test_own_train_step_with_sharded_variables_is_refused(tmp_path: Path, monkeypatch):
+    # Sharded variables need a parameter-server cluster; the rule is what is tested here
+    # (a model's own train_step updates `trainable_variables`, which Keras 3 cannot do
+    # for a ShardedVariable).
+    monkeypatch.setattr("kdist.engine.runner.has_sharded_variables", lambda model: True)
+    cfg = _config(CASES[0], tmp_path / "data.npz", tmp_path / "run", [])
+    exp = kdist.Experiment(cfg)
+    with pytest.raises(ConfigError, match=r"^model=.*overrides `train_step`.*sharded"):
+        exp.build_model(model=own_train_step())
+
+
+def test_bad_loss_from_the_command_line_exits_2_with_one_line(tmp_path: Path):
+    from helpers import run_module
+
+    data = tmp_path / "data.npz"
+    np.savez(data, **_arrays("regression"))
+    result = run_module(
+        "kdist.train",
+        [
+            "data=npz",
+            f"data.source.path={data}",
+            "trainer.epochs=1",
+            f"trainer.global_batch_size={BATCH}",
+            "hydra.run.dir=run",
+        ],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("kdist:")]
+    assert len(lines) == 1 and "trainer.loss" in lines[0] and "integer class ids" in lines[0]
+    assert "Traceback" not in result.stderr
