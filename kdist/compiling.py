@@ -318,7 +318,7 @@ def resolve_objective(cfg: Any) -> None:
     `auto` is `max` for accuracy-like names and `min` for losses and errors.
     """
     objective = cfg.get("objective")
-    if objective is None:
+    if objective is None or "trainer" not in cfg:
         return
     name = str(objective.get("name", "auto"))
     if name == "auto":
@@ -375,3 +375,28 @@ def check_output_names(model: Any, trainer: Any) -> None:
                     "is not an output of the model",
                     hint=f"the model's outputs: {', '.join(outputs)}",
                 )
+
+
+def configured_metric_names(trainer: Any) -> list[str] | None:
+    """The names a run logs, when the config alone tells them (before TensorFlow works).
+
+    That is with one output (no loss mapping or list) and metrics given as `_target_`
+    nodes or left at their default; otherwise `None`, and the names are known only once
+    the model is compiled.
+    """
+    from kdist.config.build import instantiate
+
+    loss = _plain(trainer.get("loss"))
+    if isinstance(loss, list) or (isinstance(loss, Mapping) and "_target_" not in loss):
+        return None
+    metrics = _plain(trainer.get("metrics"))
+    if metrics is None:
+        metrics = default_metrics(loss)
+    if metrics is None:
+        return ["loss"]
+    if not isinstance(metrics, list) or not all(
+        isinstance(m, Mapping) and "_target_" in m for m in metrics
+    ):
+        return None
+    built = [instantiate(OmegaConf.create(m), _convert_="all") for m in metrics]
+    return ["loss", *(str(getattr(m, "name", "")) for m in built)]

@@ -38,6 +38,7 @@ from kdist.compiling import (
     build_metrics,
     check_class_weight,
     check_output_names,
+    configured_metric_names,
     direction_of,
     is_sparse_classification_loss,
     loss_names,
@@ -120,6 +121,9 @@ class Experiment:
             self.source, batch, cfg.trainer.get("steps_per_epoch")
         )
         self.output_dir = chief.writable_dir(self.run_dir, self.strategy)
+        names = configured_metric_names(cfg.trainer)
+        if names is not None and not self._objective_auto:
+            self._check_objective(names)
         self.cluster_strategy = isinstance(
             self.strategy,
             (

@@ -250,7 +250,11 @@ def test_a_validation_objective_without_validation_stops_the_search(tmp_path: Pa
     from kdist.tuning import FatalConfigError
 
     with pytest.raises(FatalConfigError, match=r"tuner\.objective\.name='val_accuracy'"):
-        _search(tmp_path, ["trainer.validation=false", "tuner.max_trials=2"])
+        # An explicit validation objective (`auto` would pick `accuracy` here).
+        _search(
+            tmp_path,
+            ["trainer.validation=false", "objective.name=val_accuracy", "tuner.max_trials=2"],
+        )
 
 
 # --- searches in this process ---------------------------------------------------------------

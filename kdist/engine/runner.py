@@ -187,12 +187,10 @@ class StepRunner(Runner):
             model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
             return gradients
 
-        compiled = tf.function(gradients_of, jit_compile=True) if jit_compile else gradients_of
-
         def replica_step(data: Any) -> None:
             # `apply_gradients` all-reduces across replicas (a `merge_call`), which cannot
             # run inside a nested (XLA) tf.function: only forward and backward are compiled.
-            gradients = compiled(data)
+            gradients = _per_replica_xla(gradients_of)(data) if jit_compile else gradients_of(data)
             optimizer.apply_gradients(zip(gradients, variables, strict=True))
 
         return replica_step
@@ -203,7 +201,13 @@ class StepRunner(Runner):
         def test_step(data: Any) -> None:
             model.test_step(data)
 
-        return tf.function(test_step, jit_compile=True) if jit_compile else test_step
+        if not jit_compile:
+            return test_step
+
+        def replica_step(data: Any) -> None:
+            _per_replica_xla(test_step)(data)
+
+        return replica_step
 
     # -- metrics -----------------------------------------------------------------------
 
@@ -215,6 +219,17 @@ class StepRunner(Runner):
     @property
     def metric_variables(self) -> list[Any]:
         return [v.value for m in self.model.metrics for v in m.variables]
+
+
+def _per_replica_xla(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` compiled with XLA, a new `tf.function` for each replica that traces it.
+
+    Called while the outer step function is traced, once per replica: each replica gets
+    its own XLA function, bound to its own copies of the variables. One function shared
+    by the replicas can run a trace made for one replica's variables on another's
+    device ("Trying to access resource .../replica_1 ... from device CPU:0").
+    """
+    return tf.function(function, jit_compile=True)
 
 
 def compiled_reset(metrics: Sequence[keras.metrics.Metric]) -> Callable[[], None]:

@@ -29,6 +29,7 @@ from keras_tuner.src.engine import trial as trial_module
 from keras_tuner.src.tuners import bayesian, hyperband, randomsearch
 from omegaconf import DictConfig, OmegaConf
 
+from kdist.compiling import resolve_objective
 from kdist.config.build import instantiate
 from kdist.config.errors import ConfigError
 from kdist.config.validate import check_choice, check_positive, check_target_keys
@@ -286,6 +287,9 @@ def build(tuner_cfg: DictConfig, *, hyperparameters: Any) -> Any:
     Returns:
         A `keras_tuner.Oracle`.
     """
+    # `tuner.objective` follows the run's `objective`, whose `auto` is resolved from the
+    # whole config (OmegaConf nodes know their root).
+    resolve_objective(tuner_cfg._get_root())
     objective = keras_tuner.Objective(
         str(tuner_cfg.objective.name), direction=str(tuner_cfg.objective.direction)
     )
