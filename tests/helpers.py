@@ -31,6 +31,9 @@ def run_module(
 ) -> subprocess.CompletedProcess:
     """Run `python -m module args` in `cwd`; bounded by `timeout` seconds."""
     full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
+    if env and "PYTHONPATH" in env and os.environ.get("PYTHONPATH"):
+        # Keep the caller's path (e.g. a worktree's kdist before the installed one).
+        full_env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], os.environ["PYTHONPATH"]])
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=cwd,
@@ -55,6 +58,18 @@ def tiny_model(*, input_shape, num_classes, width: int = 16):
     inputs = keras.Input(shape=tuple(input_shape))
     x = keras.layers.Flatten()(inputs)
     x = keras.layers.Dense(width, activation="relu")(x)
+    return keras.Model(inputs, keras.layers.Dense(num_classes)(x))
+
+
+def norm_model(*, input_shape, num_classes, width: int = 16):
+    """A `model=custom` callable with batch normalization: its moving statistics are
+    weights that the training loss never reads."""
+    import keras
+
+    inputs = keras.Input(shape=tuple(input_shape))
+    x = keras.layers.Flatten()(inputs)
+    x = keras.layers.Dense(width, activation="relu")(x)
+    x = keras.layers.BatchNormalization()(x)
     return keras.Model(inputs, keras.layers.Dense(num_classes)(x))
 
 
@@ -156,17 +171,34 @@ class KillAtStep:
 
 
 class InjectNaN:
-    """`callbacks.extra` target: set the first weight to NaN once `step` steps are done."""
+    """`callbacks.extra` target: poison weights with NaN once `step` steps are done.
 
-    def __new__(cls, *, step: int):
+    By default it poisons the trainable variables of the model's last layer that has any
+    (the logits' kernel and bias), so the loss is NaN from the next step on, on every
+    machine. Poisoning the first kernel instead is not enough: in the MLP it sits under a
+    ReLU, and oneDNN's fused MatMul+BiasAdd+Relu (TensorFlow's default on many x86 CPUs)
+    gives 0 for NaN, so the loss can stay finite while the weights are NaN. With `path`,
+    it poisons every variable whose path contains it instead (e.g. `"moving_mean"`, which
+    the training loss never reads).
+    """
+
+    def __new__(cls, *, step: int, path: str | None = None):
         import keras
         import numpy as np
+
+        def poisoned(model) -> list:
+            if path is not None:
+                found = [w for w in model.weights if path in w.path]
+                assert found, f"no variable path contains {path!r}"
+                return found
+            owners = [layer for layer in model.layers if layer.trainable_weights]
+            return list(owners[-1].trainable_weights)
 
         class _Inject(keras.callbacks.Callback):
             def on_train_batch_end(self, batch, logs=None):
                 if int(self.model.optimizer.iterations.numpy()) == step:
-                    weight = self.model.weights[0]
-                    weight.assign(np.full(weight.shape, np.nan, dtype="float32"))
+                    for weight in poisoned(self.model):
+                        weight.assign(np.full(weight.shape, np.nan, dtype=weight.dtype))
 
         return _Inject()
 
