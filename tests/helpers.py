@@ -399,3 +399,57 @@ def launch_pids(text: str) -> dict[str, int]:
     import re
 
     return {m[0]: int(m[1]) for m in re.findall(r"\[launch\] (\w+ \d+) pid (\d+)", text)}
+
+
+def non_loopback_ipv4() -> str | None:
+    """An IPv4 address of this machine that is not loopback, or `None`."""
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, name in socket.if_nameindex():
+            try:
+                request = struct.pack("256s", name.encode()[:15])
+                address = socket.inet_ntoa(fcntl.ioctl(sock, 0x8915, request)[20:24])  # SIOCGIFADDR
+            except OSError:
+                continue
+            if not address.startswith("127."):
+                return address
+    return None
+
+
+def start_launch(args: Sequence[str], *, cwd: Path, env: dict | None = None):
+    """`python -m kdist.launch args` in its own session, output piped; the caller kills it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "kdist.launch", *args],
+        cwd=cwd,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def read_until(process, pattern: str, *, timeout: float, seen: list[str], count: int = 1) -> list:
+    """Read `process.stdout` lines into `seen` until `pattern` matched `count` times.
+
+    Returns the matches; fails when the process ends or `timeout` seconds pass first
+    (checked between lines: the tasks print often).
+    """
+    import re
+    import time
+
+    deadline = time.monotonic() + timeout
+    found = []
+    assert process.stdout is not None
+    for line in process.stdout:
+        seen.append(line)
+        match = re.search(pattern, line)
+        if match:
+            found.append(match)
+            if len(found) == count:
+                return found
+        assert time.monotonic() < deadline, f"no {pattern!r} in time: {''.join(seen)[-3000:]}"
+    raise AssertionError(f"output ended before {pattern!r}: {''.join(seen)[-3000:]}")
