@@ -137,7 +137,8 @@ class KillAtStep:
     """`callbacks.extra` target: SIGKILL this process once `step` optimizer steps are done.
 
     With `once_file`, it fires only if that file does not exist yet (and creates it), so a
-    restarted run is not killed again; with `only_worker`, only that TF_CONFIG index dies.
+    restarted run is not killed again; with `only_worker`, only that TF_CONFIG index fires.
+    With `parent=True` it kills its parent process (under `kdist.launch`, the launcher).
     """
 
     def __new__(
@@ -147,6 +148,7 @@ class KillAtStep:
         signal_name: str = "SIGKILL",
         once_file: str | None = None,
         only_worker: int | None = None,
+        parent: bool = False,
     ):
         import json
         import signal
@@ -165,7 +167,7 @@ class KillAtStep:
                     if os.path.exists(once_file):
                         return
                     Path(once_file).write_text("fired")
-                os.kill(os.getpid(), getattr(signal, signal_name))
+                os.kill(os.getppid() if parent else os.getpid(), getattr(signal, signal_name))
 
         return _Kill()
 
