@@ -197,6 +197,9 @@ def test_the_printed_run_directory_is_hydra_run_dir_after_a_restart(tmp_path: Pa
     (tmp_path / "fails.py").write_text("import sys\nsys.exit(1)\n")
     log = io.StringIO()
     chosen = tmp_path / "elsewhere"
+    # A killed worker's scratch folder: the launcher removes it for the folder in use.
+    scratch = Path(scratch_prefix(chosen, "worker", 1) + "ckpt-backup")
+    scratch.mkdir()
     code = run(
         2,
         [f"hydra.run.dir={chosen}"],
@@ -210,6 +213,7 @@ def test_the_printed_run_directory_is_hydra_run_dir_after_a_restart(tmp_path: Pa
     assert code == 1
     assert text.count(f"run directory {chosen}\n") == 2, text
     assert "outputs" not in text
+    assert not scratch.exists()
 
 
 def test_a_port_that_stays_in_use_is_exit_2_and_one_line(tmp_path: Path):
