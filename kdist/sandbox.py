@@ -147,6 +147,7 @@ class Guardian:
         if ready != "ready":
             self._process.wait(timeout=30)
             error = (self._process.stderr.read() if self._process.stderr else "").strip()
+            self._close_streams()
             raise OSError(errno.EPERM, error.splitlines()[-1] if error else "no namespace")
         self._fds: list[tuple[int, int]] = []
         if isolate:
@@ -204,9 +205,13 @@ class Guardian:
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait(timeout=10)
-        for stream in (self._process.stdout, self._process.stderr):
+        self._close_streams()
+
+    def _close_streams(self) -> None:
+        for stream in (self._process.stdin, self._process.stdout, self._process.stderr):
             if stream is not None:
-                stream.close()
+                with contextlib.suppress(OSError):
+                    stream.close()
 
 
 def _alive(pid: int) -> bool:
