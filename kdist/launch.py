@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import ipaddress
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -43,7 +44,14 @@ from kdist.cluster import tf_config_for
 from kdist.config.errors import ConfigError, exit_with
 from kdist.sandbox import Guardian
 
-__all__ = ["RESTART_EXIT_CODE", "free_ports", "main", "run"]
+__all__ = [
+    "RESTART_EXIT_CODE",
+    "check_strategy",
+    "clean_temp_leftovers",
+    "free_ports",
+    "main",
+    "run",
+]
 
 # A worker that exits with this code asks to be restarted (e.g. after a preemption save).
 RESTART_EXIT_CODE = 42
@@ -171,11 +179,12 @@ def check_strategy(overrides: Sequence[str], *, workers: int, ps: int) -> None:
     if name == wanted:
         return
     shape = f"--workers {workers}" + (f" --ps {ps}" if ps else "")
-    problem = (
-        f"{name} does not use the parameter servers of {shape}"
-        if name == _CLUSTER_STRATEGIES[False]
-        else f"{name} trains an independent copy in each process of {shape}"
-    )
+    if name == _CLUSTER_STRATEGIES[False]:
+        problem = f"{name} does not use the parameter servers of {shape}"
+    elif name == _CLUSTER_STRATEGIES[True]:
+        problem = f"{name} needs parameter servers, and {shape} starts none"
+    else:
+        problem = f"{name} trains an independent copy in each process of {shape}"
     raise ConfigError(
         "strategy",
         problem,
@@ -192,8 +201,6 @@ def clean_temp_leftovers(run_dir: Path) -> list[Path]:
     skips it on restore, but it takes disk space until the next save. Returns what was
     removed.
     """
-    import shutil
-
     removed = []
     for folder in ("backup", "checkpoints"):
         for entry in sorted((run_dir / folder).glob("*_temp*")):

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import alive, launch_pids, non_loopback_ipv4, read_until, start_launch
+from helpers import REPO, alive, launch_pids, non_loopback_ipv4, read_until, start_launch
 
 import kdist.launch
 from kdist.chief import scratch_prefix
@@ -191,6 +191,11 @@ def test_the_right_strategies_and_a_single_worker_pass_the_check():
     check_strategy([], workers=1, ps=0)
     with pytest.raises(ConfigError, match="strategy='auto'"):
         check_strategy(["strategy=auto"], workers=3, ps=0)
+    with pytest.raises(ConfigError, match="parameter_server needs parameter servers"):
+        check_strategy(["strategy=parameter_server"], workers=2, ps=0)
+    # A recipe's strategy counts, not only the command line's.
+    with pytest.raises(ConfigError, match="mirrored trains an independent copy"):
+        check_strategy(["-cd", str(REPO / "recipes"), "-cn", "mnist_cnn_mirrored"], workers=2, ps=0)
 
 
 def test_the_printed_run_directory_is_hydra_run_dir_after_a_restart(tmp_path: Path):
