@@ -736,6 +736,36 @@ def check_cluster(env: Mapping[str, str]) -> list[Check]:
     return rows
 
 
+def check_launch_network(support: Callable[[], str | None] | None = None) -> Check:
+    """The row saying whether `kdist.launch` can keep its tasks' ports local here.
+
+    Args:
+        support: returns why a private network namespace cannot be made, or `None`.
+            Defaults to `None`: `kdist.sandbox.isolation_support`.
+    """
+    from kdist.sandbox import isolation_support
+
+    probe = isolation_support if support is None else support
+    try:
+        reason = probe()
+    except Exception as error:  # a failed probe means no isolation, never a crash here
+        reason = f"{type(error).__name__}: {error}"
+    if reason is None:
+        return Check(
+            "cluster",
+            "kdist.launch network",
+            "ok",
+            "private network namespace: local tasks' ports are reachable only inside the launch",
+        )
+    return Check(
+        "cluster",
+        "kdist.launch network",
+        "warn",
+        f"no private network namespace ({reason}): local tasks listen on every interface "
+        "with no authentication; use a firewall or a machine on a trusted network",
+    )
+
+
 # --- the table ----------------------------------------------------------------------------
 
 
@@ -813,6 +843,7 @@ def run_doctor(
                 found[name] = _check_strategy(name, timeout=timeout, devices=info)
         rows += [found[name] for name in chosen]
     rows += check_cluster(env)
+    rows.append(check_launch_network())
     return rows
 
 

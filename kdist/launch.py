@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import ipaddress
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,16 +33,25 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import IO
 
-from kdist.chief import remove_scratch
+from kdist.chief import remove_scratch, scratch_prefix
 from kdist.cluster import tf_config_for
+from kdist.config.errors import ConfigError, exit_with
+from kdist.sandbox import Guardian
 
-__all__ = ["RESTART_EXIT_CODE", "free_ports", "main", "run"]
+__all__ = [
+    "RESTART_EXIT_CODE",
+    "check_strategy",
+    "clean_temp_leftovers",
+    "free_ports",
+    "main",
+    "run",
+]
 
 # A worker that exits with this code asks to be restarted (e.g. after a preemption save).
 RESTART_EXIT_CODE = 42
@@ -50,6 +60,9 @@ _PORT_RETRIES = 3
 # After a parameter server dies, the chief gets this long to notice and stop with its own
 # error (naming the ps) before the launcher stops it.
 _PS_LOSS_GRACE_SECONDS = 60.0
+# The strategies that train one model over several processes, by launcher shape.
+_CLUSTER_STRATEGIES = {False: "multi_worker_mirrored", True: "parameter_server"}
+_WARNING = "WARNING: "
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -62,9 +75,16 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     try:
         for _ in range(count):
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((host, 0))
             sockets.append(sock)
+            sock.bind((host, 0))
         return [sock.getsockname()[1] for sock in sockets]
+    except OSError as error:
+        raise ConfigError(
+            "--host",
+            f"cannot listen on this address ({error.strerror or error})",
+            value=host,
+            hint="give an address of this machine, e.g. 127.0.0.1",
+        ) from None
     finally:
         for sock in sockets:
             sock.close()
@@ -100,13 +120,96 @@ def _default_run_dir() -> Path:
     return Path("outputs") / now.strftime("%Y-%m-%d") / now.strftime("%H-%M-%S")
 
 
+def _run_dir_key(overrides: Sequence[str]) -> str:
+    multirun = any(arg in ("-m", "--multirun") for arg in overrides)
+    return "hydra.sweep.dir" if multirun else "hydra.run.dir"
+
+
 def _with_run_dir(overrides: Sequence[str], run_dir: Path) -> list[str]:
     given = list(overrides)
-    multirun = any(arg in ("-m", "--multirun") for arg in given)
-    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    if not any(arg.startswith(f"{key}=") for arg in given):
+    key = _run_dir_key(given)
+    if not any(arg.lstrip("+").startswith(f"{key}=") for arg in given):
         given.append(f"{key}={run_dir}")
     return given
+
+
+def _given_run_dir(overrides: Sequence[str]) -> Path | None:
+    """The run directory the overrides set (`hydra.run.dir=X`), which the tasks use."""
+    key = _run_dir_key(overrides)
+    for arg in reversed(list(overrides)):
+        if arg.lstrip("+").startswith(f"{key}="):
+            return Path(arg.split("=", 1)[1].strip("'\""))
+    return None
+
+
+def check_strategy(overrides: Sequence[str], *, workers: int, ps: int) -> None:
+    """Refuse a strategy that would train independent copies on several processes.
+
+    `one_device`, `mirrored` and `auto` each train their own model in every process: with
+    several workers that is N runs writing one folder, not one distributed run.
+
+    Args:
+        overrides: the command line of `kdist.train` (Hydra overrides and options).
+        workers: worker processes.
+        ps: parameter-server processes.
+
+    Raises:
+        ConfigError: naming `strategy` and the valid choices.
+    """
+    if workers < 2 and ps == 0:
+        return
+    from hydra._internal.utils import get_args_parser
+
+    from kdist.config import compose
+
+    args, _ = get_args_parser().parse_known_args(list(overrides))
+    if args.multirun:
+        return  # sweeps may vary the strategy; each job's tasks report their own errors
+    try:
+        cfg = compose(
+            args.overrides, config_name=args.config_name or "train", config_dir=args.config_dir
+        )
+    except Exception:  # the tasks report a bad command line themselves, as one line
+        return
+    target = str(cfg.strategy.get("_target_", ""))
+    module, _, name = target.rpartition(".")
+    if module != "kdist.strategies":
+        return  # a user's own strategy factory
+    wanted = _CLUSTER_STRATEGIES[ps > 0]
+    if name == wanted:
+        return
+    shape = f"--workers {workers}" + (f" --ps {ps}" if ps else "")
+    if name == _CLUSTER_STRATEGIES[False]:
+        problem = f"{name} does not use the parameter servers of {shape}"
+    elif name == _CLUSTER_STRATEGIES[True]:
+        problem = f"{name} needs parameter servers, and {shape} starts none"
+    else:
+        problem = f"{name} trains an independent copy in each process of {shape}"
+    raise ConfigError(
+        "strategy",
+        problem,
+        value=name,
+        hint=f"with {shape} use strategy={wanted} (multi-worker choices: "
+        "multi_worker_mirrored, or parameter_server with --ps N)",
+    )
+
+
+def clean_temp_leftovers(run_dir: Path) -> list[Path]:
+    """Remove `*_temp*` leftovers of interrupted saves in `run_dir`'s checkpoint folders.
+
+    A save cut short (a full disk, a kill) leaves e.g. `backup/ckpt-20_temp`; training
+    skips it on restore, but it takes disk space until the next save. Returns what was
+    removed.
+    """
+    removed = []
+    for folder in ("backup", "checkpoints"):
+        for entry in sorted((run_dir / folder).glob("*_temp*")):
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            removed.append(entry)
+    return removed
 
 
 def _plan(
@@ -157,7 +260,9 @@ def _pump(task: _Task, output: IO[str], lock: threading.Lock) -> None:
             output.flush()
 
 
-def _start(tasks: list[_Task], output: IO[str], lock: threading.Lock) -> None:
+def _start(
+    tasks: list[_Task], output: IO[str], lock: threading.Lock, guardian: Guardian, run_dir: Path
+) -> None:
     for task in tasks:
         task.tail.clear()
         task.process = subprocess.Popen(
@@ -170,7 +275,10 @@ def _start(tasks: list[_Task], output: IO[str], lock: threading.Lock) -> None:
             bufsize=1,
             # Its own process group, so stopping a task also stops anything it started.
             start_new_session=True,
+            # Into the private network, and SIGKILL when the launcher dies.
+            preexec_fn=guardian.preexec(),
         )
+        guardian.watch(task.process.pid, [scratch_prefix(run_dir, task.role, task.index)])
         task.reader = threading.Thread(target=_pump, args=(task, output, lock), daemon=True)
         task.reader.start()
         with lock:
@@ -237,6 +345,7 @@ def run(
     grace_seconds: float = 5.0,
     restart_grace_seconds: float = 60.0,
     output: IO[str] | None = None,
+    isolate: bool | None = None,
 ) -> int:
     """Start a local cluster, wait for it, and return its exit status.
 
@@ -252,8 +361,10 @@ def run(
         max_restarts: times to restart every task after one fails. Defaults to `0`.
         host: address the tasks advertise in TF_CONFIG. Defaults to `"127.0.0.1"`;
             another address must be given explicitly (TensorFlow's gRPC servers have no
-            authentication).
-        run_dir: the shared run directory. Defaults to `None`: `outputs/<date>/<time>`.
+            authentication) and turns the private network off, with a warning.
+        run_dir: the shared run directory. Defaults to `None`: the overrides'
+            `hydra.run.dir` (`hydra.sweep.dir` under `-m`) if given, else
+            `outputs/<date>/<time>`.
         timeout: seconds before every task is stopped and 124 returned. Defaults to
             `None` (no limit).
         grace_seconds: time between SIGTERM and SIGKILL when stopping tasks.
@@ -262,13 +373,21 @@ def run(
             on SIGTERM), how long the others get to finish the same save and exit.
             Defaults to `60.0`.
         output: where the tasks' prefixed output goes. Defaults to `None`: `sys.stdout`.
+        isolate: run the tasks in a private network namespace (only loopback, so their
+            ports cannot be reached from outside this launch; nor can the tasks reach the
+            network). `None` isolates when `host` is a loopback address and the kernel
+            allows it, and warns otherwise; `False` turns it off with a warning.
+            Defaults to `None`.
 
     Returns:
         0 when every training task exited 0; otherwise the failing task's status
-        (128 + N for a task killed by signal N), or 124 on timeout.
+        (128 + N for a task killed by signal N), 124 on timeout, or 2 when the ports
+        stay taken.
 
     Raises:
         ValueError: for a non-positive `workers`, negative `ps` or `max_restarts`.
+        ConfigError: for a strategy that would train independent copies (`one_device`,
+            `mirrored`, `auto` on several processes), or a `host` that cannot be bound.
     """
     if workers < 1:
         raise ValueError(f"`workers` ({workers}) must be a positive integer.")
@@ -276,7 +395,10 @@ def run(
         raise ValueError(f"`ps` ({ps}) and `max_restarts` ({max_restarts}) must be >= 0.")
     output = output or sys.stdout
     lock = threading.Lock()
-    resolved_dir = Path(run_dir) if run_dir else _default_run_dir()
+    if module == "kdist.train":
+        check_strategy(overrides, workers=workers, ps=ps)
+    # The tasks use the overrides' folder when there is one: report and clean that one.
+    resolved_dir = _given_run_dir(overrides) or (Path(run_dir) if run_dir else _default_run_dir())
     base_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     base_env.pop("TF_CONFIG", None)
 
@@ -285,8 +407,84 @@ def run(
             output.write(f"[launch] {message}\n")
             output.flush()
 
+    free_ports(1, host)  # a `host` this machine cannot listen on: one line, before any task
+    guardian = _guardian(host, isolate, say)
+    try:
+        return _supervise(
+            workers=workers,
+            ps=ps,
+            module=module,
+            overrides=overrides,
+            host=host,
+            run_dir=resolved_dir,
+            base_env=base_env,
+            max_restarts=max_restarts,
+            timeout=timeout,
+            grace_seconds=grace_seconds,
+            restart_grace_seconds=restart_grace_seconds,
+            output=output,
+            lock=lock,
+            say=say,
+            guardian=guardian,
+        )
+    finally:
+        guardian.close()
+
+
+def _guardian(host: str, isolate: bool | None, say: Callable[[str], None]) -> Guardian:
+    """The launch's guardian, in a private network when asked and possible; warns if not."""
+    exposed = (
+        "TensorFlow's gRPC servers have no authentication: anyone who can reach "
+        "this machine's ports can run code in the tasks"
+    )
     if not _is_loopback(host):
-        say(f"tasks advertise {host}: TensorFlow's gRPC servers accept anyone who can reach it")
+        if isolate:
+            raise ConfigError(
+                "--host",
+                "a private network has only loopback: other machines cannot reach the tasks",
+                value=host,
+                hint="leave --host at 127.0.0.1 or drop the isolation request",
+            )
+        say(f"{_WARNING}tasks advertise {host} and listen on every interface; {exposed}")
+        return Guardian(isolate=False)
+    if isolate is False:
+        say(f"{_WARNING}private network turned off: tasks listen on every interface; {exposed}")
+        return Guardian(isolate=False)
+    try:
+        guardian = Guardian(isolate=True)
+    except OSError as error:
+        if isolate:
+            raise
+        say(
+            f"{_WARNING}no private network for the tasks ({error.strerror or error}): "
+            f"they listen on every interface; {exposed}"
+        )
+        return Guardian(isolate=False)
+    say("tasks run in a private network namespace: their ports are reachable only inside it")
+    return guardian
+
+
+def _supervise(
+    *,
+    workers: int,
+    ps: int,
+    module: str,
+    overrides: Sequence[str],
+    host: str,
+    run_dir: Path,
+    base_env: dict[str, str],
+    max_restarts: int,
+    timeout: float | None,
+    grace_seconds: float,
+    restart_grace_seconds: float,
+    output: IO[str],
+    lock: threading.Lock,
+    say: Callable[[str], None],
+    guardian: Guardian,
+) -> int:
+    resolved_dir = run_dir
+    for leftover in clean_temp_leftovers(resolved_dir):
+        say(f"removed {leftover}, left by an interrupted save")
     deadline = time.monotonic() + timeout if timeout else None
     restarts = port_retries = 0
     while True:
@@ -307,7 +505,7 @@ def run(
         lost_ps: _Task | None = None
         ps_deadline = 0.0
         try:
-            _start(tasks, output, lock)
+            _start(tasks, output, lock, guardian, resolved_dir)
             while status is None:
                 time.sleep(0.1)
                 for task in tasks:
@@ -370,15 +568,19 @@ def run(
             # A task killed before it could remove its scratch folders leaves them.
             for task in tasks:
                 remove_scratch(resolved_dir, task.role, task.index)
+            guardian.clear()
         if status == 0:
             say("every task finished")
             return 0
         assert failed is not None
         say(f"{failed.name} exited with status {_exit_status(status)}; stopped every task")
-        if _port_race(failed) and port_retries < _PORT_RETRIES:
-            port_retries += 1
-            say("a port was taken between choosing and binding it; retrying with new ports")
-            continue
+        if _port_race(failed):
+            if port_retries < _PORT_RETRIES:
+                port_retries += 1
+                say("a port was taken between choosing and binding it; retrying with new ports")
+                continue
+            say(f"error: a port of {failed.name} stayed in use after {_PORT_RETRIES} retries")
+            return 2
         if restarts < max_restarts:
             restarts += 1
             say(f"restart {restarts} of {max_restarts}")
@@ -405,6 +607,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address the tasks advertise")
     parser.add_argument("--run-dir", default=None, help="shared run directory")
     parser.add_argument("--timeout", type=float, default=None, help="seconds before giving up")
+    parser.add_argument(
+        "--no-isolation",
+        action="store_true",
+        help="run the tasks in this machine's network (their ports open to every interface; "
+        "needed when they must reach the network, e.g. to read gs:// data)",
+    )
     args, rest = parser.parse_known_args(argv)
     if rest and rest[0] == "--":
         rest = rest[1:]
@@ -417,16 +625,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("--ps and --max-restarts must be >= 0")
     # Stopping the launcher stops its tasks (they run in their own process groups).
     signal.signal(signal.SIGTERM, _exit_on_signal)
-    code = run(
-        args.workers,
-        rest,
-        ps=args.ps,
-        module=args.module,
-        max_restarts=args.max_restarts,
-        host=args.host,
-        run_dir=args.run_dir,
-        timeout=args.timeout,
-    )
+    try:
+        code = run(
+            args.workers,
+            rest,
+            ps=args.ps,
+            module=args.module,
+            max_restarts=args.max_restarts,
+            host=args.host,
+            run_dir=args.run_dir,
+            timeout=args.timeout,
+            isolate=False if args.no_isolation else None,
+        )
+    except ConfigError as error:
+        exit_with(error)
     raise SystemExit(code)
 
 

@@ -13,8 +13,10 @@ TF_CONFIG='{"cluster": {"chief": ["h0:2222"], "worker": ["h1:2222"], "ps": ["h2:
 ```
 
 `python -m kdist.launch --workers N --ps M -- strategy=parameter_server` starts these
-itself. The servers have no authentication and listen on every interface: run them on a
-private network only.
+itself, in a private network namespace where the kernel allows it. The servers have no
+authentication and listen on every interface of their network namespace: on a real
+cluster, run them on a private network only (README, "Security of local and real
+clusters").
 """
 
 from __future__ import annotations
@@ -133,7 +135,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     except ConfigError as error:
         exit_with(error)
     address = info.cluster[str(info.task_type)][info.task_index]
-    log.info("%s serving on %s (listening on every interface)", info.task_name, address)
+    log.info(
+        "%s serving on %s (listening on every interface of its network namespace)",
+        info.task_name,
+        address,
+    )
     while not stop.wait(timeout=1.0):
         pass
     log.info("%s stopping", info.task_name)

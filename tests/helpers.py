@@ -31,6 +31,9 @@ def run_module(
 ) -> subprocess.CompletedProcess:
     """Run `python -m module args` in `cwd`; bounded by `timeout` seconds."""
     full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
+    if env and "PYTHONPATH" in env and os.environ.get("PYTHONPATH"):
+        # Keep the caller's path (e.g. a worktree's kdist before the installed one).
+        full_env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], os.environ["PYTHONPATH"]])
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=cwd,
@@ -55,6 +58,18 @@ def tiny_model(*, input_shape, num_classes, width: int = 16):
     inputs = keras.Input(shape=tuple(input_shape))
     x = keras.layers.Flatten()(inputs)
     x = keras.layers.Dense(width, activation="relu")(x)
+    return keras.Model(inputs, keras.layers.Dense(num_classes)(x))
+
+
+def norm_model(*, input_shape, num_classes, width: int = 16):
+    """A `model=custom` callable with batch normalization: its moving statistics are
+    weights that the training loss never reads."""
+    import keras
+
+    inputs = keras.Input(shape=tuple(input_shape))
+    x = keras.layers.Flatten()(inputs)
+    x = keras.layers.Dense(width, activation="relu")(x)
+    x = keras.layers.BatchNormalization()(x)
     return keras.Model(inputs, keras.layers.Dense(num_classes)(x))
 
 
@@ -122,7 +137,8 @@ class KillAtStep:
     """`callbacks.extra` target: SIGKILL this process once `step` optimizer steps are done.
 
     With `once_file`, it fires only if that file does not exist yet (and creates it), so a
-    restarted run is not killed again; with `only_worker`, only that TF_CONFIG index dies.
+    restarted run is not killed again; with `only_worker`, only that TF_CONFIG index fires.
+    With `parent=True` it kills its parent process (under `kdist.launch`, the launcher).
     """
 
     def __new__(
@@ -132,6 +148,7 @@ class KillAtStep:
         signal_name: str = "SIGKILL",
         once_file: str | None = None,
         only_worker: int | None = None,
+        parent: bool = False,
     ):
         import json
         import signal
@@ -150,23 +167,40 @@ class KillAtStep:
                     if os.path.exists(once_file):
                         return
                     Path(once_file).write_text("fired")
-                os.kill(os.getpid(), getattr(signal, signal_name))
+                os.kill(os.getppid() if parent else os.getpid(), getattr(signal, signal_name))
 
         return _Kill()
 
 
 class InjectNaN:
-    """`callbacks.extra` target: set the first weight to NaN once `step` steps are done."""
+    """`callbacks.extra` target: poison weights with NaN once `step` steps are done.
 
-    def __new__(cls, *, step: int):
+    By default it poisons the trainable variables of the model's last layer that has any
+    (the logits' kernel and bias), so the loss is NaN from the next step on, on every
+    machine. Poisoning the first kernel instead is not enough: in the MLP it sits under a
+    ReLU, and oneDNN's fused MatMul+BiasAdd+Relu (TensorFlow's default on many x86 CPUs)
+    gives 0 for NaN, so the loss can stay finite while the weights are NaN. With `path`,
+    it poisons every variable whose path contains it instead (e.g. `"moving_mean"`, which
+    the training loss never reads).
+    """
+
+    def __new__(cls, *, step: int, path: str | None = None):
         import keras
         import numpy as np
+
+        def poisoned(model) -> list:
+            if path is not None:
+                found = [w for w in model.weights if path in w.path]
+                assert found, f"no variable path contains {path!r}"
+                return found
+            owners = [layer for layer in model.layers if layer.trainable_weights]
+            return list(owners[-1].trainable_weights)
 
         class _Inject(keras.callbacks.Callback):
             def on_train_batch_end(self, batch, logs=None):
                 if int(self.model.optimizer.iterations.numpy()) == step:
-                    weight = self.model.weights[0]
-                    weight.assign(np.full(weight.shape, np.nan, dtype="float32"))
+                    for weight in poisoned(self.model):
+                        weight.assign(np.full(weight.shape, np.nan, dtype=weight.dtype))
 
         return _Inject()
 
@@ -367,3 +401,57 @@ def launch_pids(text: str) -> dict[str, int]:
     import re
 
     return {m[0]: int(m[1]) for m in re.findall(r"\[launch\] (\w+ \d+) pid (\d+)", text)}
+
+
+def non_loopback_ipv4() -> str | None:
+    """An IPv4 address of this machine that is not loopback, or `None`."""
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, name in socket.if_nameindex():
+            try:
+                request = struct.pack("256s", name.encode()[:15])
+                address = socket.inet_ntoa(fcntl.ioctl(sock, 0x8915, request)[20:24])  # SIOCGIFADDR
+            except OSError:
+                continue
+            if not address.startswith("127."):
+                return address
+    return None
+
+
+def start_launch(args: Sequence[str], *, cwd: Path, env: dict | None = None):
+    """`python -m kdist.launch args` in its own session, output piped; the caller kills it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "kdist.launch", *args],
+        cwd=cwd,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def read_until(process, pattern: str, *, timeout: float, seen: list[str], count: int = 1) -> list:
+    """Read `process.stdout` lines into `seen` until `pattern` matched `count` times.
+
+    Returns the matches; fails when the process ends or `timeout` seconds pass first
+    (checked between lines: the tasks print often).
+    """
+    import re
+    import time
+
+    deadline = time.monotonic() + timeout
+    found = []
+    assert process.stdout is not None
+    for line in process.stdout:
+        seen.append(line)
+        match = re.search(pattern, line)
+        if match:
+            found.append(match)
+            if len(found) == count:
+                return found
+        assert time.monotonic() < deadline, f"no {pattern!r} in time: {''.join(seen)[-3000:]}"
+    raise AssertionError(f"output ended before {pattern!r}: {''.join(seen)[-3000:]}")

@@ -263,6 +263,46 @@ def test_nan_exits_with_status_3(tmp_path: Path):
     assert _backup_steps(tmp_path / "run") == [5]
 
 
+def test_non_finite_weights_at_a_save_stop_the_run_with_status_3(tmp_path: Path, capsys):
+    # The moving mean is NaN from step 14 on, but the training loss never reads it: the
+    # guard sees a finite loss and the backup at step 15 finds the weights not finite.
+    from kdist.train import run
+
+    cfg = compose(
+        [
+            *BASE,
+            f"run_dir={tmp_path}",
+            "model=custom",
+            "model._target_=helpers.norm_model",
+            "callbacks.extra=[{_target_: helpers.InjectNaN, step: 14, path: moving_mean}]",
+        ]
+    )
+    with pytest.raises(SystemExit) as stopped:
+        run(cfg)
+    assert stopped.value.code == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "kdist: error: the weights are not finite after step 15 (the training loss did not "
+        "show it); stopped without saving this state (the last backup holds finite weights)"
+    ]
+    assert _backup_steps(tmp_path) == [5, 10]
+
+
+@pytest.mark.slow
+def test_nan_guard_stops_the_run_with_onednn_kernels(tmp_path: Path):
+    # oneDNN's fused MatMul+BiasAdd+Relu maps NaN to 0: a NaN hidden kernel never reached
+    # the loss on CPUs where TensorFlow turns oneDNN on (the fresh-machine failure).
+    result = run_module(
+        "kdist.train",
+        [*BASE, "hydra.run.dir=run", "callbacks.extra=[{_target_: helpers.InjectNaN, step: 7}]"],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(REPO / "tests"), "TF_ENABLE_ONEDNN_OPTS": "1"},
+    )
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert "kdist: error: training loss is nan after step 8" in result.stderr
+    assert _backup_steps(tmp_path / "run") == [5]
+
+
 # -- best model ----------------------------------------------------------------------------
 
 

@@ -312,3 +312,20 @@ def test_the_full_doctor_passes_here(tmp_path: Path):
         # A multi-process strategy is skipped only where kdist.launch is missing.
         assert rows[option][0] == "ok", (option, rows[option])
     assert "kdist doctor: every required check passed" in result.stdout
+
+
+def test_the_launch_network_row_says_which_mode_applies():
+    from kdist.sandbox import isolation_support
+
+    private = doctor.check_launch_network(lambda: None)
+    assert (private.status, private.name) == ("ok", "kdist.launch network")
+    assert "private network namespace" in private.detail
+    shared = doctor.check_launch_network(lambda: "unshare(CLONE_NEWNET): Operation not permitted")
+    assert shared.status == "warn"
+    assert shared.detail.startswith(
+        "no private network namespace (unshare(CLONE_NEWNET): Operation not permitted): "
+        "local tasks listen on every interface"
+    )
+    # This machine: the row matches what the launcher will do.
+    here = doctor.check_launch_network()
+    assert here.status == ("ok" if isolation_support() is None else "warn")

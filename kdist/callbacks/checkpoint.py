@@ -29,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from kdist import chief
+from kdist.callbacks.guards import NonFiniteWeightsError
 
 __all__ = [
     "CheckpointError",
@@ -179,7 +180,8 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
     Every process takes part in a save (multi-worker variables may need collectives to be
     read); only the chief writes to `directory`, other workers write to a temporary
     folder that is removed. A save is refused while the weights are not finite, so the
-    newest checkpoint always holds finite weights.
+    newest checkpoint always holds finite weights: it raises `NonFiniteWeightsError`,
+    which stops the run like the NaN guard (exit status 3).
 
     Args:
         checkpoint: the `tf.train.Checkpoint` to save (model, optimizer, state, ...).
@@ -249,8 +251,10 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         if steps == self._last_saved:
             return None
         if not _all_finite(list(self.model.weights)):
-            raise FloatingPointError(
-                f"refusing to save a checkpoint at step {steps}: the weights are not finite"
+            raise NonFiniteWeightsError(
+                f"the weights are not finite after step {steps} (the training loss did "
+                "not show it); stopped without saving this state (the last backup holds "
+                "finite weights)"
             )
         self.state.advance_to(steps)
         path = self._ensure_manager().save(checkpoint_number=steps)

@@ -7,7 +7,7 @@ from typing import Any
 
 import keras
 
-__all__ = ["EXIT_NON_FINITE", "NonFiniteGuard", "NonFiniteLossError"]
+__all__ = ["EXIT_NON_FINITE", "NonFiniteGuard", "NonFiniteLossError", "NonFiniteWeightsError"]
 
 # The exit status of a run stopped by the guard.
 EXIT_NON_FINITE = 3
@@ -15,6 +15,16 @@ EXIT_NON_FINITE = 3
 
 class NonFiniteLossError(FloatingPointError):
     """The training loss became NaN or infinite."""
+
+
+class NonFiniteWeightsError(NonFiniteLossError):
+    """The weights are NaN or infinite at a save although the logged loss was finite.
+
+    That happens when the bad values do not reach the loss: e.g. NaN in a kernel under
+    ReLU, where oneDNN's fused MatMul+BiasAdd+Relu (TensorFlow's default on many x86 CPUs)
+    gives 0 for NaN. A subclass of `NonFiniteLossError`, so it stops the run the same way
+    (the train command exits with status 3 and one line).
+    """
 
 
 class NonFiniteGuard(keras.callbacks.Callback):
