@@ -155,3 +155,33 @@ def test_one_hot_targets_with_categorical_crossentropy(tmp_path: Path):
     assert exp.source.num_classes == 3
     history = exp.fit()
     assert "val_accuracy" in history.history
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("trainer.loss=mse", "mse"),
+        (
+            "trainer.loss={_target_: keras.losses.MeanSquaredError}",
+            {"_target_": "keras.losses.MeanSquaredError"},
+        ),
+        ("trainer.loss={cls: mse, aux: mae}", {"cls": "mse", "aux": "mae"}),
+    ],
+)
+def test_a_loss_override_replaces_the_default_wholesale(override, expected):
+    from omegaconf import OmegaConf
+
+    from kdist.config.validate import validate
+
+    cfg = compose([override])
+    validate(cfg)
+    loss = cfg.trainer.loss
+    assert (OmegaConf.to_container(loss) if not isinstance(loss, str) else loss) == expected
+
+
+def test_metrics_typo_is_a_config_error_naming_the_key(tmp_path: Path):
+    exp = kdist.Experiment(
+        compose(["trainer=fast_dev", "trainer.metrics=[accuracy, maee]", f"run_dir={tmp_path}"])
+    )
+    with pytest.raises(ConfigError, match=r"trainer\.metrics\[1\]='maee': is not a Keras metric"):
+        exp.build_model()
