@@ -116,6 +116,16 @@ class Experiment:
                 value=batch,
                 hint=f"use a multiple of {self.num_replicas}, e.g. {lower}",
             )
+        accumulate = int(cfg.trainer.get("accumulate_steps", 1))
+        if accumulate > 1 and batch % (accumulate * self.num_replicas):
+            raise ConfigError(
+                "trainer.accumulate_steps",
+                f"does not split the global batch of {batch} into micro-batches that the "
+                f"{self.num_replicas} replica(s) share evenly",
+                value=accumulate,
+                hint=f"make trainer.global_batch_size a multiple of {accumulate} x "
+                f"{self.num_replicas} = {accumulate * self.num_replicas}",
+            )
         self.source = self._build_source()
         self.steps_per_epoch = steps_per_epoch(
             self.source, batch, cfg.trainer.get("steps_per_epoch")
@@ -194,11 +204,15 @@ class Experiment:
             log.warning("objective %s needs validation, which this run has not", objective.name)
 
     def _dataset_fn(self, split: str, skip_examples: int = 0) -> Any:
+        batch = int(self.cfg.trainer.global_batch_size)
+        if split == "train":
+            # Training batches are micro-batches when updates accumulate several.
+            batch //= int(self.cfg.trainer.get("accumulate_steps", 1))
         return make_dataset_fn(
             self.source,
             split,
             self.cfg.data,
-            global_batch_size=int(self.cfg.trainer.global_batch_size),
+            global_batch_size=batch,
             seed=int(self.cfg.runtime.seed),
             skip_examples=skip_examples,
             class_weight=check_class_weight(self.cfg.trainer.get("class_weight"))
@@ -287,6 +301,7 @@ class Experiment:
                 "global_batch_size": int(cfg.trainer.global_batch_size),
                 "steps_per_execution": int(cfg.trainer.steps_per_execution),
                 "jit_compile": bool(cfg.runtime.jit_compile),
+                "accumulate_steps": int(cfg.trainer.get("accumulate_steps", 1)),
             }
             try:
                 if isinstance(self.strategy, tf.distribute.ParameterServerStrategy):

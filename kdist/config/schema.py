@@ -224,6 +224,9 @@ class TrainerConfig:
     validation_freq: int = 1
     validation: bool = True
     verbose: int = 1
+    # Micro-batches per optimizer update: global_batch_size / accumulate_steps examples
+    # each, gradients averaged, one update (the same as one step on the global batch).
+    accumulate_steps: int = 1
     # What `model.compile` takes (kdist.compiling): a Keras name (mse), a _target_ node, or
     # a mapping from output names to those. null: SparseCategoricalCrossentropy on logits,
     # what kdist's built-in classifiers output. A name or null here lets an override

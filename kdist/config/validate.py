@@ -200,6 +200,7 @@ def validate(cfg: DictConfig) -> None:
     check_positive("trainer.steps_per_epoch", trainer.steps_per_epoch, allow_none=True)
     check_positive("trainer.steps_per_execution", trainer.steps_per_execution)
     check_positive("trainer.validation_freq", trainer.validation_freq)
+    check_positive("trainer.accumulate_steps", trainer.get("accumulate_steps", 1))
     from kdist.compiling import check_compile, resolve_objective
 
     check_compile(trainer)

@@ -173,7 +173,7 @@ class ParameterServerRunner(StepRunner):
         @tf.function
         def train_function(iterator: Any, num_steps: tf.Tensor) -> None:
             for _ in tf.range(num_steps):
-                strategy.run(replica_step, args=(next(iterator),))
+                strategy.run(replica_step, args=self.update_args(iterator))
 
         return train_function
 

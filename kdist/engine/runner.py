@@ -103,6 +103,12 @@ class StepRunner(Runner):
         steps_per_execution: most steps run by one call of `train_steps`.
         jit_compile: compile the step's forward and backward pass with XLA. Defaults to
             `False`.
+        accumulate_steps: micro-batches per optimizer update. Each update reads this many
+            batches (of `global_batch_size / accumulate_steps` examples), sums their
+            gradients and applies their mean once: the same update as one step on the
+            whole global batch (Keras 3's own `gradient_accumulation_steps` fails under
+            `tf.distribute`, keras-team/keras#20582). `optimizer.iterations` counts
+            updates. Defaults to `1`.
 
     Raises:
         ValueError: naming the argument, for values out of range, or a model whose own
@@ -119,10 +125,12 @@ class StepRunner(Runner):
         global_batch_size: int,
         steps_per_execution: int,
         jit_compile: bool = False,
+        accumulate_steps: int = 1,
     ):
         for name, value in (
             ("global_batch_size", global_batch_size),
             ("steps_per_execution", steps_per_execution),
+            ("accumulate_steps", accumulate_steps),
         ):
             if value < 1:
                 raise ValueError(f"`{name}` ({value}) must be a positive integer.")
@@ -134,6 +142,13 @@ class StepRunner(Runner):
         self.global_batch_size = global_batch_size
         self.steps_per_execution = steps_per_execution
         self.custom_train_step = overrides(model, "train_step")
+        self.accumulate_steps = accumulate_steps
+        if self.custom_train_step and accumulate_steps > 1:
+            raise ValueError(
+                f"{type(model).__name__} overrides `train_step`, which applies its own "
+                "updates: kdist cannot accumulate its gradients; set "
+                "trainer.accumulate_steps=1, or accumulate inside the model's train_step."
+            )
         if self.custom_train_step and has_sharded_variables(model):
             raise ValueError(
                 f"{type(model).__name__} overrides `train_step`, which cannot update the "
@@ -187,13 +202,33 @@ class StepRunner(Runner):
             model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
             return gradients
 
+        steps = self.accumulate_steps
+
         def replica_step(data: Any) -> None:
             # `apply_gradients` all-reduces across replicas (a `merge_call`), which cannot
             # run inside a nested (XLA) tf.function: only forward and backward are compiled.
-            gradients = _per_replica_xla(gradients_of)(data) if jit_compile else gradients_of(data)
+            compute = _per_replica_xla(gradients_of) if jit_compile else gradients_of
+            if steps == 1:
+                gradients = compute(data)
+            else:
+                # `data` holds the update's micro-batches; their losses are each a mean
+                # over a micro-batch, so the update applies the mean of their gradients.
+                total = compute(data[0])
+                for micro_batch in data[1:]:
+                    total = _add(total, compute(micro_batch))
+                gradients = [None if g is None else g / steps for g in total]
             optimizer.apply_gradients(zip(gradients, variables, strict=True))
 
         return replica_step
+
+    def update_args(self, iterator: Any) -> tuple[Any, ...]:
+        """`strategy.run` arguments of one update: the next batch, or its micro-batches.
+
+        Call it in cross-replica context, inside the train function.
+        """
+        if self.accumulate_steps == 1:
+            return (next(iterator),)
+        return ([next(iterator) for _ in range(self.accumulate_steps)],)
 
     def _make_replica_test_step(self, jit_compile: bool) -> Callable[[Any], None]:
         model = self.model
@@ -219,6 +254,19 @@ class StepRunner(Runner):
     @property
     def metric_variables(self) -> list[Any]:
         return [v.value for m in self.model.metrics for v in m.variables]
+
+
+def _add(total: Sequence[Any], more: Sequence[Any]) -> list[Any]:
+    """Gradients summed variable by variable (sparse ones made dense; `None` stays)."""
+    summed = []
+    for a, b in zip(total, more, strict=True):
+        if a is None or b is None:
+            summed.append(a if b is None else b)
+            continue
+        if isinstance(a, tf.IndexedSlices) or isinstance(b, tf.IndexedSlices):
+            a, b = tf.convert_to_tensor(a), tf.convert_to_tensor(b)
+        summed.append(a + b)
+    return summed
 
 
 def _per_replica_xla(function: Callable[..., Any]) -> Callable[..., Any]:

@@ -43,7 +43,7 @@ class StandardRunner(StepRunner):
         @tf.function
         def train_function(iterator: Any, num_steps: tf.Tensor) -> Logs:
             for _ in tf.range(num_steps):
-                strategy.run(replica_step, args=(next(iterator),))
+                strategy.run(replica_step, args=self.update_args(iterator))
             return self.metric_results()
 
         return train_function
