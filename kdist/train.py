@@ -26,16 +26,13 @@ from omegaconf import DictConfig
 from kdist.cluster import ClusterInfo
 from kdist.cluster import resolve as resolve_cluster
 from kdist.config import ConfigError, compose, exit_with, format_hydra_error, register, validate
+from kdist.config.validate import check_run_dir
+from kdist.exit_codes import EXIT_CHECKPOINT, EXIT_PS_UNAVAILABLE
 from kdist.runtime import quiet_tensorflow
 
 __all__ = ["main", "non_chief_overrides", "precheck", "run"]
 
 log = logging.getLogger("kdist.train")
-
-# Exit statuses besides 0: 2 bad config, 3 non-finite loss, 4 unreadable checkpoints,
-# 5 a parameter server is unreachable, 42 saved on SIGTERM and asks to be restarted.
-EXIT_CHECKPOINT = 4
-EXIT_PS_UNAVAILABLE = 5
 
 
 def precheck(argv: list[str], *, config_name: str = "train") -> DictConfig | None:
@@ -68,9 +65,18 @@ def precheck(argv: list[str], *, config_name: str = "train") -> DictConfig | Non
         exit_with(format_hydra_error(error))
     try:
         validate(cfg)
+        check_run_dir("hydra.run.dir", _run_dir_override(args.overrides) or "outputs")
     except ConfigError as error:
         exit_with(error)
     return cfg
+
+
+def _run_dir_override(overrides: list[str]) -> str | None:
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        if sep and key.lstrip("+") == "hydra.run.dir":
+            return value
+    return None
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:

@@ -14,13 +14,11 @@ import keras
 import tensorflow as tf
 
 from kdist import chief
+from kdist.exit_codes import EXIT_RESTART
 
 __all__ = ["EXIT_RESTART", "PreemptionSave"]
 
 log = logging.getLogger(__name__)
-
-# Understood by `kdist.launch --max-restarts` (and by cluster managers told to restart on it).
-EXIT_RESTART = 42
 
 
 class PreemptionSave(keras.callbacks.Callback):
