@@ -23,11 +23,12 @@ from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from kdist import resume_check, run_lock
 from kdist.cluster import ClusterInfo
 from kdist.cluster import resolve as resolve_cluster
 from kdist.config import ConfigError, compose, exit_with, format_hydra_error, register, validate
 from kdist.config.validate import check_run_dir
-from kdist.exit_codes import EXIT_CHECKPOINT, EXIT_PS_UNAVAILABLE
+from kdist.exit_codes import EXIT_CHECKPOINT, EXIT_INTERRUPTED, EXIT_PS_UNAVAILABLE
 from kdist.runtime import quiet_tensorflow
 
 __all__ = ["main", "non_chief_overrides", "precheck", "run"]
@@ -82,12 +83,36 @@ def _run_dir_override(overrides: list[str]) -> str | None:
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Train the job `cfg` describes in Hydra's output directory.
 
+    The chief holds the run folder's lock (`kdist.run_lock`) while it trains, and a run
+    that finds checkpoints in its folder must have the settings they were trained with
+    (`kdist.resume_check`). Ctrl-C exits with status 130 and one line (a backup is saved
+    first when training had started, see `kdist.callbacks.preemption`).
+
     Returns:
         The run's `metrics.json` content.
     """
+    run_dir = HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else None
+    try:
+        if run_dir is None:
+            return _train(cfg, None)
+        is_chief = resolve_cluster().is_chief
+        with run_lock.hold(run_dir, enabled=is_chief):
+            resume_check.check_resume(run_dir, cfg)
+            if is_chief:
+                resume_check.save_config(run_dir, cfg)
+            return _train(cfg, run_dir)
+    except ConfigError as error:
+        exit_with(error)
+    except KeyboardInterrupt:
+        message = "interrupted (Ctrl-C), no backup saved now; a re-run resumes from the last one"
+        log.warning("%s", message)
+        print(f"kdist: {message}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_INTERRUPTED) from None
+
+
+def _train(cfg: DictConfig, run_dir: str | None) -> dict[str, Any]:
     from kdist.experiment import Experiment
 
-    run_dir = HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else None
     try:
         experiment = Experiment(cfg, run_dir=run_dir)
         experiment.build_model()

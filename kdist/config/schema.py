@@ -224,6 +224,9 @@ class TrainerConfig:
     validation_freq: int = 1
     validation: bool = True
     verbose: int = 1
+    # true: resume a run folder's checkpoints even though model, data, optimizer, seed or
+    # loss changed (kdist.resume_check lists the keys; without it the run stops, status 2).
+    allow_resume_changes: bool = False
     loss: Any = field(
         default_factory=lambda: {
             "_target_": "keras.losses.SparseCategoricalCrossentropy",
