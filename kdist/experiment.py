@@ -258,6 +258,8 @@ class Experiment:
     def restore(self) -> int:
         """Resume from the newest readable backup in `<run_dir>/backup`, if there is one.
 
+        Without one, the newest readable checkpoint in `<run_dir>/checkpoints` (logged).
+
         The model, optimizer, running metrics and data position are restored; the step is
         mapped onto this run's global batch (logged), so a run can resume under another
         strategy or replica count.
@@ -271,6 +273,12 @@ class Experiment:
         if self.model is None:
             self.build_model()
         path = restore_latest(self.checkpoint, self.run_dir / "backup")
+        if path is None:
+            # backup/ gone (deleted, or never written): the periodic checkpoints still hold
+            # a state; starting from step 0 without a word would throw it away.
+            path = restore_latest(self.checkpoint, self.run_dir / "checkpoints")
+            if path is not None:
+                log.warning("no backup in %s: resuming from checkpoint %s", "backup/", path)
         if path is None:
             return 0
         point = resume_point(self.state, path)

@@ -79,8 +79,8 @@ def test_wrong_type(capsys, override, key):
         ("data.source.validation_fraction=1.5", "data.source.validation_fraction=1.5: must be in"),
         ("runtime.logical_devices=1000", "runtime.logical_devices=1000: is more than 64"),
         (
-            "callbacks.extra=[{_target_:collections.OrderedDict}]",
-            "callbacks.extra[0]._target_='collections.OrderedDict': is not a Callback class",
+            "callbacks.extra=[{_target_:argparse.Namespace}]",
+            "callbacks.extra[0]._target_='argparse.Namespace': is not a Callback class",
         ),
     ],
 )

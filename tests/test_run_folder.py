@@ -150,3 +150,71 @@ def test_resume_refuses_a_changed_learning_rate_unless_allowed(tmp_path: Path):
     log = (tmp_path / "run" / "train.log").read_text()
     assert "resuming with changed settings (trainer.allow_resume_changes=true)" in log
     assert "learning_rate: 0.5" in (tmp_path / "run" / "backup" / "config.yaml").read_text()
+
+
+# -- Ctrl-C and a missing backup ----------------------------------------------------------
+
+RESUMABLE = [
+    "trainer.epochs=3",
+    "trainer.steps_per_epoch=12",
+    "trainer.global_batch_size=32",
+    "trainer.steps_per_execution=1",
+    "trainer.verbose=0",
+    "callbacks.backup.every_n_steps=5",
+]
+
+
+def test_without_backup_resume_falls_back_to_checkpoints(tmp_path: Path, caplog):
+    import shutil
+
+    import kdist
+
+    run_dir = tmp_path / "run"
+    kdist.Experiment(compose([*RESUMABLE, "trainer.epochs=1"]), run_dir=run_dir).fit()
+    shutil.rmtree(run_dir / "backup")
+    again = kdist.Experiment(compose([*RESUMABLE, "trainer.epochs=2"]), run_dir=run_dir)
+    with caplog.at_level("WARNING", logger="kdist.experiment"):
+        assert again.restore() == 12  # the checkpoint at the end of epoch 1
+    assert f"no backup in backup/: resuming from checkpoint {run_dir}/checkpoints/ckpt-12" in (
+        caplog.text
+    )
+
+
+def test_ctrl_c_before_training_is_one_line_and_130(monkeypatch, capsys):
+    import kdist.experiment
+    import kdist.train
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(kdist.experiment, "Experiment", interrupted)
+    with pytest.raises(SystemExit) as raised:
+        kdist.train.run(compose([]))
+    assert raised.value.code == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "kdist: interrupted (Ctrl-C), no backup saved now; a re-run resumes from the last one"
+    ]
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_a_backup_exits_130_then_resumes(tmp_path: Path):
+    """SIGINT at step 9 (backups every 1000 steps) then a re-run (about 30 s)."""
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO)])}
+    args = [*RESUMABLE, LOGICAL, "hydra.run.dir=run", "callbacks.backup.every_n_steps=1000"]
+    stopped = run_module(
+        "kdist.train",
+        [*args, "callbacks.extra=[{_target_: helpers.KillAtStep, step: 9, signal_name: SIGINT}]"],
+        cwd=tmp_path,
+        env=env,
+    )
+    assert stopped.returncode == 130, stopped.stderr[-2000:]
+    assert "Traceback" not in stopped.stderr
+    assert _errors(stopped) == [
+        "kdist: interrupted (Ctrl-C): saved a backup; run the same command again to resume"
+    ]
+    assert sorted(p.name for p in (tmp_path / "run" / "backup").glob("*.index")) == ["ckpt-9.index"]
+    resumed = run_module("kdist.train", args, cwd=tmp_path, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "continuing at step 9" in resumed.stdout + resumed.stderr
+    assert '"steps": 36' in (tmp_path / "run" / "metrics.json").read_text()

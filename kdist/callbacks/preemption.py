@@ -6,6 +6,7 @@ import logging
 import shutil
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import keras
 import tensorflow as tf
 
 from kdist import chief
-from kdist.exit_codes import EXIT_RESTART
+from kdist.exit_codes import EXIT_INTERRUPTED, EXIT_RESTART
 
 __all__ = ["EXIT_RESTART", "PreemptionSave"]
 
@@ -29,6 +30,10 @@ class PreemptionSave(keras.callbacks.Callback):
     at the same step); the save itself goes through `save` (kdist's backup, chief-only
     writes). A single process installs its own SIGTERM handler and saves after the
     current call.
+
+    Ctrl-C (SIGINT) in a single process does the same and exits 130 with one line: a
+    user's habit is Ctrl-C, then the same command again. A second Ctrl-C stops at once
+    (`KeyboardInterrupt`). Multi-worker tasks keep Python's default for SIGINT.
 
     Args:
         save: saves a backup at the current step.
@@ -48,12 +53,24 @@ class PreemptionSave(keras.callbacks.Callback):
         super().__init__()
         self._run_dir = run_dir
         self._save = save
-        self._exit = exit_fn or (lambda: sys.exit(EXIT_RESTART))
+        self._exit = exit_fn or self._default_exit
         self._strategy = strategy
         self._handler: Any = None
         self._scratch: Path | None = None
         self._requested = False
+        self._signal = signal.SIGTERM
         self._previous: Any = None
+        self._previous_int: Any = None
+
+    def _default_exit(self) -> None:
+        if self._signal == signal.SIGINT:
+            print(
+                "kdist: interrupted (Ctrl-C): saved a backup; run the same command again to resume",
+                file=sys.stderr,
+                flush=True,
+            )
+            sys.exit(EXIT_INTERRUPTED)
+        sys.exit(EXIT_RESTART)
 
     def _multi_worker(self) -> bool:
         # The handler supports MultiWorkerMirroredStrategy, not ParameterServerStrategy
@@ -63,7 +80,12 @@ class PreemptionSave(keras.callbacks.Callback):
         )
 
     def _save_and_exit(self) -> None:
-        log.warning("termination requested: saving a backup, then exiting with %d", EXIT_RESTART)
+        if self._signal == signal.SIGINT:
+            log.warning("interrupted (Ctrl-C): saving a backup, then exiting %d", EXIT_INTERRUPTED)
+        else:
+            log.warning(
+                "termination requested: saving a backup, then exiting with %d", EXIT_RESTART
+            )
         self._save()
         self._cleanup_and_exit()
 
@@ -87,6 +109,8 @@ class PreemptionSave(keras.callbacks.Callback):
             )
         else:
             self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+            if threading.current_thread() is threading.main_thread():
+                self._previous_int = signal.signal(signal.SIGINT, self._on_sigint)
 
     def _announce_and_save(self) -> None:
         log.warning("termination requested in the cluster: saving a backup at an agreed step")
@@ -94,6 +118,13 @@ class PreemptionSave(keras.callbacks.Callback):
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         self._requested = True
+        self._signal = signal.SIGTERM
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if self._requested:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now, unsaved
+        self._requested = True
+        self._signal = signal.SIGINT
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         if self._handler is not None:
@@ -105,6 +136,9 @@ class PreemptionSave(keras.callbacks.Callback):
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
             self._previous = None
+        if self._previous_int is not None:
+            signal.signal(signal.SIGINT, self._previous_int)
+            self._previous_int = None
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
