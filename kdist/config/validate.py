@@ -177,9 +177,10 @@ def _check_target_list(key: str, nodes: Any, *, base: type | None = None) -> Non
         raise ConfigError(key, "must be a list of _target_ nodes", value=nodes)
     for i, node in enumerate(nodes):
         target = check_target_keys(f"{key}[{i}]", node)
+        if base is None or not isinstance(target, type):
+            continue
         # A class with its own `__new__` may build anything: the built object is checked.
-        plain_class = isinstance(target, type) and target.__new__ is object.__new__
-        if base is not None and plain_class and not issubclass(target, base):
+        if target.__new__ is object.__new__ and not issubclass(target, base):
             raise ConfigError(
                 f"{key}[{i}]._target_",
                 f"is not a {base.__qualname__} class",
