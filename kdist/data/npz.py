@@ -7,6 +7,7 @@ import zipfile
 import numpy as np
 
 from kdist.config.errors import ConfigError
+from kdist.data.checks import check_features, check_finite, check_label_range, check_lengths
 from kdist.data.files import existing_path, model_array, split_indices
 from kdist.data.source import ArraySource
 
@@ -36,6 +37,15 @@ def load_arrays(key: str, path: str, names: tuple[str, ...]) -> list[np.ndarray]
             raise
         # ValueError: an object array, which would need pickle to load.
         raise ConfigError(key, f"cannot be read as .npz ({error})", value=path) from None
+
+
+def _check_pair(key: str, x: np.ndarray, y: np.ndarray, names: tuple[str, str]) -> None:
+    """Lengths, dtypes and finiteness of one file's arrays, before any split or copy."""
+    check_lengths(key, x, y, what=f" ({names[0]!r} and {names[1]!r})")
+    check_features(key, x, name=f"features {names[0]!r}")
+    check_features(key, y, name=f"labels {names[1]!r}")
+    check_finite(key, x, name=f"features {names[0]!r}")
+    check_finite(key, y, name=f"labels {names[1]!r}")
 
 
 def npz(
@@ -77,9 +87,12 @@ def npz(
         An `ArraySource` (in memory; sharded by example, not by file).
 
     Raises:
-        ConfigError: naming the key of a missing file or array.
+        ConfigError: naming the key of a missing file or array, arrays of different
+            lengths, strings, NaN or infinite values, or labels outside
+            `[0, num_classes)`.
     """
     x, y = load_arrays("data.source.path", path, (x_key, y_key))
+    _check_pair("data.source.path", x, y, (x_key, y_key))
     if validation_x_key or validation_y_key:
         if not (validation_x_key and validation_y_key):
             raise ConfigError(
@@ -91,8 +104,10 @@ def npz(
         where = validation_path or path
         key = "data.source.validation_path" if validation_path else "data.source.path"
         x_val, y_val = load_arrays(key, where, (validation_x_key, validation_y_key))
+        _check_pair(key, x_val, y_val, (validation_x_key, validation_y_key))
     elif validation_path:
         x_val, y_val = load_arrays("data.source.validation_path", validation_path, (x_key, y_key))
+        _check_pair("data.source.validation_path", x_val, y_val, (x_key, y_key))
     else:
         try:
             train, val = split_indices(len(x), validation_fraction, split_seed)
@@ -114,6 +129,11 @@ def npz(
                 f"labels must be integers, not {labels.dtype}",
                 hint="store class ids 0..num_classes-1",
             )
+    if np.issubdtype(y.dtype, np.integer) and y.size:
+        # Class ids: a label the model has no output for fails late, in TensorFlow.
+        classes = num_classes or int(max(y.max(), y_val.max() if y_val.size else 0)) + 1
+        check_label_range("data.source.path", y, classes)
+        check_label_range(f"data.source.{validation_key}", y_val, classes)
     return ArraySource(
         x_train=model_array(x, scale),
         y_train=y.reshape(-1),
