@@ -111,7 +111,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _train(cfg: DictConfig, run_dir: str | None) -> dict[str, Any]:
+    from kdist.callbacks.preemption import save_on_ctrl_c
     from kdist.experiment import Experiment
+
+    save_on_ctrl_c(True)
 
     try:
         experiment = Experiment(cfg, run_dir=run_dir)

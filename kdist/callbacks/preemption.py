@@ -17,9 +17,21 @@ import tensorflow as tf
 from kdist import chief
 from kdist.exit_codes import EXIT_INTERRUPTED, EXIT_RESTART
 
-__all__ = ["EXIT_RESTART", "PreemptionSave"]
+__all__ = ["EXIT_RESTART", "PreemptionSave", "save_on_ctrl_c"]
 
 log = logging.getLogger(__name__)
+
+
+_SAVE_ON_CTRL_C = False
+
+
+def save_on_ctrl_c(enabled: bool) -> None:
+    """Make `PreemptionSave` treat Ctrl-C like SIGTERM (save, exit 130) from now on.
+
+    The command line turns it on; a notebook's interrupt stays a `KeyboardInterrupt`.
+    """
+    global _SAVE_ON_CTRL_C
+    _SAVE_ON_CTRL_C = enabled
 
 
 class PreemptionSave(keras.callbacks.Callback):
@@ -31,9 +43,10 @@ class PreemptionSave(keras.callbacks.Callback):
     writes). A single process installs its own SIGTERM handler and saves after the
     current call.
 
-    Ctrl-C (SIGINT) in a single process does the same and exits 130 with one line: a
-    user's habit is Ctrl-C, then the same command again. A second Ctrl-C stops at once
-    (`KeyboardInterrupt`). Multi-worker tasks keep Python's default for SIGINT.
+    Under `python -m kdist.train` (`save_on_ctrl_c(True)`), Ctrl-C (SIGINT) in a single
+    process does the same and exits 130 with one line: a user's habit is Ctrl-C, then the
+    same command again. A second Ctrl-C stops at once (`KeyboardInterrupt`). Elsewhere
+    (a notebook's interrupt) and in multi-worker tasks SIGINT keeps Python's default.
 
     Args:
         save: saves a backup at the current step.
@@ -109,7 +122,7 @@ class PreemptionSave(keras.callbacks.Callback):
             )
         else:
             self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
-            if threading.current_thread() is threading.main_thread():
+            if _SAVE_ON_CTRL_C and threading.current_thread() is threading.main_thread():
                 self._previous_int = signal.signal(signal.SIGINT, self._on_sigint)
 
     def _announce_and_save(self) -> None:
