@@ -129,6 +129,21 @@ def test_reading_a_run_folder_runs_no_code_it_names(tmp_path: Path):
     assert list(marker.iterdir()) == []
 
 
+def test_the_allow_list_builds_but_does_not_write():
+    from kdist.config.trust import check_trusted_targets
+
+    # Every option kdist ships rebuilds without the trust flag (model=custom needs it).
+    conf = Path(kdist.__file__).parent / "conf"
+    for group in ("strategy", "model", "data", "optimizer", "callbacks"):
+        for option in sorted(p.stem for p in (conf / group).glob("*.yaml")):
+            if option != "custom":
+                cfg = compose([f"{group}={option}"])
+                check_trusted_targets(cfg, source=f"{group}={option}")
+    for target in ("kdist.data.write_tfrecords", "keras.callbacks.RemoteMonitor", "os.system"):
+        with pytest.raises(ConfigError, match=f"data.source._target_='{target}'"):
+            check_trusted_targets({"data": {"source": {"_target_": target}}}, source="x")
+
+
 def test_a_trusted_run_folder_is_rebuilt_as_written(tmp_path: Path):
     marker = tmp_path / "marker"
     run_dir = _run_folder_naming(tmp_path, marker)

@@ -40,10 +40,17 @@ TRUSTED_PREFIXES = (
 )
 # Inside a trusted module, still not: it sends the metrics to a URL.
 UNTRUSTED = ("keras.callbacks.RemoteMonitor",)
+# Nor callables that write or fetch files (`kdist.data.write_tfrecords`, ...).
+UNTRUSTED_VERBS = ("write", "save", "export", "remove", "delete", "download", "load_model")
 
 
 def _trusted(target: str) -> bool:
-    return target.startswith(TRUSTED_PREFIXES) and target not in UNTRUSTED
+    name = target.rsplit(".", 1)[-1].lower()
+    return (
+        target.startswith(TRUSTED_PREFIXES)
+        and target not in UNTRUSTED
+        and not name.startswith(UNTRUSTED_VERBS)
+    )
 
 
 def _targets(node: Any, key: str = "") -> list[tuple[str, Any]]:
