@@ -37,6 +37,27 @@ def holder(run_dir: str | os.PathLike[str]) -> str:
     return "unknown"
 
 
+def _holder_alive(fields: list[str]) -> bool:
+    """Whether the lock file's `pid host` names another live process on this host.
+
+    A process on another host cannot be checked from here: it counts as alive.
+    """
+    if len(fields) < 2 or not fields[0].isdigit():
+        return False
+    pid = int(fields[0])
+    if fields[1] != socket.gethostname():
+        return True
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, another user's
+    return True
+
+
 @contextlib.contextmanager
 def hold(
     run_dir: str | os.PathLike[str], *, key: str = "hydra.run.dir", enabled: bool = True
@@ -59,15 +80,21 @@ def hold(
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
     try:
+        in_use = ConfigError(
+            key,
+            f"is in use by another kdist run ({holder(folder)})",
+            value=str(run_dir),
+            hint="wait for it to finish, stop it, or choose another hydra.run.dir",
+        )
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ConfigError(
-                key,
-                f"is in use by another kdist run ({holder(folder)})",
-                value=str(run_dir),
-                hint="wait for it to finish, stop it, or choose another hydra.run.dir",
-            ) from None
+            raise in_use from None
+        except OSError as error:
+            # A file system without flock (some network mounts): the pid decides.
+            log.warning("cannot lock %s (%s): checking its pid instead", folder / LOCK_NAME, error)
+            if _holder_alive(os.pread(fd, 200, 0).decode(errors="replace").split()):
+                raise in_use from None
         previous = os.pread(fd, 200, 0).decode(errors="replace").split()
         if previous:
             log.info("taking over the lock of a process that has exited (pid %s)", previous[0])

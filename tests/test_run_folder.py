@@ -51,6 +51,31 @@ def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path: Path):
         assert (tmp_path / ".lock").read_text().split()[0] == str(os.getpid())
 
 
+def test_without_flock_the_pid_decides(tmp_path: Path, monkeypatch):
+    import errno
+    import fcntl
+
+    def no_flock(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    lock = tmp_path / ".lock"
+    parent = os.getppid()  # alive, and not this process
+    lock.write_text(f"{parent} {os.uname().nodename}\n")
+    refused = pytest.raises(ConfigError, match=f"in use by another kdist run \\(pid {parent} on ")
+    with refused, run_lock.hold(tmp_path):
+        pass
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    lock.write_text(f"{dead} {os.uname().nodename}\n")  # a stale lock: its process is gone
+    with run_lock.hold(tmp_path):
+        assert lock.read_text().split()[0] == str(os.getpid())
+
+
 def test_train_into_a_folder_in_use_exits_2_naming_the_holder(tmp_path: Path):
     run_dir = tmp_path / "run"
     with run_lock.hold(run_dir):
