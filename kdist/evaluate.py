@@ -9,11 +9,17 @@ Further arguments override the run's config: `key=value` for any key, and
 `group=option` replaces a whole group (e.g. `strategy=one_device` to evaluate a
 multi-worker run in one process).
 
+A run folder may come from someone else: its config is rebuilt only when every
+`_target_` names a kdist or Keras building block (`kdist.config.trust`), else the command
+stops with status 2 naming the key. `trust_run_dir=true` lifts that check for a folder
+you trust (its config can then run any importable code, as a training config can).
+
 Example:
 
 ```bash
 python -m kdist.evaluate run_dir=outputs/2026-11-21/10-00-00
 python -m kdist.evaluate run_dir=outputs/2026-11-21/10-00-00 strategy=one_device
+python -m kdist.evaluate run_dir=runs/from-a-colleague trust_run_dir=true   # custom model code
 ```
 """
 
@@ -29,9 +35,10 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from kdist.config.errors import ConfigError, exit_with
+from kdist.config.trust import TRUST_FLAG, check_trusted_targets
 from kdist.runtime import quiet_tensorflow
 
-__all__ = ["apply_overrides", "evaluate_run", "load_run_config", "main"]
+__all__ = ["apply_overrides", "evaluate_run", "load_run_config", "load_trusted_config", "main"]
 
 GROUPS = ("strategy", "model", "data", "optimizer", "trainer", "runtime", "callbacks")
 
@@ -71,8 +78,29 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
             OmegaConf.update(cfg, key, yaml.safe_load(text) if text else None, force_add=False)
 
 
+def load_trusted_config(
+    run_dir: str | os.PathLike[str], overrides: Sequence[str], *, trust_run_dir: bool
+) -> DictConfig:
+    """A run's config with `overrides` applied, refused if it names untrusted code.
+
+    Raises:
+        ConfigError: naming the key of a `_target_` outside kdist's and Keras's
+            building blocks (unless `trust_run_dir`), or `run_dir`.
+    """
+    cfg = load_run_config(run_dir)
+    apply_overrides(cfg, overrides)
+    if not trust_run_dir:
+        # Before anything imports or calls a target; the user's own overrides are theirs.
+        exempt = tuple(o.partition("=")[0].lstrip("+~") for o in overrides)
+        check_trusted_targets(cfg, source=str(run_dir), exempt=exempt)
+    return cfg
+
+
 def evaluate_run(
-    run_dir: str | os.PathLike[str], overrides: Sequence[str] = ()
+    run_dir: str | os.PathLike[str],
+    overrides: Sequence[str] = (),
+    *,
+    trust_run_dir: bool = False,
 ) -> dict[str, float]:
     """Evaluate a finished run's `model.keras` on its validation data.
 
@@ -80,6 +108,8 @@ def evaluate_run(
         run_dir: the run's output folder.
         overrides: `key=value` or `group=option` changes to the run's config.
             Defaults to `()`.
+        trust_run_dir: rebuild the config even when a `_target_` names code outside
+            kdist and Keras. Defaults to `False`.
 
     Returns:
         The validation metrics, e.g. `{"loss": ..., "accuracy": ...}`.
@@ -87,11 +117,10 @@ def evaluate_run(
     Raises:
         ConfigError: naming `run_dir` or the key at fault.
     """
+    cfg = load_trusted_config(run_dir, overrides, trust_run_dir=trust_run_dir)
     from kdist.experiment import Experiment
     from kdist.export import load_model
 
-    cfg = load_run_config(run_dir)
-    apply_overrides(cfg, overrides)
     model_path = Path(run_dir) / "model.keras"
     if not model_path.is_file():
         raise ConfigError(
@@ -113,12 +142,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `python -m kdist.evaluate run_dir=... [overrides]`."""
     args = list(sys.argv[1:] if argv is None else argv)
     run_dirs = [a.split("=", 1)[1] for a in args if a.startswith("run_dir=")]
-    overrides = [a for a in args if not a.startswith("run_dir=")]
+    trust = [a.split("=", 1)[1] for a in args if a.startswith(f"{TRUST_FLAG}=")]
+    overrides = [a for a in args if not a.startswith(("run_dir=", f"{TRUST_FLAG}="))]
     if len(run_dirs) != 1 or not run_dirs[0]:
         exit_with(ConfigError("run_dir", "is required once", hint="run_dir=outputs/DATE/TIME"))
+    if any(value.lower() not in ("true", "false") for value in trust):
+        exit_with(ConfigError(TRUST_FLAG, "must be true or false", value=trust[-1]))
     quiet_tensorflow()
     try:
-        metrics = evaluate_run(run_dirs[0], overrides)
+        metrics = evaluate_run(
+            run_dirs[0], overrides, trust_run_dir=bool(trust) and trust[-1].lower() == "true"
+        )
     except ConfigError as error:
         exit_with(error)
     for name, value in metrics.items():

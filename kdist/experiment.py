@@ -47,6 +47,7 @@ from kdist.config.build import instantiate
 from kdist.config.errors import ConfigError
 from kdist.config.validate import validate
 from kdist.data import Source, make_dataset_fn, steps_per_epoch
+from kdist.data.checks import check_label_range
 from kdist.data.source import ArraySource
 from kdist.engine import FitResult, Runner, StandardRunner, build_for_training
 from kdist.engine import fit as engine_fit
@@ -236,6 +237,9 @@ class Experiment:
                 hint="for float targets use a regression loss, e.g. trainer.loss=mse "
                 "trainer.metrics=[mae]",
             )
+        # Class ids the model has no output for fail late, inside TensorFlow.
+        for split in ("train", "validation"):
+            check_label_range("data.source", self.source.arrays(split)[1], self.source.num_classes)
 
     def build_model(self, model: keras.Model | None = None) -> keras.Model:
         """Build the model, optimizer, loss and metrics inside `strategy.scope()`.
@@ -334,6 +338,8 @@ class Experiment:
     def restore(self) -> int:
         """Resume from the newest readable backup in `<run_dir>/backup`, if there is one.
 
+        Without one, the newest readable checkpoint in `<run_dir>/checkpoints` (logged).
+
         The model, optimizer, running metrics and data position are restored; the step is
         mapped onto this run's global batch (logged), so a run can resume under another
         strategy or replica count.
@@ -347,6 +353,12 @@ class Experiment:
         if self.model is None:
             self.build_model()
         path = restore_latest(self.checkpoint, self.run_dir / "backup")
+        if path is None:
+            # backup/ gone (deleted, or never written): the periodic checkpoints still hold
+            # a state; starting from step 0 without a word would throw it away.
+            path = restore_latest(self.checkpoint, self.run_dir / "checkpoints")
+            if path is not None:
+                log.warning("no backup in %s: resuming from checkpoint %s", "backup/", path)
         if path is None:
             return 0
         point = resume_point(self.state, path)

@@ -11,6 +11,9 @@ Arguments:
 - `input=FILE.npz`: predict on the features of another file instead (the arrays named
   by the run's `data.source.x_key`, `x` by default);
 - `output=FILE.npz`: write there instead of the run folder;
+- `trust_run_dir=true`: rebuild a config that names code outside kdist and Keras (a
+  `model=custom` run, say); without it such a run folder is refused, as by
+  `kdist.evaluate`;
 - any other `key=value` or `group=option` overrides the run's config, as for
   `kdist.evaluate`. Multi-worker and parameter-server runs predict in one process
   (`strategy=one_device`, logged), which needs no cluster.
@@ -35,7 +38,8 @@ from typing import Any
 import numpy as np
 
 from kdist.config.errors import ConfigError, exit_with
-from kdist.evaluate import apply_overrides, load_run_config
+from kdist.config.trust import TRUST_FLAG
+from kdist.evaluate import apply_overrides, load_trusted_config
 from kdist.runtime import quiet_tensorflow
 
 __all__ = ["main", "predict_run"]
@@ -52,6 +56,7 @@ def predict_run(
     split: str = "validation",
     input_path: str | None = None,
     output_path: str | None = None,
+    trust_run_dir: bool = False,
 ) -> Path:
     """Predict with a finished run's `model.keras` and write `predictions.npz`.
 
@@ -63,6 +68,8 @@ def predict_run(
         input_path: an `.npz` file whose features to predict on instead. Defaults to
             `None`.
         output_path: where to write. Defaults to `None`: `<run_dir>/predictions.npz`.
+        trust_run_dir: rebuild the config even when a `_target_` names code outside
+            kdist and Keras (as for `kdist.evaluate`). Defaults to `False`.
 
     Returns:
         The path written.
@@ -73,8 +80,7 @@ def predict_run(
     from kdist.experiment import Experiment
     from kdist.export import load_model
 
-    cfg = load_run_config(run_dir)
-    apply_overrides(cfg, overrides)
+    cfg = load_trusted_config(run_dir, overrides, trust_run_dir=trust_run_dir)
     target = str(cfg.strategy.get("_target_", ""))
     if target.rsplit(".", 1)[-1] in _CLUSTER_STRATEGIES:
         log.info("predicting in one process: strategy=one_device instead of %s", target)
@@ -121,7 +127,13 @@ def _features(cfg: Any, path: str) -> Any:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `python -m kdist.predict run_dir=... [split=...] [input=...] [...]`."""
     args = list(sys.argv[1:] if argv is None else argv)
-    options: dict[str, list[str]] = {"run_dir": [], "split": [], "input": [], "output": []}
+    options: dict[str, list[str]] = {
+        "run_dir": [],
+        "split": [],
+        "input": [],
+        "output": [],
+        TRUST_FLAG: [],
+    }
     overrides = []
     for arg in args:
         key, sep, value = arg.partition("=")
@@ -131,6 +143,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             overrides.append(arg)
     if len(options["run_dir"]) != 1 or not options["run_dir"][0]:
         exit_with(ConfigError("run_dir", "is required once", hint="run_dir=outputs/DATE/TIME"))
+    trust = options[TRUST_FLAG]
+    if any(value.lower() not in ("true", "false") for value in trust):
+        exit_with(ConfigError(TRUST_FLAG, "must be true or false", value=trust[-1]))
     quiet_tensorflow()
     try:
         written = predict_run(
@@ -139,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             split=(options["split"] or ["validation"])[-1],
             input_path=options["input"][-1] if options["input"] else None,
             output_path=options["output"][-1] if options["output"] else None,
+            trust_run_dir=bool(trust) and trust[-1].lower() == "true",
         )
     except ConfigError as error:
         exit_with(error)

@@ -23,19 +23,17 @@ from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from kdist import resume_check, run_lock
 from kdist.cluster import ClusterInfo
 from kdist.cluster import resolve as resolve_cluster
 from kdist.config import ConfigError, compose, exit_with, format_hydra_error, register, validate
+from kdist.config.validate import check_run_dir
+from kdist.exit_codes import EXIT_CHECKPOINT, EXIT_INTERRUPTED, EXIT_PS_UNAVAILABLE
 from kdist.runtime import quiet_tensorflow
 
 __all__ = ["main", "non_chief_overrides", "precheck", "run"]
 
 log = logging.getLogger("kdist.train")
-
-# Exit statuses besides 0: 2 bad config, 3 non-finite loss, 4 unreadable checkpoints,
-# 5 a parameter server is unreachable, 42 saved on SIGTERM and asks to be restarted.
-EXIT_CHECKPOINT = 4
-EXIT_PS_UNAVAILABLE = 5
 
 
 def precheck(argv: list[str], *, config_name: str = "train") -> DictConfig | None:
@@ -68,20 +66,56 @@ def precheck(argv: list[str], *, config_name: str = "train") -> DictConfig | Non
         exit_with(format_hydra_error(error))
     try:
         validate(cfg)
+        check_run_dir("hydra.run.dir", _run_dir_override(args.overrides) or "outputs")
     except ConfigError as error:
         exit_with(error)
     return cfg
 
 
+def _run_dir_override(overrides: list[str]) -> str | None:
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        if sep and key.lstrip("+") == "hydra.run.dir":
+            return value
+    return None
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Train the job `cfg` describes in Hydra's output directory.
+
+    The chief holds the run folder's lock (`kdist.run_lock`) while it trains, and a run
+    that finds checkpoints in its folder must have the settings they were trained with
+    (`kdist.resume_check`). Ctrl-C exits with status 130 and one line (a backup is saved
+    first when training had started, see `kdist.callbacks.preemption`).
 
     Returns:
         The run's `metrics.json` content.
     """
+    run_dir = HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else None
+    try:
+        if run_dir is None:
+            return _train(cfg, None)
+        is_chief = resolve_cluster().is_chief
+        with run_lock.hold(run_dir, enabled=is_chief):
+            resume_check.check_resume(run_dir, cfg)
+            if is_chief:
+                resume_check.save_config(run_dir, cfg)
+            return _train(cfg, run_dir)
+    except ConfigError as error:
+        exit_with(error)
+    except KeyboardInterrupt:
+        message = "interrupted (Ctrl-C), no backup saved now; a re-run resumes from the last one"
+        log.warning("%s", message)
+        print(f"kdist: {message}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_INTERRUPTED) from None
+
+
+def _train(cfg: DictConfig, run_dir: str | None) -> dict[str, Any]:
+    from kdist.callbacks.preemption import save_on_ctrl_c
     from kdist.experiment import Experiment
 
-    run_dir = HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else None
+    save_on_ctrl_c(True)
+
     try:
         experiment = Experiment(cfg, run_dir=run_dir)
         experiment.build_model()

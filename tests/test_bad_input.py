@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,15 @@ def test_wrong_type(capsys, override, key):
         ("model=nope", "model=nope: no such option; available: cnn, custom, mlp"),
         ("model=custom", "model._target_: has no value"),
         ("model=custom model._target_=no.such.fn", "model._target_='no.such.fn': cannot be"),
+        # issue 13, item 8: these were tracebacks (rc 1) or minutes of start-up.
+        ("callbacks.checkpoint.keep=0", "callbacks.checkpoint.keep=0: must be a positive integer"),
+        ("callbacks.backup.every_n_steps=-1", "callbacks.backup.every_n_steps=-1: must be an"),
+        ("data.source.validation_fraction=1.5", "data.source.validation_fraction=1.5: must be in"),
+        ("runtime.logical_devices=1000", "runtime.logical_devices=1000: is more than 64"),
+        (
+            "callbacks.extra=[{_target_:argparse.Namespace}]",
+            "callbacks.extra[0]._target_='argparse.Namespace': is not a Callback class",
+        ),
     ],
 )
 def test_bad_values(capsys, override, message):
@@ -137,3 +147,26 @@ def test_cli_exits_2_with_one_line_before_training(tmp_path: Path):
         assert needle in errors[0]
         assert "Epoch" not in result.stdout
         assert not list(tmp_path.glob("outputs/*/*/metrics.json"))
+
+
+def test_callback_factory_returning_something_else(tmp_path: Path):
+    cfg = compose(["callbacks.extra=[{_target_:time.time}]", f"run_dir={tmp_path}"])
+    experiment = kdist.Experiment(cfg)
+    with pytest.raises(ConfigError, match=r"callbacks.extra\[0\]._target_=.*returned float, not a"):
+        experiment.fit()
+
+
+def test_run_dir_that_is_a_file_or_under_one(capsys, tmp_path: Path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    err = _precheck_error(capsys, [f"hydra.run.dir={blocker}"])
+    assert err.startswith(f"kdist: config error: hydra.run.dir='{blocker}': is not a folder")
+    err = _precheck_error(capsys, [f"hydra.run.dir={blocker}/run"])
+    assert f"({blocker} is a file)" in err
+
+
+def test_run_dir_read_only(capsys, tmp_path: Path, monkeypatch):
+    # Root may write anywhere, so the permission answer is simulated.
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    err = _precheck_error(capsys, [f"hydra.run.dir={tmp_path}/run"])
+    assert f"hydra.run.dir='{tmp_path}/run': cannot be written ({tmp_path} is read-only)" in err

@@ -94,6 +94,68 @@ def test_evaluate_command_errors(tmp_path: Path):
         evaluate_run(tmp_path / "empty")
 
 
+def _run_folder_naming(tmp_path: Path, marker: Path) -> Path:
+    """A run folder whose config calls `tempfile.mkdtemp` as a metric (issue 13, item 3)."""
+    from omegaconf import OmegaConf
+
+    run_dir = tmp_path / "received"
+    (run_dir / ".hydra").mkdir(parents=True)
+    cfg = compose([f"run_dir={run_dir}"])
+    metrics = OmegaConf.to_container(cfg.trainer.metrics)
+    metrics.append({"_target_": "tempfile.mkdtemp", "dir": str(marker)})
+    cfg.trainer.metrics = metrics
+    (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    marker.mkdir()
+    return run_dir
+
+
+def test_reading_a_run_folder_runs_no_code_it_names(tmp_path: Path):
+    marker = tmp_path / "marker"
+    run_dir = _run_folder_naming(tmp_path, marker)
+    with pytest.raises(ConfigError) as raised:
+        evaluate_run(run_dir)
+    message = str(raised.value)
+    assert message.startswith("trainer.metrics[1]._target_='tempfile.mkdtemp': in ")
+    assert "trust_run_dir=true" in message
+    assert list(marker.iterdir()) == []  # nothing was called
+    # The user's own override of that key is theirs to make.
+    with pytest.raises(ConfigError, match=r"holds no model\.keras"):
+        evaluate_run(run_dir, ["trainer.metrics=[]"])
+    result = run_module("kdist.evaluate", [f"run_dir={run_dir}"], cwd=tmp_path, timeout=120)
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("kdist:")]
+    assert len(errors) == 1 and "trainer.metrics[1]._target_" in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert list(marker.iterdir()) == []
+
+
+def test_the_allow_list_builds_but_does_not_write():
+    from kdist.config.trust import check_trusted_targets
+
+    # Every option kdist ships rebuilds without the trust flag (model=custom needs it).
+    conf = Path(kdist.__file__).parent / "conf"
+    for group in ("strategy", "model", "data", "optimizer", "callbacks"):
+        for option in sorted(p.stem for p in (conf / group).glob("*.yaml")):
+            if option != "custom":
+                cfg = compose([f"{group}={option}"])
+                check_trusted_targets(cfg, source=f"{group}={option}")
+    for target in ("kdist.data.write_tfrecords", "keras.callbacks.RemoteMonitor", "os.system"):
+        with pytest.raises(ConfigError, match=f"data.source._target_='{target}'"):
+            check_trusted_targets({"data": {"source": {"_target_": target}}}, source="x")
+
+
+def test_a_trusted_run_folder_is_rebuilt_as_written(tmp_path: Path):
+    marker = tmp_path / "marker"
+    run_dir = _run_folder_naming(tmp_path, marker)
+    with pytest.raises(ConfigError, match=r"holds no model\.keras"):
+        evaluate_run(run_dir, trust_run_dir=True)  # the check is skipped: the model is next
+    result = run_module(
+        "kdist.evaluate", [f"run_dir={run_dir}", "trust_run_dir=maybe"], cwd=tmp_path, timeout=120
+    )
+    assert result.returncode == 2
+    assert "trust_run_dir='maybe': must be true or false" in result.stderr
+
+
 def test_safe_mode_cannot_be_turned_off(tmp_path: Path, monkeypatch):
     inputs = keras.Input((3,))
     outputs = keras.layers.Lambda(lambda t: t * 2.0)(inputs)

@@ -47,7 +47,12 @@ def test_regression_from_the_command_line_then_predict(tmp_path: Path):
     assert summary["objective"]["name"] == "val_loss"
     assert summary["objective"]["direction"] == "min"
 
-    predicted = run_module("kdist.predict", ["run_dir=run"], cwd=tmp_path, env=env)
+    refused = run_module("kdist.predict", ["run_dir=run"], cwd=tmp_path, env=env)
+    # The run names a model outside kdist and Keras: reading it needs the user's word.
+    assert refused.returncode == 2 and "trust_run_dir=true" in refused.stderr
+    predicted = run_module(
+        "kdist.predict", ["run_dir=run", "trust_run_dir=true"], cwd=tmp_path, env=env
+    )
     assert predicted.returncode == 0, predicted.stderr[-3000:]
     assert "predictions: run/predictions.npz" in predicted.stdout
     with np.load(tmp_path / "run" / "predictions.npz") as archive:

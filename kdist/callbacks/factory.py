@@ -198,6 +198,14 @@ def build(
                 restore_best_weights=bool(stopping.restore_best_weights),
             )
         )
-    for node in callbacks_cfg.extra or []:
-        callbacks.append(instantiate(node, _convert_="all"))
+    for i, node in enumerate(callbacks_cfg.extra or []):
+        callback = instantiate(node, _convert_="all")
+        if not isinstance(callback, keras.callbacks.Callback):
+            raise ConfigError(
+                f"callbacks.extra[{i}]._target_",
+                f"returned {type(callback).__name__}, not a keras.callbacks.Callback",
+                value=node.get("_target_"),
+                hint="name a class that subclasses keras.callbacks.Callback",
+            )
+        callbacks.append(callback)
     return callbacks

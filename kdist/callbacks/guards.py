@@ -7,10 +7,9 @@ from typing import Any
 
 import keras
 
-__all__ = ["EXIT_NON_FINITE", "NonFiniteGuard", "NonFiniteLossError", "NonFiniteWeightsError"]
+from kdist.exit_codes import EXIT_NON_FINITE
 
-# The exit status of a run stopped by the guard.
-EXIT_NON_FINITE = 3
+__all__ = ["EXIT_NON_FINITE", "NonFiniteGuard", "NonFiniteLossError", "NonFiniteWeightsError"]
 
 
 class NonFiniteLossError(FloatingPointError):

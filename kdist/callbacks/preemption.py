@@ -6,6 +6,7 @@ import logging
 import shutil
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,13 +15,23 @@ import keras
 import tensorflow as tf
 
 from kdist import chief
+from kdist.exit_codes import EXIT_INTERRUPTED, EXIT_RESTART
 
-__all__ = ["EXIT_RESTART", "PreemptionSave"]
+__all__ = ["EXIT_RESTART", "PreemptionSave", "save_on_ctrl_c"]
 
 log = logging.getLogger(__name__)
 
-# Understood by `kdist.launch --max-restarts` (and by cluster managers told to restart on it).
-EXIT_RESTART = 42
+
+_SAVE_ON_CTRL_C = False
+
+
+def save_on_ctrl_c(enabled: bool) -> None:
+    """Make `PreemptionSave` treat Ctrl-C like SIGTERM (save, exit 130) from now on.
+
+    The command line turns it on; a notebook's interrupt stays a `KeyboardInterrupt`.
+    """
+    global _SAVE_ON_CTRL_C
+    _SAVE_ON_CTRL_C = enabled
 
 
 class PreemptionSave(keras.callbacks.Callback):
@@ -31,6 +42,11 @@ class PreemptionSave(keras.callbacks.Callback):
     at the same step); the save itself goes through `save` (kdist's backup, chief-only
     writes). A single process installs its own SIGTERM handler and saves after the
     current call.
+
+    Under `python -m kdist.train` (`save_on_ctrl_c(True)`), Ctrl-C (SIGINT) in a single
+    process does the same and exits 130 with one line: a user's habit is Ctrl-C, then the
+    same command again. A second Ctrl-C stops at once (`KeyboardInterrupt`). Elsewhere
+    (a notebook's interrupt) and in multi-worker tasks SIGINT keeps Python's default.
 
     Args:
         save: saves a backup at the current step.
@@ -50,12 +66,24 @@ class PreemptionSave(keras.callbacks.Callback):
         super().__init__()
         self._run_dir = run_dir
         self._save = save
-        self._exit = exit_fn or (lambda: sys.exit(EXIT_RESTART))
+        self._exit = exit_fn or self._default_exit
         self._strategy = strategy
         self._handler: Any = None
         self._scratch: Path | None = None
         self._requested = False
+        self._signal = signal.SIGTERM
         self._previous: Any = None
+        self._previous_int: Any = None
+
+    def _default_exit(self) -> None:
+        if self._signal == signal.SIGINT:
+            print(
+                "kdist: interrupted (Ctrl-C): saved a backup; run the same command again to resume",
+                file=sys.stderr,
+                flush=True,
+            )
+            sys.exit(EXIT_INTERRUPTED)
+        sys.exit(EXIT_RESTART)
 
     def _multi_worker(self) -> bool:
         # The handler supports MultiWorkerMirroredStrategy, not ParameterServerStrategy
@@ -65,7 +93,12 @@ class PreemptionSave(keras.callbacks.Callback):
         )
 
     def _save_and_exit(self) -> None:
-        log.warning("termination requested: saving a backup, then exiting with %d", EXIT_RESTART)
+        if self._signal == signal.SIGINT:
+            log.warning("interrupted (Ctrl-C): saving a backup, then exiting %d", EXIT_INTERRUPTED)
+        else:
+            log.warning(
+                "termination requested: saving a backup, then exiting with %d", EXIT_RESTART
+            )
         self._save()
         self._cleanup_and_exit()
 
@@ -89,6 +122,8 @@ class PreemptionSave(keras.callbacks.Callback):
             )
         else:
             self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+            if _SAVE_ON_CTRL_C and threading.current_thread() is threading.main_thread():
+                self._previous_int = signal.signal(signal.SIGINT, self._on_sigint)
 
     def _announce_and_save(self) -> None:
         log.warning("termination requested in the cluster: saving a backup at an agreed step")
@@ -96,6 +131,13 @@ class PreemptionSave(keras.callbacks.Callback):
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         self._requested = True
+        self._signal = signal.SIGTERM
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if self._requested:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now, unsaved
+        self._requested = True
+        self._signal = signal.SIGINT
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         if self._handler is not None:
@@ -107,6 +149,9 @@ class PreemptionSave(keras.callbacks.Callback):
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
             self._previous = None
+        if self._previous_int is not None:
+            signal.signal(signal.SIGINT, self._previous_int)
+            self._previous_int = None
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None

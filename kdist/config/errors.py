@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from typing import Any, NoReturn
 
-__all__ = ["EXIT_CONFIG_ERROR", "ConfigError", "exit_with"]
+from kdist.exit_codes import EXIT_CONFIG_ERROR
 
-EXIT_CONFIG_ERROR = 2
+__all__ = ["EXIT_CONFIG_ERROR", "ConfigError", "exit_with"]
 
 
 class ConfigError(ValueError):

@@ -240,6 +240,9 @@ class TrainerConfig:
     # {class id: weight}, as `fit(class_weight=...)`: each example's sample weight is
     # multiplied by the weight of its class. null: none.
     class_weight: Any = None
+    # true: resume a run folder's checkpoints even though model, data, optimizer, seed or
+    # loss changed (kdist.resume_check lists the keys; without it the run stops, status 2).
+    allow_resume_changes: bool = False
 
 
 # --- runtime ----------------------------------------------------------------------------

@@ -8,7 +8,9 @@ nodes against the signature of the callable they name.
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from hydra.utils import get_method
@@ -19,6 +21,7 @@ from kdist.config.errors import ConfigError
 __all__ = [
     "check_choice",
     "check_positive",
+    "check_run_dir",
     "check_safe_loading",
     "check_target_keys",
     "validate",
@@ -41,6 +44,9 @@ FLIP_MODES = (None, "horizontal", "vertical", "horizontal_and_vertical")
 UNSAFE_LOADERS = ("load_model", "load_model_from_hdf5", "enable_unsafe_deserialization")
 # Arguments kdist gives a model callable from the data.
 MODEL_INJECTED_KEYS = ("input_shape", "num_classes")
+# More logical devices than this is a typo, not a plan: TensorFlow creates each one (and
+# logs it) before the first step, which takes minutes at 1000. 64 covers any real GPU split.
+MAX_LOGICAL_DEVICES = 64
 
 
 def check_positive(key: str, value: Any, *, allow_none: bool = False, strict: bool = True) -> None:
@@ -164,13 +170,56 @@ def check_safe_loading(node: Any, key: str = "") -> None:
             check_safe_loading(value, f"{key}[{i}]")
 
 
-def _check_target_list(key: str, nodes: Any) -> None:
+def _check_target_list(key: str, nodes: Any, *, base: type | None = None) -> None:
     if nodes is None:
         return
     if not isinstance(nodes, (ListConfig, list)):
         raise ConfigError(key, "must be a list of _target_ nodes", value=nodes)
     for i, node in enumerate(nodes):
-        check_target_keys(f"{key}[{i}]", node)
+        target = check_target_keys(f"{key}[{i}]", node)
+        if base is None or not isinstance(target, type):
+            continue
+        # A class with its own `__new__` may build anything: the built object is checked.
+        if target.__new__ is object.__new__ and not issubclass(target, base):
+            raise ConfigError(
+                f"{key}[{i}]._target_",
+                f"is not a {base.__qualname__} class",
+                value=node.get("_target_"),
+                hint=f"name a subclass of keras.callbacks.{base.__qualname__}",
+            )
+
+
+def check_run_dir(key: str, path: str | os.PathLike[str]) -> None:
+    """Refuse a run folder that cannot be created or written, before Hydra tries to.
+
+    Args:
+        key: the config key that names the folder (e.g. `hydra.run.dir`), for messages.
+        path: the folder; it may not exist yet.
+
+    Raises:
+        ConfigError: naming `key` when a part of `path` is a file, or the nearest
+            existing folder is not writable.
+    """
+    folder = Path(path).absolute()
+    for candidate in (folder, *folder.parents):
+        if not candidate.exists():
+            continue
+        if not candidate.is_dir():
+            where = "" if candidate == folder else f" ({candidate} is a file)"
+            raise ConfigError(
+                key,
+                f"is not a folder{where}",
+                value=str(path),
+                hint="give a folder path that is free or a kdist run folder",
+            )
+        if not os.access(candidate, os.W_OK | os.X_OK):
+            raise ConfigError(
+                key,
+                f"cannot be written ({candidate} is read-only)",
+                value=str(path),
+                hint="give a folder you can write to",
+            )
+        return
 
 
 def validate(cfg: DictConfig) -> None:
@@ -219,6 +268,13 @@ def validate(cfg: DictConfig) -> None:
 
     runtime = cfg.runtime
     check_positive("runtime.logical_devices", runtime.logical_devices, allow_none=True)
+    if runtime.logical_devices is not None and runtime.logical_devices > MAX_LOGICAL_DEVICES:
+        raise ConfigError(
+            "runtime.logical_devices",
+            f"is more than {MAX_LOGICAL_DEVICES}",
+            value=runtime.logical_devices,
+            hint=f"use 1 to {MAX_LOGICAL_DEVICES} (or null: the physical devices)",
+        )
     check_choice("runtime.mixed_precision", runtime.mixed_precision, MIXED_PRECISION)
     check_choice("runtime.tf_log_level", runtime.tf_log_level, (0, 1, 2, 3))
     check_positive("runtime.seed", runtime.seed, strict=False)
@@ -234,6 +290,16 @@ def validate(cfg: DictConfig) -> None:
 
     data = cfg.data
     check_target_keys("data.source", data.source)
+    fraction = data.source.get("validation_fraction")
+    if fraction is not None:
+        number = isinstance(fraction, (int, float)) and not isinstance(fraction, bool)
+        if not number or not 0.0 <= fraction < 1.0:
+            raise ConfigError(
+                "data.source.validation_fraction",
+                "must be in [0, 1)",
+                value=fraction,
+                hint="the share of examples held out for validation, e.g. 0.2",
+            )
     check_positive("data.shuffle_buffer", data.shuffle_buffer)
     check_choice("data.shard_policy", data.shard_policy, SHARD_POLICIES)
     augment = data.get("augment")
@@ -252,7 +318,27 @@ def validate(cfg: DictConfig) -> None:
     check_positive(
         "callbacks.early_stopping.patience", callbacks.early_stopping.patience, strict=False
     )
-    _check_target_list("callbacks.extra", callbacks.extra)
+    for key in ("checkpoint", "backup"):
+        node = callbacks[key]
+        if not isinstance(node.keep, int) or node.keep < 1:
+            raise ConfigError(
+                f"callbacks.{key}.keep",
+                "must be a positive integer",
+                value=node.keep,
+                hint=f"the number of newest checkpoints kept, e.g. 2 (callbacks.{key}.enabled="
+                "false turns them off)",
+            )
+        if not isinstance(node.every_n_steps, int) or node.every_n_steps < 0:
+            raise ConfigError(
+                f"callbacks.{key}.every_n_steps",
+                "must be an integer >= 0",
+                value=node.every_n_steps,
+                hint="0 saves at the end of every epoch",
+            )
+    if callbacks.extra:
+        import keras  # only when needed: the other checks run without it
+
+        _check_target_list("callbacks.extra", callbacks.extra, base=keras.callbacks.Callback)
 
     objective = cfg.get("objective")
     if objective is not None:

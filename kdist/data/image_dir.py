@@ -41,7 +41,54 @@ def _listing(key: str, root: str, extensions: Sequence[str]) -> dict[str, list[s
         raise ConfigError(
             key, f"has no images ({', '.join(wanted)}) in its class folders", value=root
         )
+    empty = [name for name, files in listing.items() if not files]
+    if empty:
+        # It would still be a class: an output the model is trained never to predict.
+        raise ConfigError(
+            key,
+            f"has class folder(s) without images: {', '.join(empty)}",
+            value=root,
+            hint=f"add images ({', '.join(wanted)}) to them or remove them",
+        )
     return listing
+
+
+def _decode(path: tf.Tensor, channels: int) -> tf.Tensor:
+    return tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)
+
+
+def verify(key: str, files: Sequence[str], channels: int) -> None:
+    """Decode every image once; raise `ConfigError` naming the first that does not decode.
+
+    The images are decoded in parallel; only when that fails are they read again one by
+    one to name the file (TensorFlow's error does not).
+    """
+    if not files:
+        return
+    dataset = tf.data.Dataset.from_tensor_slices(tf.constant(list(files), tf.string))
+    dataset = dataset.map(
+        lambda f: tf.shape(_decode(f, channels))[0], num_parallel_calls=tf.data.AUTOTUNE
+    )
+    try:
+        for _ in dataset.batch(256):
+            pass
+        return
+    except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError, tf.errors.DataLossError):
+        pass
+    for file in files:
+        try:
+            _decode(tf.constant(file), channels)
+        except (
+            tf.errors.InvalidArgumentError,
+            tf.errors.NotFoundError,
+            tf.errors.DataLossError,
+        ) as error:
+            first = (error.message or type(error).__name__).strip().splitlines()[0]
+            raise ConfigError(
+                key,
+                f"holds an image that does not decode: {file} ({first[:120]})",
+                hint="replace or remove the file (PNG, JPEG, BMP or GIF)",
+            ) from None
 
 
 class ImageDirSource(FileSource):
@@ -90,9 +137,7 @@ class ImageDirSource(FileSource):
         size, channels = self.image_size, self.channels
 
         def load(path: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            image = tf.io.decode_image(
-                tf.io.read_file(path), channels=channels, expand_animations=False
-            )
+            image = _decode(path, channels)
             image = tf.image.convert_image_dtype(image, tf.float32)
             image = tf.image.resize(image, size)
             image.set_shape((*size, channels))
@@ -113,6 +158,7 @@ def image_dir(
     image_size: Sequence[int] | None = None,
     channels: int = 3,
     extensions: Sequence[str] = IMAGE_EXTENSIONS,
+    verify_images: bool = True,
 ) -> ImageDirSource:
     """Images in one sub-folder per class: `path/<class>/<image>`; classes sorted by name.
 
@@ -128,12 +174,16 @@ def image_dir(
         image_size: `[height, width]`. Defaults to `None`: the first image's size.
         channels: 1, 3 or 4. Defaults to `3`.
         extensions: file endings read. Defaults to PNG, JPEG, BMP and GIF.
+        verify_images: decode every image once before training, so that a corrupt
+            file stops the run at once, named, instead of an epoch later, unnamed
+            (costs one decoding pass). Defaults to `True`.
 
     Returns:
         An `ImageDirSource` (sharded by file under `data.shard_policy=file`).
 
     Raises:
-        ConfigError: naming the key of a missing folder, a folder without images, or
+        ConfigError: naming the key of a missing folder, a folder without images, a
+            class folder without images, an image that does not decode, or
             validation classes that differ from the training ones.
     """
     if channels not in (1, 3, 4):
@@ -186,6 +236,10 @@ def image_dir(
         raise ConfigError(
             "data.source.path", f"has one class folder ({class_names[0]}); need two or more"
         )
+    if verify_images:
+        verify("data.source.path", all_files, channels)
+        if validation_path:
+            verify("data.source.validation_path", files["validation"], channels)
     return ImageDirSource(
         files=files,
         labels={k: [int(v) for v in np.asarray(v, np.int64)] for k, v in labels.items()},

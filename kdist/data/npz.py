@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from kdist.config.errors import ConfigError
+from kdist.data.checks import check_features, check_finite, check_label_range, check_lengths
 from kdist.data.files import existing_path, model_array, split_indices
 from kdist.data.source import ArraySource
 
@@ -38,6 +39,21 @@ def load_arrays(key: str, path: str, names: tuple[str, ...]) -> list[np.ndarray]
             raise
         # ValueError: an object array, which would need pickle to load.
         raise ConfigError(key, f"cannot be read as .npz ({error})", value=path) from None
+
+
+def _check_arrays(
+    key: str, arrays: list[np.ndarray], names: tuple[str, ...], *, features: int
+) -> None:
+    """Lengths, dtypes and finiteness of one file's arrays, before any split or copy.
+
+    The first `features` arrays are features; the rest are targets (labels) and weights.
+    """
+    kinds = ["features" if i < features else "labels" for i in range(len(arrays))]
+    for i in range(1, len(arrays)):
+        check_lengths(key, arrays[0], arrays[i], what=f" ({names[0]!r} and {names[i]!r})")
+    for array, name, kind in zip(arrays, names, kinds, strict=True):
+        check_features(key, array, name=f"{kind} {name!r}")
+        check_finite(key, array, name=f"{kind} {name!r}")
 
 
 def npz(
@@ -90,13 +106,16 @@ def npz(
         An `ArraySource` (in memory; sharded by example, not by file).
 
     Raises:
-        ConfigError: naming the key of a missing file or array.
+        ConfigError: naming the key of a missing file or array, arrays of different
+            lengths, strings, NaN or infinite values, or labels outside
+            `[0, num_classes)`.
     """
     xs, ys = _names(x_key), _names(y_key)
     ws = (weight_key,) if weight_key else ()
 
     def read(key: str, where: str, x_names: tuple[str, ...], y_names: tuple[str, ...]) -> Any:
         arrays = load_arrays(key, where, (*x_names, *y_names, *ws))
+        _check_arrays(key, arrays, (*x_names, *y_names, *ws), features=len(x_names))
         x = _structure(x_key, x_names, arrays[: len(x_names)])
         y = _structure(y_key, y_names, arrays[len(x_names) : len(x_names) + len(y_names)])
         w = arrays[-1] if ws else None
@@ -131,20 +150,12 @@ def npz(
         else:
             w_val = None
     validation_key = "validation_path" if validation_path else "path"
-    for name, features, targets, weights in (
-        ("path", x, y, w),
-        (validation_key, x_val, y_val, w_val),
-    ):
-        rows = len(_first(features))
-        others = [len(a) for a in tf.nest.flatten((features, targets))]
-        if weights is not None:
-            others.append(len(weights))
-        if any(count != rows for count in others):
-            raise ConfigError(
-                f"data.source.{name}",
-                f"has {rows} feature rows but arrays of {sorted(set(others) - {rows})[0]} rows",
-                hint="every array (features, targets, weights) needs one row per example",
-            )
+    if num_classes and not isinstance(y, dict) and np.issubdtype(y.dtype, np.integer):
+        # Class ids declared with their count: a label the model has no output for
+        # fails late, in TensorFlow. (Without num_classes, the experiment checks class
+        # ids when the loss is a classification loss.)
+        check_label_range("data.source.path", y, num_classes)
+        check_label_range(f"data.source.{validation_key}", y_val, num_classes)
     return ArraySource(
         x_train=tf.nest.map_structure(lambda a: model_array(a, scale), x),
         y_train=tf.nest.map_structure(_flat_labels, y),

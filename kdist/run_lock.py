@@ -1,0 +1,111 @@
+"""One owner per run folder: `run_dir/.lock`, held by the chief while it trains.
+
+Two `kdist.train` commands writing the same run folder would resume from each other's
+half-written backups. The chief takes an exclusive `fcntl.flock` on `run_dir/.lock` and
+writes its pid and host into it; the kernel releases the lock when the process exits,
+however it exits (kill -9 included), so a lock file left behind by a dead process is
+stale by construction and the next run takes it over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+from kdist.config.errors import ConfigError
+
+__all__ = ["LOCK_NAME", "hold", "holder"]
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = ".lock"
+
+
+def holder(run_dir: str | os.PathLike[str]) -> str:
+    """Who the lock file of `run_dir` says holds it: `"pid N on HOST"` (or `"unknown"`)."""
+    try:
+        fields = (Path(run_dir) / LOCK_NAME).read_text().split()
+    except OSError:
+        return "unknown"
+    if len(fields) >= 2 and fields[0].isdigit():
+        return f"pid {fields[0]} on {fields[1]}"
+    return "unknown"
+
+
+def _holder_alive(fields: list[str]) -> bool:
+    """Whether the lock file's `pid host` names another live process on this host.
+
+    A process on another host cannot be checked from here: it counts as alive.
+    """
+    if len(fields) < 2 or not fields[0].isdigit():
+        return False
+    pid = int(fields[0])
+    if fields[1] != socket.gethostname():
+        return True
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, another user's
+    return True
+
+
+@contextlib.contextmanager
+def hold(
+    run_dir: str | os.PathLike[str], *, key: str = "hydra.run.dir", enabled: bool = True
+) -> Iterator[None]:
+    """Hold the run folder's lock for the duration of the block.
+
+    Args:
+        run_dir: the run folder (created if missing).
+        key: the config key that names the folder, for the message. Defaults to
+            `"hydra.run.dir"`.
+        enabled: take the lock; `False` (a non-chief task) does nothing. Defaults to `True`.
+
+    Raises:
+        ConfigError: naming `key` and the holder's pid when another process holds it.
+    """
+    if not enabled:
+        yield
+        return
+    folder = Path(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        in_use = ConfigError(
+            key,
+            f"is in use by another kdist run ({holder(folder)})",
+            value=str(run_dir),
+            hint="wait for it to finish, stop it, or choose another hydra.run.dir",
+        )
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise in_use from None
+        except OSError as error:
+            # A file system without flock (some network mounts): the pid decides.
+            log.warning("cannot lock %s (%s): checking its pid instead", folder / LOCK_NAME, error)
+            if _holder_alive(os.pread(fd, 200, 0).decode(errors="replace").split()):
+                raise in_use from None
+        previous = os.pread(fd, 200, 0).decode(errors="replace").split()
+        if previous:
+            log.info("taking over the lock of a process that has exited (pid %s)", previous[0])
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+        try:
+            yield
+        finally:
+            # Empty: a pid left in the file means its process died holding the lock.
+            os.ftruncate(fd, 0)
+    finally:
+        # Closing releases the flock; the file stays (removing it would race with a
+        # process that has it open and is about to lock it).
+        os.close(fd)
