@@ -101,8 +101,11 @@ def _run_folder_naming(tmp_path: Path, marker: Path) -> Path:
     run_dir = tmp_path / "received"
     (run_dir / ".hydra").mkdir(parents=True)
     cfg = compose([f"run_dir={run_dir}"])
-    metrics = OmegaConf.to_container(cfg.trainer.metrics)
-    metrics.append({"_target_": "tempfile.mkdtemp", "dir": str(marker)})
+    # trainer.metrics defaults to null (accuracy); a received config spells it out.
+    metrics = [
+        {"_target_": "keras.metrics.SparseCategoricalAccuracy", "name": "accuracy"},
+        {"_target_": "tempfile.mkdtemp", "dir": str(marker)},
+    ]
     cfg.trainer.metrics = metrics
     (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     marker.mkdir()
