@@ -51,7 +51,7 @@ from kdist.data.checks import check_label_range
 from kdist.data.source import ArraySource
 from kdist.engine import FitResult, Runner, StandardRunner, build_for_training
 from kdist.engine import fit as engine_fit
-from kdist.engine.building import rebuild_in_scope
+from kdist.engine.building import rebuild_in_scope, synchronize_batchnorm
 from kdist.engine.ps_runner import ParameterServerRunner
 from kdist.engine.sharded import savable_model
 from kdist.predicting import predict_dataset
@@ -241,6 +241,23 @@ class Experiment:
         for split in ("train", "validation"):
             check_label_range("data.source", self.source.arrays(split)[1], self.source.num_classes)
 
+    def _synchronize_batchnorm(self, model: keras.Model) -> None:
+        if isinstance(self.strategy, tf.distribute.ParameterServerStrategy):
+            raise ConfigError(
+                "trainer.sync_batchnorm",
+                "cannot work under parameter_server: workers train on their own batches, "
+                "asynchronously, with no global batch to share statistics over",
+                value=True,
+                hint="set trainer.sync_batchnorm=false, or use mirrored or multi_worker_mirrored",
+            )
+        count = synchronize_batchnorm(model)
+        log.info(
+            "trainer.sync_batchnorm: %d BatchNormalization layer(s) use the statistics of "
+            "the global batch over %d replica(s)",
+            count,
+            self.num_replicas,
+        )
+
     def build_model(self, model: keras.Model | None = None) -> keras.Model:
         """Build the model, optimizer, loss and metrics inside `strategy.scope()`.
 
@@ -279,6 +296,8 @@ class Experiment:
                 self.num_replicas > 1 or self.cluster_strategy
             ):
                 model = rebuild_in_scope(model)
+            if cfg.trainer.get("sync_batchnorm"):
+                self._synchronize_batchnorm(model)
             if not model.compiled or model.optimizer is None:
                 check_output_names(model, cfg.trainer)
                 model.compile(

@@ -227,6 +227,10 @@ class TrainerConfig:
     # Micro-batches per optimizer update: global_batch_size / accumulate_steps examples
     # each, gradients averaged, one update (the same as one step on the global batch).
     accumulate_steps: int = 1
+    # true: every BatchNormalization layer (the user's models' too) computes its
+    # statistics over the global batch (Keras's synchronized=True) under mirrored and
+    # multi-worker strategies.
+    sync_batchnorm: bool = False
     # What `model.compile` takes (kdist.compiling): a Keras name (mse), a _target_ node, or
     # a mapping from output names to those. null: SparseCategoricalCrossentropy on logits,
     # what kdist's built-in classifiers output. A name or null here lets an override

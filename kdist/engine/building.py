@@ -79,3 +79,25 @@ def rebuild_in_scope(model: keras.Model) -> keras.Model:
     if config:
         copy.compile_from_config(config)
     return copy
+
+
+def synchronize_batchnorm(model: keras.Model) -> int:
+    """Make every `BatchNormalization` layer of `model` use global-batch statistics.
+
+    Keras's `synchronized=True` (TensorFlow backend) all-reduces each batch's moments
+    across the replicas, so that mean and variance, and the moving statistics, are
+    those of the global batch, as on one device; the layer reads the flag when it is
+    called, so this works for any model, the user's included, before its first step.
+
+    Args:
+        model: the model.
+
+    Returns:
+        How many layers were switched.
+    """
+    count = 0
+    for layer in model._flatten_layers():
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.synchronized = True
+            count += 1
+    return count

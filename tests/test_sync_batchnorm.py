@@ -1,0 +1,82 @@
+"""`trainer.sync_batchnorm=true`: batch norm over the global batch under mirrored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+from helpers import compose
+
+import kdist
+from kdist.config import ConfigError
+
+BASE = [
+    "trainer.epochs=1",
+    "trainer.steps_per_epoch=3",
+    "trainer.global_batch_size=32",
+    "trainer.steps_per_execution=1",
+    "trainer.verbose=0",
+    "callbacks=minimal",
+    "data.shuffle=false",
+    # SGD: Adam divides by the root of tiny second moments, which magnifies float noise.
+    "optimizer=sgd",
+    "optimizer.learning_rate=0.05",
+]
+
+
+def batchnorm_model() -> keras.Model:
+    inputs = keras.Input((8, 8, 1))
+    x = keras.layers.Flatten()(inputs)
+    x = keras.layers.Dense(16)(x)
+    # Momentum 0.5: one step moves the moving statistics a lot, so a difference shows.
+    x = keras.layers.BatchNormalization(momentum=0.5)(x)
+    x = keras.layers.Activation("relu")(x)
+    return keras.Model(inputs, keras.layers.Dense(10)(x))
+
+
+def _train(tmp_path: Path, name: str, extra: list[str]) -> kdist.Experiment:
+    exp = kdist.Experiment(compose([*BASE, *extra]), run_dir=tmp_path / name)
+    keras.utils.set_random_seed(3)
+    with exp.strategy.scope():
+        model = batchnorm_model()
+    exp.build_model(model=model)
+    exp.fit()
+    return exp
+
+
+def _moving(exp: kdist.Experiment) -> list[np.ndarray]:
+    layer = next(
+        layer
+        for layer in exp.model._flatten_layers()
+        if isinstance(layer, keras.layers.BatchNormalization)
+    )
+    return [np.asarray(layer.moving_mean), np.asarray(layer.moving_variance)]
+
+
+def test_two_replicas_with_sync_batchnorm_match_one_device(tmp_path: Path):
+    one = _train(tmp_path, "one", [])
+    synced = _train(tmp_path, "synced", ["strategy=mirrored", "trainer.sync_batchnorm=true"])
+    local = _train(tmp_path, "local", ["strategy=mirrored"])
+    for a, b in zip(_moving(one), _moving(synced), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+    for a, b in zip(one.model.get_weights(), synced.model.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+    # Without it each replica normalises with its own half batch: the statistics differ.
+    worst = max(
+        float(np.max(np.abs(a - b))) for a, b in zip(_moving(one), _moving(local), strict=True)
+    )
+    assert worst > 1e-4
+
+
+def test_sync_batchnorm_under_parameter_servers_is_refused():
+    from unittest import mock
+
+    import tensorflow as tf
+
+    exp = object.__new__(kdist.Experiment)
+    exp.strategy = mock.Mock(spec=tf.distribute.ParameterServerStrategy)
+    exp.num_replicas = 2
+    with pytest.raises(ConfigError, match=r"^trainer\.sync_batchnorm=True: cannot work"):
+        exp._synchronize_batchnorm(batchnorm_model())
