@@ -14,9 +14,15 @@ A run folder may come from someone else: its config is rebuilt only when every
 stops with status 2 naming the key. `trust_run_dir=true` lifts that check for a folder
 you trust (its config can then run any importable code, as a training config can).
 
+With `watch=true` it is a sidecar evaluator (`kdist.sidecar`): it evaluates every
+checkpoint of a run that is still training, as each appears, into `eval.csv` and
+`tensorboard/eval/`, and stops when the run has finished (`poll_seconds=5`,
+`timeout=` seconds to give up).
+
 Example:
 
 ```bash
+python -m kdist.evaluate run_dir=outputs/2026-11-21/10-00-00 watch=true
 python -m kdist.evaluate run_dir=outputs/2026-11-21/10-00-00
 python -m kdist.evaluate run_dir=outputs/2026-11-21/10-00-00 strategy=one_device
 python -m kdist.evaluate run_dir=runs/from-a-colleague trust_run_dir=true   # custom model code
@@ -143,12 +149,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     run_dirs = [a.split("=", 1)[1] for a in args if a.startswith("run_dir=")]
     trust = [a.split("=", 1)[1] for a in args if a.startswith(f"{TRUST_FLAG}=")]
-    overrides = [a for a in args if not a.startswith(("run_dir=", f"{TRUST_FLAG}="))]
+    sidecar = {
+        key: [a.split("=", 1)[1] for a in args if a.startswith(f"{key}=")] for key in _SIDECAR_KEYS
+    }
+    own = ("run_dir=", f"{TRUST_FLAG}=", *(f"{key}=" for key in _SIDECAR_KEYS))
+    overrides = [a for a in args if not a.startswith(own)]
     if len(run_dirs) != 1 or not run_dirs[0]:
         exit_with(ConfigError("run_dir", "is required once", hint="run_dir=outputs/DATE/TIME"))
     if any(value.lower() not in ("true", "false") for value in trust):
         exit_with(ConfigError(TRUST_FLAG, "must be true or false", value=trust[-1]))
     quiet_tensorflow()
+    if sidecar["watch"] and sidecar["watch"][-1].lower() == "true":
+        _watch(run_dirs[0], overrides, sidecar, trust=bool(trust) and trust[-1].lower() == "true")
+        return
     try:
         metrics = evaluate_run(
             run_dirs[0], overrides, trust_run_dir=bool(trust) and trust[-1].lower() == "true"
@@ -158,6 +171,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name, value in metrics.items():
         print(f"validation {name}: {value:.9g}", flush=True)
     print(json.dumps({"validation": metrics}), flush=True)
+
+
+_SIDECAR_KEYS = ("watch", "poll_seconds", "timeout")
+
+
+def _watch(
+    run_dir: str, overrides: list[str], options: dict[str, list[str]], *, trust: bool
+) -> None:
+    """`watch=true`: the sidecar evaluator (`kdist.sidecar.watch`)."""
+    from kdist.sidecar import watch
+
+    try:
+        poll = float(options["poll_seconds"][-1]) if options["poll_seconds"] else 5.0
+        timeout = float(options["timeout"][-1]) if options["timeout"] else None
+    except ValueError:
+        exit_with(ConfigError("poll_seconds/timeout", "must be numbers of seconds"))
+    try:
+        records = watch(run_dir, overrides, trust_run_dir=trust, poll_seconds=poll, timeout=timeout)
+    except ConfigError as error:
+        exit_with(error)
+    print(f"[sidecar] evaluated {len(records)} checkpoint(s); the run has finished", flush=True)
 
 
 if __name__ == "__main__":

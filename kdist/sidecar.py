@@ -1,0 +1,158 @@
+"""A sidecar evaluator: evaluate every checkpoint a run writes, as it appears.
+
+TensorFlow's `SidecarEvaluator` exists only for tf.keras; this is the Keras 3 one, for
+any strategy. It runs in its own process (`python -m kdist.evaluate run_dir=...
+watch=true`, or `kdist.launch --evaluator` beside a cluster), on its own device
+(one_device by default), so that training never stops to validate: the usual pairing
+with parameter servers. Each complete checkpoint of `<run_dir>/checkpoints/` (the ones
+the checkpoint state file lists: an asynchronous save is listed only once it is
+complete) is restored into a model built from the run's config and evaluated on the
+validation split, once. Its metrics go to `<run_dir>/eval.csv` (a row per checkpoint:
+the step, the epoch and the metrics) and to TensorBoard under `<run_dir>/tensorboard/eval/`.
+The sidecar stops when training has finished (`metrics.json` names the last step and
+that checkpoint has been evaluated), or after `timeout` seconds.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kdist.config.errors import ConfigError
+
+__all__ = ["watch"]
+
+log = logging.getLogger(__name__)
+
+_CLUSTER_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
+
+
+def _complete_checkpoints(folder: Path) -> list[str]:
+    import tensorflow as tf
+
+    if not (folder / "checkpoint").is_file():
+        return []
+    state = tf.train.get_checkpoint_state(str(folder))
+    if state is None:
+        return []
+    # The state file may name them relative to another folder: they live in this one.
+    return [str(folder / Path(p).name) for p in state.all_model_checkpoint_paths]
+
+
+def _finished_at(run_dir: Path) -> int | None:
+    """The last step of a finished run (from `metrics.json`), or `None` while it trains."""
+    path = run_dir / "metrics.json"
+    if not path.is_file():
+        return None
+    try:
+        return int(json.loads(path.read_text())["steps"])
+    except (ValueError, KeyError, OSError):
+        return None  # being written
+
+
+def _wait_for_config(run_dir: Path, deadline: float | None, poll_seconds: float) -> None:
+    names = (run_dir / ".hydra" / "config.yaml", run_dir / "config.yaml")
+    while not any(p.is_file() for p in names):
+        if deadline is not None and time.monotonic() > deadline:
+            raise ConfigError("run_dir", "holds no run config yet", value=str(run_dir))
+        time.sleep(poll_seconds)
+
+
+def watch(
+    run_dir: str | os.PathLike[str],
+    overrides: Sequence[str] = (),
+    *,
+    trust_run_dir: bool = False,
+    poll_seconds: float = 5.0,
+    timeout: float | None = None,
+) -> list[dict[str, Any]]:
+    """Evaluate each new checkpoint of a run until the run has finished.
+
+    Args:
+        run_dir: the run's output folder (it may still be empty: the sidecar waits for
+            the run's config).
+        overrides: `key=value` or `group=option` changes to the run's config, as for
+            `kdist.evaluate`. Multi-worker and parameter-server runs are evaluated with
+            `strategy=one_device` unless a strategy is given. Defaults to `()`.
+        trust_run_dir: rebuild a config that names code outside kdist and Keras.
+            Defaults to `False`.
+        poll_seconds: seconds between looks at the checkpoint folder. Defaults to `5.0`.
+        timeout: give up after this many seconds. Defaults to `None`: wait for the run.
+
+    Returns:
+        One record per evaluated checkpoint: `step`, `epoch` and the validation metrics.
+
+    Raises:
+        ConfigError: naming the key or `run_dir`; or `timeout` reached.
+    """
+    import tensorflow as tf
+
+    from kdist.evaluate import apply_overrides, load_trusted_config
+    from kdist.experiment import Experiment
+
+    if poll_seconds <= 0:
+        raise ConfigError("poll_seconds", "must be a positive number", value=poll_seconds)
+    folder = Path(run_dir)
+    started = time.monotonic()
+    deadline = None if timeout is None else started + float(timeout)
+    _wait_for_config(folder, deadline, poll_seconds)
+    cfg = load_trusted_config(folder, overrides, trust_run_dir=trust_run_dir)
+    target = str(cfg.strategy.get("_target_", ""))
+    given = any(o.startswith("strategy=") for o in overrides)
+    if target.rsplit(".", 1)[-1] in _CLUSTER_STRATEGIES and not given:
+        log.info("sidecar: evaluating with strategy=one_device instead of %s", target)
+        apply_overrides(cfg, ["strategy=one_device"])
+    experiment = Experiment(cfg, run_dir=folder)
+    if experiment.source.size("validation") < 1:
+        raise ConfigError("data.source", "has no validation examples to evaluate on")
+    experiment.build_model()
+    writer = tf.summary.create_file_writer(str(folder / "tensorboard" / "eval"))
+    steps_per_epoch = experiment.steps_per_epoch
+    done: set[str] = set()
+    records: list[dict[str, Any]] = []
+    last_step = -1
+    while True:
+        finished = _finished_at(folder)
+        for path in _complete_checkpoints(folder / "checkpoints"):
+            if path in done:
+                continue
+            experiment.checkpoint.restore(path).expect_partial()
+            step = int(experiment.state.steps.numpy())
+            metrics = experiment.evaluate()
+            record = {"step": step, "epoch": round(step / steps_per_epoch, 4), **metrics}
+            _append_row(folder / "eval.csv", record)
+            with writer.as_default():
+                for name, value in metrics.items():
+                    tf.summary.scalar(f"eval_{name}", value, step=step)
+            writer.flush()
+            shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+            print(f"[sidecar] step {step}: {shown}", flush=True)
+            done.add(path)
+            records.append(record)
+            last_step = max(last_step, step)
+        if finished is not None and last_step >= finished:
+            return records
+        if deadline is not None and time.monotonic() > deadline:
+            raise ConfigError(
+                "timeout",
+                f"reached after {len(records)} checkpoint(s); the run has not finished",
+                value=timeout,
+            )
+        time.sleep(poll_seconds)
+
+
+def _append_row(path: Path, record: dict[str, Any]) -> None:
+    new = not path.is_file()
+    with path.open("a", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(record))
+        if new:
+            writer.writeheader()
+        writer.writerow(record)
+        handle.flush()
+        os.fsync(handle.fileno())
