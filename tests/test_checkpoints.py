@@ -143,6 +143,9 @@ def test_interrupted_mirrored_run_resumes_under_one_device(tmp_path: Path, caplo
         epochs = [int(row["epoch"]) for row in csv.DictReader(handle)]
     assert epochs == [0, 1, 2]
     # curves.png is drawn from all three epochs, not only the resumed ones.
+    from kdist.callbacks.curves import wait_for_writes
+
+    assert wait_for_writes(timeout=60)
     assert (run_dir / "curves.png").is_file()
     # The resumed epoch's training metrics include the steps before the interruption.
     ref_loss = reference.metrics()["train"]["loss"]
