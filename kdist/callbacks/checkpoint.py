@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from kdist import chief
@@ -173,11 +172,28 @@ def restore_latest(checkpoint: tf.train.Checkpoint, directory: Path) -> str | No
 
 
 def _all_finite(variables: list[tf.Variable]) -> bool:
-    for variable in variables:
-        value = variable.numpy() if hasattr(variable, "numpy") else np.asarray(variable)
-        if np.issubdtype(np.asarray(value).dtype, np.floating) and not np.all(np.isfinite(value)):
-            return False
-    return True
+    floating = [v for v in variables if tf.as_dtype(v.dtype).is_floating]
+    if not floating:
+        return True
+    return bool(_finite_fn(tuple(floating))().numpy())
+
+
+_FINITE_FNS: dict[tuple[int, ...], Any] = {}
+
+
+def _finite_fn(variables: tuple[tf.Variable, ...]) -> Any:
+    """One traced check of all `variables` (one call instead of a host copy of each)."""
+    key = tuple(id(v) for v in variables)
+    if key not in _FINITE_FNS:
+
+        @tf.function
+        def finite() -> tf.Tensor:
+            checks = [tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(v))) for v in variables]
+            return tf.reduce_all(tf.stack(checks))
+
+        _FINITE_FNS.clear()  # one model at a time: do not hold on to old variables
+        _FINITE_FNS[key] = finite
+    return _FINITE_FNS[key]
 
 
 def _copy_keras_variable_to_cpu(self: Any, object_map: dict[Any, Any]) -> None:
