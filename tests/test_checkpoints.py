@@ -302,7 +302,7 @@ def _final_weights(run_dir: Path) -> list[np.ndarray]:
 
 @pytest.mark.slow
 def test_sigkill_mid_epoch_then_rerun_loses_nothing(tmp_path: Path):
-    env = {"PYTHONPATH": str(REPO / "tests")}
+    env = {"PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "tests")))}
     (tmp_path / "ref").mkdir()
     reference = run_module("kdist.train", DETERMINISTIC, cwd=tmp_path / "ref", env=env)
     assert reference.returncode == 0, reference.stderr[-2000:]
@@ -326,8 +326,38 @@ def test_sigkill_mid_epoch_then_rerun_loses_nothing(tmp_path: Path):
 
 
 @pytest.mark.slow
+def test_sigkill_during_an_asynchronous_save_resumes_from_the_newest_complete(tmp_path: Path):
+    # This checkout's kdist first (not an installed one), then the test helpers.
+    env = {"PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "tests")))}
+    (tmp_path / "ref").mkdir()
+    reference = run_module("kdist.train", DETERMINISTIC, cwd=tmp_path / "ref", env=env)
+    assert reference.returncode == 0, reference.stderr[-2000:]
+    work = tmp_path / "work"
+    work.mkdir()
+    report = tmp_path / "kill.txt"
+    # Killed while TensorFlow's thread writes the backup of step 20 (its temporary folder
+    # exists); the backup of step 15 is complete.
+    killer = f"{{_target_: helpers.KillDuringAsyncSave, step: 20, report: '{report}'}}"
+    killed = run_module(
+        "kdist.train", [*DETERMINISTIC, f"callbacks.extra=[{killer}]"], cwd=work, env=env
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert report.read_text().startswith("temp"), report.read_text()
+    state = tf.train.get_checkpoint_state(str(work / "run" / "backup"))
+    assert state is not None and state.model_checkpoint_path.endswith(("ckpt-15", "ckpt-20"))
+    resumed = run_module("kdist.train", DETERMINISTIC, cwd=work, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    log = resumed.stdout + resumed.stderr
+    assert "continuing at step 15 " in log or "continuing at step 20 " in log, log[-2000:]
+    assert not list((work / "run" / "backup").glob("*_temp*"))  # the leftovers are removed
+    metrics = json.loads((work / "run" / "metrics.json").read_text())
+    assert metrics["steps"] == 36
+    assert _max_diff(_final_weights(work / "run"), _final_weights(tmp_path / "ref" / "run")) < 1e-6
+
+
+@pytest.mark.slow
 def test_sigterm_saves_and_exits_42_then_resumes(tmp_path: Path):
-    env = {"PYTHONPATH": str(REPO / "tests")}
+    env = {"PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "tests")))}
     stopped = run_module(
         "kdist.train",
         [
