@@ -23,6 +23,7 @@ holds unchanged. Multi-worker runs save synchronously (see `_supports_async`).
 
 from __future__ import annotations
 
+import atexit
 import logging
 import re
 import shutil
@@ -340,11 +341,34 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
                 f"refusing to save a checkpoint at step {steps}: the weights are not finite"
             )
         self.state.advance_to(steps)
-        path = self._ensure_manager().save(checkpoint_number=steps, options=self._options)
+        # A save that is waited for is written on this thread: handing it to the async
+        # thread would only add the host copy.
+        options = None if wait else self._options
+        if options is None:
+            self.sync()  # the async thread must not write while this thread does
+        path = self._ensure_manager().save(checkpoint_number=steps, options=options)
         self._last_saved = steps
         if wait:
             self.sync()
         return path
+
+    def _release_async(self) -> None:
+        """Stop TensorFlow's async checkpoint thread and let its host copies go.
+
+        TensorFlow keeps the helper on the `tf.train.Checkpoint` and registers it with
+        `atexit`, which would hold the model, the optimizer and their host copies for
+        the rest of the process (every trial of a tuner). These are private attributes
+        of TensorFlow 2.21's `Checkpoint`; a later `fit` makes a new helper.
+        """
+        helper = getattr(self.checkpoint, "_async_checkpointer_impl", None)
+        if helper is None:
+            return
+        helper._join_async_save_thread()
+        atexit.unregister(helper._join_async_save_thread)
+        self.checkpoint._async_checkpointer_impl = None
+        # Restores read synchronously again (TensorFlow routes them through the helper
+        # once an async save has set these options).
+        self.checkpoint._checkpoint_options = None
 
     def sync(self) -> None:
         """Wait until an asynchronous save in progress is complete."""
@@ -363,6 +387,7 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         if self.save_at_end and self.steps:
             self.save()
         self.sync()
+        self._release_async()
         if not self._is_chief:
             shutil.rmtree(self._write_dir, ignore_errors=True)
 
