@@ -27,6 +27,7 @@ import atexit
 import logging
 import re
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -346,29 +347,46 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         options = None if wait else self._options
         if options is None:
             self.sync()  # the async thread must not write while this thread does
+        else:
+            self._start_async_thread()
         path = self._ensure_manager().save(checkpoint_number=steps, options=options)
         self._last_saved = steps
         if wait:
             self.sync()
         return path
 
-    def _release_async(self) -> None:
-        """Stop TensorFlow's async checkpoint thread and let its host copies go.
+    def _helper(self) -> Any:
+        # TensorFlow keeps its async checkpoint helper on the `tf.train.Checkpoint`
+        # (private attributes of TensorFlow 2.21's `Checkpoint` and
+        # `AsyncCheckpointHelper`, used by `_stop_async_thread` and `_start_async_thread`).
+        return getattr(self.checkpoint, "_async_checkpointer_impl", None)
 
-        TensorFlow keeps the helper on the `tf.train.Checkpoint` and registers it with
+    def _stop_async_thread(self) -> None:
+        """Stop TensorFlow's async checkpoint thread when training ends.
+
+        TensorFlow starts the thread once per `tf.train.Checkpoint` and registers it with
         `atexit`, which would hold the model, the optimizer and their host copies for
-        the rest of the process (every trial of a tuner). These are private attributes
-        of TensorFlow 2.21's `Checkpoint`; a later `fit` makes a new helper.
+        the rest of the process (every trial of a tuner). Stopped, the helper lives only
+        as long as the checkpoint; a later `fit` restarts its thread and keeps its host
+        copies and traced copy function.
         """
-        helper = getattr(self.checkpoint, "_async_checkpointer_impl", None)
-        if helper is None:
+        helper = self._helper()
+        thread = getattr(helper, "_async_save_thread", None)
+        if thread is None or not thread.is_alive():
             return
         helper._join_async_save_thread()
+        helper._queue.task_done()  # the stop item: a later `sync` must not wait for it
         atexit.unregister(helper._join_async_save_thread)
-        self.checkpoint._async_checkpointer_impl = None
-        # Restores read synchronously again (TensorFlow routes them through the helper
-        # once an async save has set these options).
-        self.checkpoint._checkpoint_options = None
+
+    def _start_async_thread(self) -> None:
+        """Restart the thread `_stop_async_thread` stopped (a second `fit`)."""
+        helper = self._helper()
+        thread = getattr(helper, "_async_save_thread", None)
+        if thread is None or thread.is_alive():
+            return
+        helper._async_save_thread = threading.Thread(target=helper._async_save, daemon=True)
+        helper._async_save_thread.start()
+        atexit.register(helper._join_async_save_thread)
 
     def sync(self) -> None:
         """Wait until an asynchronous save in progress is complete."""
@@ -387,7 +405,7 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         if self.save_at_end and self.steps:
             self.save()
         self.sync()
-        self._release_async()
+        self._stop_async_thread()
         if not self._is_chief:
             shutil.rmtree(self._write_dir, ignore_errors=True)
 
