@@ -17,9 +17,11 @@ NOTES: dict[str, str] = {
         "records at a time (the message is built only when a count is wrong) and "
         "records are parsed 256 at a time with `tf.io.parse_example`, then unbatched "
         "(the same order, so shuffling, sharding and a resumed run's skip stay per "
-        "example). Spot check, 3 rounds at a load of 2.7-4: 0.994 (CPU 1.25); the "
-        "pipeline alone: integrity=off 1.02 of in-memory, strict 0.61 (best 0.86): "
-        "the per-file unbatch and interleave of single records is what is left."
+        "example). Two spot checks, 3 rounds at a load of 3-4: 0.994 (CPU 1.25) and 1.256 "
+        "(CPU 1.27); the pipeline alone: strict 0.61 and 0.51 of in-memory, off 1.02 and "
+        "0.66: the per-file unbatch and the interleave of single records (kept so the "
+        "order of examples, and so a resumed run's position, is unchanged) are what is "
+        "left."
     ),
     "defaults/default_vs_loop": (
         "What is left is the checkpoint saves: 13 per fit here (a backup every 100 "
@@ -31,8 +33,11 @@ NOTES: dict[str, str] = {
         "calls instead of 33). Spot check (3 interleaved rounds, load about 5): default "
         "2.16 ms/step, without backups 1.69, without checkpoints and backups 1.37, "
         "minimal 1.38: TensorBoard, history.csv, curves.png and the progress bar now cost "
-        "nothing measurable; curves.png used to take 0.5 s of every fit on the training "
-        "thread (matplotlib), and TensorBoard about 1 ms per call."
+        "nothing measurable. The suite itself, 3 rounds at a load of 4-5: default / hand "
+        "loop 1.11 (CPU 1.04), default / minimal 1.36 (CPU 1.25), 6.4% of the wall time "
+        "outside the step calls (before: 1.39, and 35% in comparison 3). curves.png "
+        "used to take 0.5 s of every fit on the training thread (matplotlib), and "
+        "TensorBoard about 1 ms per call."
     ),
     "input/cnn_k1_cached": (
         "Missed on wall time (1.24) but not on CPU time (0.995): with `cache=true` the "
