@@ -32,6 +32,7 @@ SUITES = {
     "input": "benchmarks.input_pipeline",
     "cluster": "benchmarks.cluster",
     "startup": "benchmarks.startup",
+    "defaults": "benchmarks.defaults",
     # Not in a default run: only when named in --only.
     "cluster_loops": "benchmarks.cluster_loops",
 }

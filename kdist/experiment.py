@@ -652,7 +652,8 @@ class Experiment:
             (out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
         elif self.cfg.callbacks.save_model:
             # model.keras to evaluate or fine-tune, saved_model/ (serving_default) to serve.
-            save_model_files(savable_model(self.model), out, saved_model=True)
+            saved_model = bool(self.cfg.callbacks.get("saved_model", True))
+            save_model_files(savable_model(self.model), out, saved_model=saved_model)
         chief.cleanup_dir(out, self.run_dir)
         val = summary["validation"]
         shown = ", ".join(f"{k} {v:.4f}" for k, v in val.items()) or "none"

@@ -172,6 +172,43 @@ class KillAtStep:
         return _Kill()
 
 
+class KillDuringAsyncSave:
+    """`callbacks.extra` target: SIGKILL this process while the backup of `step` is written.
+
+    It wraps `PeriodicCheckpoint.save`: once the asynchronous save of `step` is queued,
+    it waits (at most `timeout` seconds) for TensorFlow's temporary folder of that
+    checkpoint (`ckpt-<step>_temp`) to appear, writes what it saw to `report`, and
+    kills the process: the write is then in progress in the background thread.
+    """
+
+    def __new__(cls, *, step: int, report: str, timeout: float = 5.0):
+        import signal
+        import time
+
+        import keras
+
+        from kdist.callbacks import checkpoint
+
+        original = checkpoint.PeriodicCheckpoint.save
+
+        def save(self, steps=None, *, wait=True):
+            path = original(self, steps, wait=wait)
+            if path is None or wait or self.steps != step or self.directory.name != "backup":
+                return path
+            temporary = self.directory / f"ckpt-{step}_temp"
+            deadline = time.monotonic() + timeout
+            while not temporary.exists() and time.monotonic() < deadline:
+                time.sleep(0.0005)
+            seen = "temp" if temporary.exists() else "no temp"
+            complete = (self.directory / f"ckpt-{step}.index").exists()
+            Path(report).write_text(f"{seen}, index {'written' if complete else 'missing'}")
+            os.kill(os.getpid(), signal.SIGKILL)
+            return path
+
+        checkpoint.PeriodicCheckpoint.save = save
+        return keras.callbacks.Callback()
+
+
 class InjectNaN:
     """`callbacks.extra` target: poison weights with NaN once `step` steps are done.
 

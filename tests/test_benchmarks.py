@@ -69,6 +69,9 @@ def test_quick_mode_writes_json_and_markdown(tmp_path: Path):
         "overhead/minimal_ms_per_epoch",
         "overhead/minimal_share",
         "input/mlp_k32_files",
+        "defaults/default_vs_loop",
+        "defaults/default_vs_minimal",
+        "defaults/default_share",
     } <= ids
     for row in results["comparisons"]:
         assert set(row) == ROW_KEYS, row["id"]
@@ -87,7 +90,7 @@ def test_quick_mode_writes_json_and_markdown(tmp_path: Path):
         r["met"] is not None for r in results["comparisons"]
     )
     markdown = (tmp_path / "out" / "results.md").read_text()
-    for heading in ("## 1. ", "## 2. ", "## 3. ", "## 4. ", "## 5. ", "Machine:"):
+    for heading in ("## 1. ", "## 2. ", "## 3. ", "## 4. ", "## 5. ", "## 7. ", "Machine:"):
         assert heading in markdown
 
 

@@ -255,3 +255,10 @@ def test_train_then_evaluate_on_the_command_line(tmp_path: Path):
     printed = _printed_metrics(result.stdout)
     for name, value in recorded.items():
         assert abs(printed[name] - value) <= 1e-6, name
+
+
+def test_saved_model_false_writes_model_keras_only(tmp_path: Path, tiny):
+    exp = kdist.Experiment(compose([*tiny, "callbacks.saved_model=false"]))
+    exp.fit()
+    assert (exp.run_dir / "model.keras").is_file()
+    assert not (exp.run_dir / "saved_model").exists()

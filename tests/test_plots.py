@@ -11,7 +11,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from kdist import plots
-from kdist.callbacks.curves import Curves
+from kdist.callbacks.curves import Curves, wait_for_writes
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -155,6 +155,7 @@ def _drive(callback: Curves, epochs: list[dict]) -> None:
     for epoch, logs in enumerate(epochs):
         callback.on_epoch_end(epoch, logs)
     callback.on_train_end()
+    callback.wait()
 
 
 def test_curves_callback_writes_at_the_end(tmp_path: Path):
@@ -165,6 +166,7 @@ def test_curves_callback_writes_at_the_end(tmp_path: Path):
     assert not path.exists()  # min_interval (60 s) has not passed
     callback.on_epoch_end(1, {"loss": 0.5})
     callback.on_train_end()
+    callback.wait()
     assert path.read_bytes().startswith(PNG_MAGIC)
     assert [r["epoch"] for r in callback.records] == [0.0, 1.0]
 
@@ -174,6 +176,7 @@ def test_curves_callback_with_no_interval_writes_every_epoch(tmp_path: Path):
     callback = Curves(path=path, min_interval=0)
     callback.on_train_begin()
     callback.on_epoch_end(0, {"loss": 1.0})
+    callback.wait()
     assert path.is_file()
 
 
@@ -196,6 +199,7 @@ def test_a_run_writes_curves_png(tmp_path: Path, tiny):
 
     exp = kdist.Experiment(compose(tiny))
     exp.fit()
+    assert wait_for_writes(timeout=60)  # drawn in the background when training ends
     assert (exp.run_dir / "curves.png").read_bytes().startswith(PNG_MAGIC)
 
 

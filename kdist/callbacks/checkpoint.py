@@ -12,20 +12,28 @@ On restore kdist does not trust the state file either: it tries every `ckpt-N` f
 newest down and falls back, with a warning, past one that is truncated or corrupt. A
 folder with no checkpoint starts fresh; a folder whose checkpoints all fail to read is an
 error, never a silent fresh start.
+
+Saving is asynchronous where TensorFlow supports it (one process, eager variables:
+no strategy, `OneDeviceStrategy`, `MirroredStrategy`): the training thread copies the
+variables to host memory and goes on, a TensorFlow thread writes the files, and the
+state file is updated by that thread only once the files are complete
+(`CheckpointOptions(experimental_enable_async_checkpoint=True)`), so the guarantee above
+holds unchanged. Multi-worker runs save synchronously (see `_supports_async`).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import re
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from kdist import chief
@@ -167,11 +175,72 @@ def restore_latest(checkpoint: tf.train.Checkpoint, directory: Path) -> str | No
 
 
 def _all_finite(variables: list[tf.Variable]) -> bool:
-    for variable in variables:
-        value = variable.numpy() if hasattr(variable, "numpy") else np.asarray(variable)
-        if np.issubdtype(np.asarray(value).dtype, np.floating) and not np.all(np.isfinite(value)):
-            return False
-    return True
+    floating = [v for v in variables if tf.as_dtype(v.dtype).is_floating]
+    if not floating:
+        return True
+    return bool(_finite_fn(tuple(floating))().numpy())
+
+
+_FINITE_FNS: dict[tuple[int, ...], Any] = {}
+
+
+def _finite_fn(variables: tuple[tf.Variable, ...]) -> Any:
+    """One traced check of all `variables` (one call instead of a host copy of each)."""
+    key = tuple(id(v) for v in variables)
+    if key not in _FINITE_FNS:
+
+        @tf.function
+        def finite() -> tf.Tensor:
+            checks = [tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(v))) for v in variables]
+            return tf.reduce_all(tf.stack(checks))
+
+        _FINITE_FNS.clear()  # one model at a time: do not hold on to old variables
+        _FINITE_FNS[key] = finite
+    return _FINITE_FNS[key]
+
+
+def _copy_keras_variable_to_cpu(self: Any, object_map: dict[Any, Any]) -> None:
+    """`_copy_trackable_to_cpu` for a Keras 3 TensorFlow variable that can run twice.
+
+    Keras 3.15.1 (`keras/src/backend/tensorflow/core.py`) makes a new `tf.Variable` for
+    the host copy at every call; TensorFlow's async checkpoint helper calls it inside a
+    `tf.function` at every save after the first, which fails ("tf.function only supports
+    singleton tf.Variables created on the first call"). This one creates the copy once
+    and assigns to it afterwards, as `ResourceVariable._copy_trackable_to_cpu` does.
+    """
+    self.value._copy_trackable_to_cpu(object_map)
+    if self in object_map:
+        object_map[self].assign(object_map[self.value])
+    else:
+        object_map[self] = tf.Variable(object_map[self.value])
+
+
+def _enable_async_copies() -> None:
+    """Let Keras variables take part in TensorFlow's asynchronous checkpoints."""
+    from keras.src.backend.tensorflow.core import Variable
+
+    if Variable._copy_trackable_to_cpu is not _copy_keras_variable_to_cpu:
+        Variable._copy_trackable_to_cpu = _copy_keras_variable_to_cpu
+
+
+def _supports_async(strategy: Any) -> bool:
+    """Whether `strategy`'s variables can be saved by TensorFlow's async checkpoint thread.
+
+    Not under ParameterServerStrategy: the variables live on the ps tasks, and the async
+    helper's host copies would be made on the coordinator (unsupported there). Not under
+    MultiWorkerMirroredStrategy either: every worker takes part in a save and the
+    non-chief ones write to a scratch folder that is removed at the end, a protocol
+    verified with synchronous saves only. Both save synchronously, as before.
+    """
+    if strategy is None:
+        return True
+    return not isinstance(
+        strategy,
+        (
+            tf.distribute.experimental.ParameterServerStrategy,
+            tf.distribute.MultiWorkerMirroredStrategy,
+        ),
+    )
 
 
 class PeriodicCheckpoint(keras.callbacks.Callback):
@@ -191,6 +260,8 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         keep: how many checkpoints to keep.
         strategy: the run's strategy (for the chief-only rule). Defaults to `None`.
         save_at_end: also save when training ends. Defaults to `True`.
+        asynchronous: write periodic saves in TensorFlow's background thread where the
+            strategy allows it (see `_supports_async`). Defaults to `True`.
     """
 
     def __init__(
@@ -203,6 +274,7 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         keep: int,
         strategy: Any = None,
         save_at_end: bool = True,
+        asynchronous: bool = True,
     ):
         super().__init__()
         if every_n_steps < 0:
@@ -223,6 +295,14 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
             self._write_dir = chief.scratch_dir(
                 self.directory.parent, strategy, f"ckpt-{self.directory.name}"
             )
+        self.asynchronous = bool(asynchronous) and _supports_async(strategy)
+        self._options = (
+            tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)
+            if self.asynchronous
+            else None
+        )
+        if self.asynchronous:
+            _enable_async_copies()
         self._manager: tf.train.CheckpointManager | None = None
         self._last_saved = -1
         self.steps = 0
@@ -245,10 +325,19 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         """Tell the callback how many steps are done (the controller's global step)."""
         self.steps = steps
 
-    def save(self, steps: int | None = None) -> str | None:
-        """Save now (unless this step is already saved); returns the path written."""
+    def save(self, steps: int | None = None, *, wait: bool = True) -> str | None:
+        """Save now (unless this step is already saved); returns the path written.
+
+        Args:
+            steps: the step to record. Defaults to `None`: the last one set.
+            wait: return only when the files are complete and the state file names
+                them (a preemption save, the end of training). Defaults to `True`;
+                `False` lets an asynchronous save finish in the background.
+        """
         steps = self.steps if steps is None else steps
         if steps == self._last_saved:
+            if wait:
+                self.sync()
             return None
         if not _all_finite(list(self.model.weights)):
             raise NonFiniteWeightsError(
@@ -257,21 +346,70 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
                 "finite weights)"
             )
         self.state.advance_to(steps)
-        path = self._ensure_manager().save(checkpoint_number=steps)
+        # A save that is waited for is written on this thread: handing it to the async
+        # thread would only add the host copy.
+        options = None if wait else self._options
+        if options is None:
+            self.sync()  # the async thread must not write while this thread does
+        else:
+            self._start_async_thread()
+        path = self._ensure_manager().save(checkpoint_number=steps, options=options)
         self._last_saved = steps
+        if wait:
+            self.sync()
         return path
+
+    def _helper(self) -> Any:
+        # TensorFlow keeps its async checkpoint helper on the `tf.train.Checkpoint`
+        # (private attributes of TensorFlow 2.21's `Checkpoint` and
+        # `AsyncCheckpointHelper`, used by `_stop_async_thread` and `_start_async_thread`).
+        return getattr(self.checkpoint, "_async_checkpointer_impl", None)
+
+    def _stop_async_thread(self) -> None:
+        """Stop TensorFlow's async checkpoint thread when training ends.
+
+        TensorFlow starts the thread once per `tf.train.Checkpoint` and registers it with
+        `atexit`, which would hold the model, the optimizer and their host copies for
+        the rest of the process (every trial of a tuner). Stopped, the helper lives only
+        as long as the checkpoint; a later `fit` restarts its thread and keeps its host
+        copies and traced copy function.
+        """
+        helper = self._helper()
+        thread = getattr(helper, "_async_save_thread", None)
+        if thread is None or not thread.is_alive():
+            return
+        helper._join_async_save_thread()
+        helper._queue.task_done()  # the stop item: a later `sync` must not wait for it
+        atexit.unregister(helper._join_async_save_thread)
+
+    def _start_async_thread(self) -> None:
+        """Restart the thread `_stop_async_thread` stopped (a second `fit`)."""
+        helper = self._helper()
+        thread = getattr(helper, "_async_save_thread", None)
+        if thread is None or thread.is_alive():
+            return
+        helper._async_save_thread = threading.Thread(target=helper._async_save, daemon=True)
+        helper._async_save_thread.start()
+        atexit.register(helper._join_async_save_thread)
+
+    def sync(self) -> None:
+        """Wait until an asynchronous save in progress is complete."""
+        if self.asynchronous:
+            self.checkpoint.sync()
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         if self.every_n_steps and self.steps and self.steps % self.every_n_steps == 0:
-            self.save()
+            self.save(wait=False)
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if self.every_n_steps == 0 and self.steps:
-            self.save()
+            self.save(wait=False)
 
     def on_train_end(self, logs: dict | None = None) -> None:
         if self.save_at_end and self.steps:
             self.save()
+        self.sync()
+        self._stop_async_thread()
         if not self._is_chief:
             shutil.rmtree(self._write_dir, ignore_errors=True)
 

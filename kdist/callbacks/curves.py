@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -11,26 +12,56 @@ from typing import Any
 
 import keras
 
-__all__ = ["Curves"]
+__all__ = ["Curves", "wait_for_writes"]
 
 log = logging.getLogger(__name__)
 
+# Drawing threads not finished yet, over all `Curves` of the process.
+_pending: set[threading.Thread] = set()
+_pending_lock = threading.Lock()
+
+
+def wait_for_writes(timeout: float | None = None) -> bool:
+    """Wait until every `curves.png` being drawn in the background is written.
+
+    A script need not call it: the drawing threads are not daemons, so the process
+    waits for them before it exits. A notebook or a test that reads `curves.png` right
+    after `Experiment.fit()` calls it first.
+
+    Args:
+        timeout: most seconds to wait in all. Defaults to `None`: as long as it takes.
+
+    Returns:
+        `True` when nothing is left to draw.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with _pending_lock:
+        threads = list(_pending)
+    for thread in threads:
+        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    with _pending_lock:
+        return not any(t.is_alive() for t in _pending)
+
 
 class Curves(keras.callbacks.Callback):
-    """Write the training and validation curves to a PNG file during and after training.
+    """Write the training and validation curves to a PNG file, off the training thread.
 
-    The values of each epoch are recorded at `on_epoch_end`, so an epoch without
-    validation (`trainer.validation_freq` > 1) leaves a gap rather than shifting the
-    validation curve. The file is rewritten at most every `min_interval` seconds during
-    training, so it can be watched, and always at the end.
+    The values of each epoch are recorded at `on_epoch_end` (a few dict operations), so
+    an epoch without validation (`trainer.validation_freq` > 1) leaves a gap rather than
+    shifting the validation curve. Drawing with matplotlib takes a few hundred
+    milliseconds, so it never runs on the training thread: a background thread draws
+    the file at most every `min_interval` seconds during training (skipped while the
+    previous drawing is still running), and once more when training ends with every
+    epoch. `fit` does not wait for that last drawing; the process waits for it before
+    exiting, and `wait_for_writes()` (or `wait()`) waits for it in a notebook.
 
     Add it on the chief only: other workers of a multi-worker run would draw the same
     picture for nothing.
 
     Args:
         path: the PNG file, e.g. `<run dir>/curves.png`.
-        min_interval: least seconds between two writes before the end of training.
-            Defaults to `60.0`; `0` writes after every epoch.
+        min_interval: least seconds between two drawings before the end of training.
+            Defaults to `60.0`; `0` draws after every epoch.
         title: a title over the panels. Defaults to `None`.
         history: epochs recorded before this training started (a resumed run's earlier
             epochs, e.g. read from `history.csv`). Defaults to `()`.
@@ -56,6 +87,7 @@ class Curves(keras.callbacks.Callback):
         self.title = title
         self.records: list[dict[str, float]] = []
         self._last_write = 0.0
+        self._thread: threading.Thread | None = None
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         self.records = list(self._earlier)
@@ -69,22 +101,53 @@ class Curves(keras.callbacks.Callback):
             except (TypeError, ValueError):
                 continue  # not a scalar (e.g. a learning-rate schedule object)
         self.records.append(record)
-        if time.monotonic() - self._last_write >= self.min_interval:
-            self.write()
+        busy = self._thread is not None and self._thread.is_alive()
+        if not busy and time.monotonic() - self._last_write >= self.min_interval:
+            self._draw_in_background()
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         if self.records:
-            self.write()
+            self._draw_in_background()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait until this callback's drawing in progress, if any, is written."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _draw_in_background(self) -> None:
+        self._last_write = time.monotonic()
+        records = [dict(r) for r in self.records]  # the training thread appends on
+        previous = self._thread
+
+        def draw() -> None:
+            try:
+                if previous is not None:
+                    previous.join()  # the newest picture is written last
+                self._write(records)
+            finally:
+                with _pending_lock:
+                    _pending.discard(threading.current_thread())
+
+        # Not a daemon: a script's process waits for the last picture before exiting.
+        thread = threading.Thread(target=draw, name=f"kdist-curves-{self.path.name}")
+        with _pending_lock:
+            _pending.add(thread)
+        self._thread = thread
+        thread.start()
 
     def write(self) -> Path | None:
         """Draw the recorded epochs to `path` now; `None` when nothing could be drawn."""
+        self.wait()
+        self._last_write = time.monotonic()
+        return self._write(self.records)
+
+    def _write(self, records: list[dict[str, float]]) -> Path | None:
         from kdist.plots import write_curves
 
-        self._last_write = time.monotonic()
-        if not any(not math.isnan(v) for r in self.records for k, v in r.items() if k != "epoch"):
+        if not any(not math.isnan(v) for r in records for k, v in r.items() if k != "epoch"):
             return None
         try:
-            return write_curves(self.records, self.path, title=self.title)
+            return write_curves(records, self.path, title=self.title)
         except (OSError, ValueError, RuntimeError) as error:
             # A plot is a convenience: failing to draw it must not end a long run or
             # keep metrics.json and the model from being written after it.

@@ -327,7 +327,11 @@ class CallbacksConfig:
     nan_guard: bool = True
     # On SIGTERM save a backup and exit 42 (restart code of `kdist.launch --max-restarts`).
     preemption: bool = True
+    # model.keras (and, with `saved_model`, saved_model/) in the run directory at the end.
     save_model: bool = True
+    # With save_model: also export saved_model/ (serving_default, for TF Serving); it
+    # costs about a second at the end of a run. false writes model.keras only.
+    saved_model: bool = True
     # curves.png in the run directory: loss and metrics per epoch (chief only).
     curves: bool = True
     # Extra Keras callbacks: a list of `_target_` nodes, each built inside the scope.

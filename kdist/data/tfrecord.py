@@ -12,6 +12,7 @@ from kdist.config.errors import ConfigError
 from kdist.data.files import FileSource, existing_path, model_tensor
 from kdist.data.tfrecord_io import (
     MANIFEST_NAME,
+    READ_BATCH,
     Manifest,
     checked_records,
     parse_fn,
@@ -100,6 +101,9 @@ class TFRecordSource(FileSource):
                 value=num_classes,
             )
         self._parse = parse_fn(manifest)
+        # `list` and `raw` features are parsed a batch of records at a time.
+        self._batched = spec.encoding != "image"
+        self._parse_batch = parse_fn(manifest, batched=True) if self._batched else None
 
     def _check_sizes(self) -> None:
         for shards in self._shards.values():
@@ -161,7 +165,22 @@ class TFRecordSource(FileSource):
             records = checked_records(
                 list(files), [self._counts[f] for f in files], compression=compression
             )
-        parse, scale = self._parse, self.scale
+        scale = self.scale
+        if self._parse_batch is not None:
+            # Batch, parse the batch, unbatch: examples come out one by one in the same
+            # order as before, so shuffling, sharding and a resumed run's skip stay per
+            # example, while parsing runs once per `READ_BATCH` records.
+            parse_batch = self._parse_batch
+
+            def examples(batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+                x, y = parse_batch(batch)
+                return model_tensor(x, scale), y
+
+            parsed = records.batch(READ_BATCH).map(
+                examples, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+            )
+            return parsed.unbatch()
+        parse = self._parse
 
         def example(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             x, y = parse(record)

@@ -1,0 +1,174 @@
+"""Comparison 7: the default job as users run it, callbacks and all.
+
+The MLP job of comparison 1 at 32 steps per call, with `callbacks=default`: TensorBoard,
+`history.csv`, a checkpoint every epoch, a backup every 100 steps, `curves.png` and the
+progress bar, against the same job with `callbacks=minimal` and against the hand-written
+loop. A round is one whole `Experiment.fit` (wall seconds per step), so everything the
+callbacks do inside `fit` counts; the share of that wall time spent outside the runner's
+step calls is reported too.
+
+Work that `fit` hands to a background thread and does not wait for (the final
+`curves.png`) is waited for between rounds, outside the timings, and its duration is
+kept in the details, so one round's leftovers never slow the next one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+from typing import Any
+
+from benchmarks.context import Context
+from benchmarks.harness import Case, Comparison, Target, interleave, load_average, summarize
+from benchmarks.jobs import HandWrittenLoop, Job, KdistJob, kdist_overrides
+from benchmarks.overhead import StepTimer
+
+__all__ = ["GROUP", "run"]
+
+GROUP = "7. the default job: default callbacks"
+
+DEFAULT, MINIMAL, LOOP = "kdist, callbacks=default", "kdist, callbacks=minimal", "hand-written"
+
+
+class _Kdist:
+    """A kdist side: whole `fit` calls, with the time inside the step calls."""
+
+    def __init__(
+        self, job: Job, overrides: list[str], ctx: Context, name: str, *, verbose: int = 0
+    ):
+        self.job = job
+        self.verbose = verbose
+        self.kd = KdistJob(kdist_overrides(job, *overrides), ctx.workdir / f"defaults_{name}")
+        assert self.kd.experiment.runner is not None
+        self.timer = StepTimer(self.kd.experiment.runner)
+        self.walls: list[float] = []
+        self.inside: list[float] = []
+        self.background: list[float] = []
+
+    def _fresh(self) -> None:
+        # A backup left by the previous round would make this `fit` resume (and train
+        # nothing); the checkpoints are removed with it so every round saves the same.
+        run_dir = self.kd.experiment.run_dir
+        for folder in ("backup", "checkpoints"):
+            shutil.rmtree(run_dir / folder, ignore_errors=True)
+
+    def trace(self) -> None:
+        self.kd.trace()
+
+    def fit(self) -> float:
+        from kdist.callbacks.curves import wait_for_writes
+
+        self._fresh()
+        self.timer.reset()
+        # The progress bar is part of the defaults: it draws, to /dev/null here.
+        with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+            started = time.perf_counter()
+            self.kd.experiment.fit(verbose=self.verbose)
+            wall = time.perf_counter() - started
+        # Not timed: what `fit` left drawing in the background.
+        started = time.perf_counter()
+        wait_for_writes()
+        self.background.append(time.perf_counter() - started)
+        self.walls.append(wall)
+        self.inside.append(self.timer.seconds)
+        return wall
+
+
+def run(ctx: Context) -> list[Comparison]:
+    """The default job: default callbacks against minimal ones and the hand loop."""
+    job = Job(
+        model="mlp",
+        global_batch_size=32,
+        steps_per_execution=32,
+        epochs=ctx.scale(3, 1),
+        steps_per_epoch=ctx.scale(320, 64),
+    )
+    default = _Kdist(
+        job,
+        ["callbacks=default", "callbacks.save_model=false"],
+        ctx,
+        "default",
+        verbose=1,
+    )
+    minimal = _Kdist(job, ["callbacks=minimal"], ctx, "minimal")
+    loop = HandWrittenLoop(job, default.kd.strategy)
+    sides: dict[str, Any] = {DEFAULT: default, MINIMAL: minimal, LOOP: loop}
+    rounds = ctx.rounds_for(7)
+    ctx.log(
+        f"defaults: {rounds} rounds of {job.epochs} epochs x {job.steps_per_epoch} steps, "
+        f"{job.steps_per_execution} steps per call"
+    )
+    before = load_average()
+    cpu: dict[str, list[float]] = {}
+    samples = interleave(
+        [Case(name, (lambda s=side: s.fit() / job.steps)) for name, side in sides.items()],
+        rounds,
+        cpu=cpu,
+    )
+    load = {"before": before, "after": load_average()}
+    walls, inside = default.walls[-rounds:], default.inside[-rounds:]
+    details = {
+        "model": job.model,
+        "global_batch_size": job.global_batch_size,
+        "steps_per_call": job.steps_per_execution,
+        "epochs": job.epochs,
+        "steps_per_epoch": job.steps_per_epoch,
+        "callbacks": "TensorBoard, history.csv, checkpoint every epoch, backup every 100 "
+        "steps, curves.png, progress bar (save_model off: once per run, after training)",
+        "wall_seconds": walls,
+        "step_call_seconds": inside,
+        "background_after_fit_seconds": default.background[-rounds:],
+    }
+    title = (
+        f"MLP 784-128-10, batch 32, 32 steps/call, {job.epochs} epochs of "
+        f"{job.steps_per_epoch} steps"
+    )
+    common: dict[str, Any] = {
+        "group": GROUP,
+        "samples": samples,
+        "unit": "ms/step",
+        "scale": 1000.0,
+        "load": load,
+        "cpu": cpu,
+        "details": details,
+    }
+    shares = [(w - i) / w for w, i in zip(walls, inside, strict=True)]
+    return [
+        summarize(
+            id="defaults/default_vs_loop",
+            title=f"{title}: kdist with the default callbacks / hand-written loop",
+            a=DEFAULT,
+            b=LOOP,
+            target=Target("<=", 1.05),
+            **common,
+        ),
+        summarize(
+            id="defaults/default_vs_minimal",
+            title=f"{title}: callbacks=default / callbacks=minimal",
+            a=DEFAULT,
+            b=MINIMAL,
+            **common,
+        ),
+        summarize(
+            id="defaults/minimal_vs_loop",
+            title=f"{title}: kdist with callbacks=minimal / hand-written loop",
+            a=MINIMAL,
+            b=LOOP,
+            **common,
+        ),
+        summarize(
+            id="defaults/default_share",
+            group=GROUP,
+            title="callbacks=default: share of the fit's wall time outside the step calls",
+            samples={DEFAULT: shares},
+            a=DEFAULT,
+            b=None,
+            unit="%",
+            scale=100.0,
+            target=Target("<=", 3.0),
+            load=load,
+            details=details,
+        ),
+    ]
