@@ -185,3 +185,87 @@ def test_metrics_typo_is_a_config_error_naming_the_key(tmp_path: Path):
     )
     with pytest.raises(ConfigError, match=r"trainer\.metrics\[1\]='maee': is not a Keras metric"):
         exp.build_model()
+
+
+def _regression_tfrecords(folder: Path, count: int = 96) -> Path:
+    from kdist.data.tfrecord_io import write_manifest
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(2)
+    for split, n in (("train", count), ("validation", count // 4)):
+        with tf.io.TFRecordWriter(str(folder / f"{split}.tfrecord")) as writer:
+            for _ in range(n):
+                x = rng.normal(size=4).astype("float32")
+                feature = {
+                    "x": tf.train.Feature(float_list=tf.train.FloatList(value=x)),
+                    "price": tf.train.Feature(
+                        float_list=tf.train.FloatList(value=[float(x @ [1, -2, 0.5, 0])])
+                    ),
+                    "rooms": tf.train.Feature(
+                        float_list=tf.train.FloatList(value=[float(x[0]), float(x[1])])
+                    ),
+                    "w": tf.train.Feature(float_list=tf.train.FloatList(value=[2.0])),
+                    "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(x[0] > 0)])),
+                }
+                example = tf.train.Example(features=tf.train.Features(feature=feature))
+                writer.write(example.SerializeToString())
+    write_manifest(
+        folder,
+        {"train": "train.tfrecord", "validation": "validation.tfrecord"},
+        features={
+            "x": {"shape": [4], "dtype": "float32", "encoding": "list"},
+            "price": {"shape": [], "dtype": "float32", "encoding": "list"},
+            "rooms": {"shape": [2], "dtype": "float32", "encoding": "list"},
+            "w": {"shape": [], "dtype": "float32", "encoding": "list"},
+            "y": {"shape": [], "dtype": "int64", "encoding": "list"},
+        },
+        feature_key="x",
+        label_key="y",
+        num_classes=2,
+    )
+    return folder
+
+
+def test_tfrecord_target_keys_and_weight_key(tmp_path: Path):
+    from kdist.data import tfrecord
+
+    folder = _regression_tfrecords(tmp_path / "records")
+    default = tfrecord(path=str(folder))
+    x, y = next(iter(default.dataset("train")))
+    assert y.dtype == tf.int32 and default.num_classes == 2
+    source = tfrecord(path=str(folder), label_key="price", weight_key="w")
+    x, y, w = next(iter(source.dataset("train")))
+    assert x.shape == (4,) and y.dtype == tf.float32 and float(w) == 2.0
+    several = tfrecord(path=str(folder), label_key=["price", "rooms"])
+    _, targets = next(iter(several.dataset("validation")))
+    assert set(targets) == {"price", "rooms"} and targets["rooms"].shape == (2,)
+    with pytest.raises(ConfigError, match=r"data\.source\.label_key='nope'.*numeric features"):
+        tfrecord(path=str(folder), label_key="nope")
+    with pytest.raises(ConfigError, match=r"data\.source\.weight_key='nope'"):
+        tfrecord(path=str(folder), weight_key="nope")
+
+
+def test_tfrecord_regression_trains(tmp_path: Path):
+    folder = _regression_tfrecords(tmp_path / "records")
+    exp = kdist.Experiment(
+        compose(
+            [
+                "data=tfrecord",
+                f"data.source.path={folder}",
+                "data.source.label_key=price",
+                "data.source.weight_key=w",
+                "model=custom",
+                "model._target_=kdist.models.examples.regression_mlp",
+                "trainer.loss=mse",
+                "trainer.metrics=[mae]",
+                "trainer.epochs=3",
+                "trainer.global_batch_size=16",
+                "trainer.verbose=0",
+                "callbacks=minimal",
+                "optimizer.learning_rate=0.01",
+                f"run_dir={tmp_path / 'run'}",
+            ]
+        )
+    )
+    history = exp.fit()
+    assert history.history["val_mae"][-1] < history.history["val_mae"][0]

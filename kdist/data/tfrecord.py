@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -47,6 +48,11 @@ class TFRecordSource(FileSource):
         splits: kdist split name -> the manifest's split name. Defaults to `None`:
             `{"train": "train", "validation": "validation"}`.
         key: the config key of the source, for messages. Defaults to `"data.source"`.
+        label_key: the target feature(s): one name, or a list (a dict of targets by
+            name, for a model with outputs of those names); integer or float features
+            of any shape. Defaults to `None`: the manifest's `label_key`.
+        weight_key: a scalar float feature of per-example sample weights. Defaults to
+            `None`.
     """
 
     def __init__(
@@ -59,6 +65,8 @@ class TFRecordSource(FileSource):
         num_classes: int | None = None,
         splits: dict[str, str] | None = None,
         key: str = "data.source",
+        label_key: str | Sequence[str] | None = None,
+        weight_key: str | None = None,
     ):
         if integrity not in INTEGRITY_MODES:
             raise ConfigError(
@@ -93,17 +101,47 @@ class TFRecordSource(FileSource):
             self._scan(float(max_dropped_fraction))
         spec = manifest.features[manifest.feature_key]
         self.input_shape = tuple(spec.shape)
-        self.num_classes = int(num_classes or manifest.num_classes or 0)
-        if self.num_classes < 2:
-            raise ConfigError(
-                f"{key}.num_classes",
-                f"is not in {manifest.path}; set it (at least 2)",
-                value=num_classes,
-            )
-        self._parse = parse_fn(manifest)
+        targets = (
+            None
+            if label_key is None
+            else [label_key]
+            if isinstance(label_key, str)
+            else [str(k) for k in label_key]
+        )
+        for name, which in [*((t, "label_key") for t in targets or []), (weight_key, "weight_key")]:
+            if name is not None and (
+                name not in manifest.features or manifest.features[name].encoding != "list"
+            ):
+                numeric = [n for n, f in manifest.features.items() if f.encoding == "list"]
+                raise ConfigError(
+                    f"{key}.{which}",
+                    f"is not a numeric feature of {manifest.path}",
+                    value=name,
+                    hint=f"numeric features there: {', '.join(sorted(numeric))}",
+                )
+        first = manifest.features[(targets or [manifest.label_key])[0]]
+        classification = (targets is None or len(targets) == 1) and not tf.as_dtype(
+            first.dtype
+        ).is_floating
+        if classification:
+            self.num_classes = int(num_classes or manifest.num_classes or 0)
+            if self.num_classes < 2:
+                raise ConfigError(
+                    f"{key}.num_classes",
+                    f"is not in {manifest.path}; set it (at least 2)",
+                    value=num_classes,
+                )
+        else:
+            # Float or several targets: the size of the (first) target, as for arrays.
+            self.num_classes = int(num_classes or (first.shape[-1] if first.shape else 1))
+        self._parse = parse_fn(manifest, targets=targets, weight=weight_key)
         # `list` and `raw` features are parsed a batch of records at a time.
         self._batched = spec.encoding != "image"
-        self._parse_batch = parse_fn(manifest, batched=True) if self._batched else None
+        self._parse_batch = (
+            parse_fn(manifest, batched=True, targets=targets, weight=weight_key)
+            if self._batched
+            else None
+        )
 
     def _check_sizes(self) -> None:
         for shards in self._shards.values():
@@ -172,9 +210,9 @@ class TFRecordSource(FileSource):
             # example, while parsing runs once per `READ_BATCH` records.
             parse_batch = self._parse_batch
 
-            def examples(batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-                x, y = parse_batch(batch)
-                return model_tensor(x, scale), y
+            def examples(batch: tf.Tensor) -> tuple[Any, ...]:
+                x, *rest = parse_batch(batch)
+                return (model_tensor(x, scale), *rest)
 
             parsed = records.batch(READ_BATCH).map(
                 examples, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
@@ -182,9 +220,9 @@ class TFRecordSource(FileSource):
             return parsed.unbatch()
         parse = self._parse
 
-        def example(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            x, y = parse(record)
-            return model_tensor(x, scale), y
+        def example(record: tf.Tensor) -> tuple[Any, ...]:
+            x, *rest = parse(record)
+            return (model_tensor(x, scale), *rest)
 
         return records.map(example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
@@ -198,6 +236,8 @@ def tfrecord(
     num_classes: int | None = None,
     train_split: str = "train",
     validation_split: str = "validation",
+    label_key: str | Sequence[str] | None = None,
+    weight_key: str | None = None,
 ) -> TFRecordSource:
     """TFRecord shards with a kdist manifest (`kdist.data.tfrecord_io.write_tfrecords`).
 
@@ -211,6 +251,9 @@ def tfrecord(
         train_split: the manifest's training split. Defaults to `"train"`.
         validation_split: the manifest's validation split (may be absent: no validation).
             Defaults to `"validation"`.
+        label_key: the target feature(s), a name or a list (see `TFRecordSource`).
+            Defaults to `None`: the manifest's.
+        weight_key: a feature of per-example sample weights. Defaults to `None`.
 
     Returns:
         A `TFRecordSource`.
@@ -236,4 +279,6 @@ def tfrecord(
         scale=scale,
         num_classes=num_classes,
         splits={"train": train_split, "validation": validation_split},
+        label_key=label_key,
+        weight_key=weight_key,
     )

@@ -359,8 +359,8 @@ def read_manifest(path: str) -> Manifest:
             raise ConfigError(
                 path, f"{which} {name!r} is not among the features {sorted(features)}"
             )
-    if features[label_key].shape != () or features[label_key].encoding != "list":
-        raise ConfigError(path, f"the label {label_key!r} must be a scalar integer list feature")
+    if features[label_key].encoding != "list":
+        raise ConfigError(path, f"the label {label_key!r} must be a list feature (numbers)")
     compression = data.get("compression")
     if compression not in COMPRESSIONS:
         raise ConfigError(path, f"compression {compression!r} is not one of None, GZIP, ZLIB")
@@ -493,22 +493,31 @@ def checked_records(
 
 
 def parse_fn(
-    manifest: Manifest, *, batched: bool = False
-) -> Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
+    manifest: Manifest,
+    *,
+    batched: bool = False,
+    targets: Sequence[str] | None = None,
+    weight: str | None = None,
+) -> Callable[[tf.Tensor], tuple[Any, ...]]:
     """The function from a serialized `tf.train.Example` to `(features, label)` tensors.
 
     Features come back in their stored dtype (see `kdist.data.files.model_tensor` for
-    what the model gets); the label as int32.
+    what the model gets); integer targets as int32, float targets as float32.
 
     Args:
         manifest: the files' manifest.
         batched: the function takes a vector of records and returns batches
             (`tf.io.parse_example`), for `list` and `raw` features. Defaults to `False`.
+        targets: the target features: one name gives a tensor, several a dict by name.
+            Defaults to `None`: the manifest's `label_key`.
+        weight: a scalar float feature of per-example sample weights, returned third.
+            Defaults to `None`.
 
     Raises:
         ValueError: for `batched` with an `image` feature (decoded one at a time).
     """
-    name, label = manifest.feature_key, manifest.label_key
+    name = manifest.feature_key
+    labels = list(targets or [manifest.label_key])
     spec = manifest.features[name]
     dtype = tf.as_dtype(spec.dtype)
     if spec.encoding == "list":
@@ -516,11 +525,22 @@ def parse_fn(
         feature = tf.io.FixedLenFeature(spec.shape, stored)
     else:
         feature = tf.io.FixedLenFeature([], tf.string)
-    schema = {name: feature, label: tf.io.FixedLenFeature([], tf.int64)}
+    schema = {name: feature}
+    floats = {}
+    for label in labels:
+        floats[label] = tf.as_dtype(manifest.features[label].dtype).is_floating
+        schema[label] = tf.io.FixedLenFeature(
+            manifest.features[label].shape, tf.float32 if floats[label] else tf.int64
+        )
+    if weight:
+        schema[weight] = tf.io.FixedLenFeature([], tf.float32)
     if batched and spec.encoding == "image":
         raise ValueError("image features are decoded one record at a time; use batched=False.")
 
-    def parse(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def target(parsed: dict[str, tf.Tensor], label: str) -> tf.Tensor:
+        return tf.cast(parsed[label], tf.float32 if floats[label] else tf.int32)
+
+    def parse(record: tf.Tensor) -> tuple[Any, ...]:
         parsed = (tf.io.parse_example if batched else tf.io.parse_single_example)(record, schema)
         value = parsed[name]
         if spec.encoding == "raw":
@@ -529,6 +549,13 @@ def parse_fn(
         elif spec.encoding == "image":
             value = tf.io.decode_image(value, channels=spec.shape[-1], expand_animations=False)
             value = tf.reshape(value, spec.shape)
-        return tf.cast(value, dtype), tf.cast(parsed[label], tf.int32)
+        y: Any = (
+            target(parsed, labels[0])
+            if targets is None or len(labels) == 1
+            else {label: target(parsed, label) for label in labels}
+        )
+        if weight:
+            return tf.cast(value, dtype), y, parsed[weight]
+        return tf.cast(value, dtype), y
 
     return parse
