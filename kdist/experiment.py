@@ -516,6 +516,7 @@ class Experiment:
                 output_dir=self.output_dir,
                 directions=self._directions(),
                 resuming=resume_step > 0,
+                examples_per_step=int(cfg.trainer.global_batch_size),
             )
         ours: list[keras.callbacks.Callback] = []
         # curves.png on the chief only: other workers' output_dir is a temporary folder.

@@ -10,8 +10,10 @@ from typing import Any
 import keras
 
 from kdist import chief
+from kdist.callbacks.speed import TrainingSpeed
 from kdist.config.build import instantiate
 from kdist.config.errors import ConfigError
+from kdist.config.validate import parse_update_freq
 
 __all__ = ["EpochTensorBoard", "ProfileSteps", "build", "monitor_mode", "profile_range"]
 
@@ -173,6 +175,7 @@ def build(
     output_dir: Path,
     directions: Mapping[str, str] | None = None,
     resuming: bool = False,
+    examples_per_step: int = 0,
 ) -> list[keras.callbacks.Callback]:
     """The callbacks a `callbacks` node asks for, writing under `output_dir`.
 
@@ -184,19 +187,31 @@ def build(
             `None`: losses are minimised, everything else maximised.
         resuming: the run continues from a backup: `history.csv` is appended to.
             Defaults to `False`.
+        examples_per_step: the global batch, for the `examples_per_second` scalar
+            (`TrainingSpeed`, with the TensorBoard scalars). Defaults to `0`: no speed
+            scalars.
 
     Returns:
         Keras callbacks, in the order they run.
     """
     callbacks: list[keras.callbacks.Callback] = []
     if callbacks_cfg.tensorboard.enabled:
+        update_freq = parse_update_freq(callbacks_cfg.tensorboard.update_freq)
         callbacks.append(
             EpochTensorBoard(
                 log_dir=str(output_dir / "tensorboard"),
-                update_freq=callbacks_cfg.tensorboard.update_freq,
+                update_freq=update_freq,
                 write_graph=False,
             )
         )
+        if examples_per_step:
+            callbacks.append(
+                TrainingSpeed(
+                    log_dir=output_dir / "tensorboard" / "train",
+                    examples_per_step=examples_per_step,
+                    every_n_steps=update_freq if isinstance(update_freq, int) else None,
+                )
+            )
     profile = profile_range(callbacks_cfg.tensorboard.get("profile_steps"))
     if profile is not None:
         # Also without the TensorBoard scalars (tensorboard.enabled=false).

@@ -269,6 +269,8 @@ class RuntimeConfig:
 @dataclass
 class TensorBoardConfig:
     enabled: bool = True
+    # epoch, batch (every train-function call), or a number of optimizer steps; the
+    # steps_per_second, examples_per_second and learning_rate scalars follow it.
     update_freq: str = "epoch"
     # [first, last]: write a TensorBoard profile (tf.profiler) of the train-function calls
     # that run optimizer steps first..last (1-based) to tensorboard/train; null: off.

@@ -24,6 +24,7 @@ __all__ = [
     "check_run_dir",
     "check_safe_loading",
     "check_target_keys",
+    "parse_update_freq",
     "validate",
 ]
 
@@ -47,6 +48,20 @@ MODEL_INJECTED_KEYS = ("input_shape", "num_classes")
 # More logical devices than this is a typo, not a plan: TensorFlow creates each one (and
 # logs it) before the first step, which takes minutes at 1000. 64 covers any real GPU split.
 MAX_LOGICAL_DEVICES = 64
+
+
+def parse_update_freq(value: Any) -> str | int:
+    """`callbacks.tensorboard.update_freq` as Keras takes it: `epoch`, `batch`, or steps.
+
+    Raises:
+        ValueError: unless it is `epoch`, `batch` or a positive whole number.
+    """
+    text = str(value).strip()
+    if text in ("epoch", "batch"):
+        return text
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    raise ValueError(f"`update_freq` ({value!r}) must be epoch, batch or a positive integer.")
 
 
 def check_positive(key: str, value: Any, *, allow_none: bool = False, strict: bool = True) -> None:
@@ -310,11 +325,15 @@ def validate(cfg: DictConfig) -> None:
         )
 
     callbacks = cfg.callbacks
-    check_choice(
-        "callbacks.tensorboard.update_freq",
-        callbacks.tensorboard.update_freq,
-        TENSORBOARD_UPDATE_FREQ,
-    )
+    try:
+        parse_update_freq(callbacks.tensorboard.update_freq)
+    except ValueError:
+        raise ConfigError(
+            "callbacks.tensorboard.update_freq",
+            "is not a valid choice",
+            value=callbacks.tensorboard.update_freq,
+            hint=f"use one of: {', '.join(TENSORBOARD_UPDATE_FREQ)}, or a number of steps",
+        ) from None
     check_positive(
         "callbacks.early_stopping.patience", callbacks.early_stopping.patience, strict=False
     )

@@ -1,0 +1,52 @@
+"""TensorBoard while training: steps/s, examples/s and the learning rate, every N steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+from helpers import compose
+
+import kdist
+from kdist.config import ConfigError
+
+
+def _scalars(folder: Path) -> dict[str, list[int]]:
+    steps: dict[str, list[int]] = {}
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                steps.setdefault(value.tag, []).append(int(event.step))
+    return steps
+
+
+def test_speed_scalars_every_n_steps_and_per_epoch(tmp_path: Path):
+    exp = kdist.Experiment(
+        compose(
+            [
+                "trainer.epochs=2",
+                "trainer.steps_per_epoch=12",
+                "trainer.steps_per_execution=2",
+                "trainer.verbose=0",
+                "callbacks.tensorboard.update_freq=4",
+                "callbacks.checkpoint.enabled=false",
+                "callbacks.backup.enabled=false",
+                "callbacks.curves=false",
+            ]
+        ),
+        run_dir=tmp_path,
+    )
+    exp.fit()
+    found = _scalars(tmp_path / "tensorboard" / "train")
+    for tag in ("steps_per_second", "examples_per_second", "learning_rate"):
+        # Every 4 steps (calls of 2 steps), the epoch ends (12, 24) included once.
+        assert found[tag] == [4, 8, 12, 16, 20, 24], (tag, found[tag])
+
+
+def test_update_freq_must_be_epoch_batch_or_steps(tmp_path: Path):
+    from kdist.config.validate import validate
+
+    with pytest.raises(ConfigError, match=r"update_freq='often'.*or a number of steps"):
+        validate(compose(["callbacks.tensorboard.update_freq=often"]))
+    validate(compose(["callbacks.tensorboard.update_freq=100"]))
