@@ -178,12 +178,15 @@ def _slurm_resolver(port_base: int) -> Any:
     import tensorflow as tf
 
     resolver_class = tf.distribute.cluster_resolver.SlurmClusterResolver
-    if _has_gpus():
+    # With --gpus-per-task SLURM gives each task its own CUDA_VISIBLE_DEVICES (and often
+    # hides the other GPUs from nvidia-smi): the resolver must not count or reassign them.
+    slurm_binds_gpus = bool(os.environ.get("SLURM_GPUS_PER_TASK"))
+    if _has_gpus() and not slurm_binds_gpus:
         return resolver_class(port_base=port_base)
     # On CPU nodes SlurmClusterResolver asks nvidia-smi for GPUs (and fails when it is
     # absent), and with 0 GPUs per task its port loop has a zero step. Declaring one
     # pseudo-GPU per task keeps its host:port layout; auto_set_gpu=False leaves
-    # CUDA_VISIBLE_DEVICES alone.
+    # CUDA_VISIBLE_DEVICES alone (as SLURM set it, under --gpus-per-task).
     tasks_per_node = max(int(n) for n in _slurm_tasks_per_node())
     return resolver_class(
         port_base=port_base,

@@ -15,7 +15,7 @@ from typing import Any
 import keras
 import numpy as np
 import tensorflow as tf
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from kdist import callbacks as kdist_callbacks
 from kdist import chief, models, optimizers, runtime, strategies
@@ -108,7 +108,7 @@ class Experiment:
         runtime.setup(cfg.runtime)
         self.strategy: tf.distribute.Strategy = strategies.build(cfg.strategy)
         self.num_replicas = int(self.strategy.num_replicas_in_sync)
-        batch = int(cfg.trainer.global_batch_size)
+        batch = self._resolve_batch_size()
         if batch % self.num_replicas:
             lower = max(self.num_replicas, batch - batch % self.num_replicas)
             raise ConfigError(
@@ -154,6 +154,34 @@ class Experiment:
             self.steps_per_epoch,
             batch,
         )
+
+    def _resolve_batch_size(self) -> int:
+        """The global batch; `per_replica_batch_size` is written into the config as it.
+
+        Every later reader (data, checkpoints, metrics.json) sees `global_batch_size`.
+        """
+        trainer = self.cfg.trainer
+        per_replica = trainer.get("per_replica_batch_size")
+        if per_replica is not None:
+            with read_write(trainer), open_dict(trainer):
+                trainer.global_batch_size = int(per_replica) * self.num_replicas
+            log.info(
+                "global batch %d = trainer.per_replica_batch_size %d x %d replica(s)",
+                trainer.global_batch_size,
+                per_replica,
+                self.num_replicas,
+            )
+        elif self.num_replicas > 1 and self.cfg.optimizer.get("lr_scaling", "none") != "none":
+            log.warning(
+                "optimizer.lr_scaling=%s scales the learning rate by the %d replicas, but "
+                "trainer.global_batch_size=%d stays fixed; set trainer.per_replica_batch_size "
+                "(with trainer.global_batch_size=null) so the batch grows with them, or "
+                "optimizer.lr_scaling=none",
+                self.cfg.optimizer.lr_scaling,
+                self.num_replicas,
+                trainer.global_batch_size,
+            )
+        return int(trainer.global_batch_size)
 
     # -- building ------------------------------------------------------------------------
 

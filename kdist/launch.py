@@ -6,11 +6,17 @@ with the task's name, and stop every process when one fails (restarting them all
 `--max-restarts` times). Parameter-server training tolerates a lost worker: its death is
 reported and the chief goes on with the others.
 
+On a machine with GPUs each worker gets its own through `CUDA_VISIBLE_DEVICES` (dealt
+round-robin, or `--gpus-per-worker N` each); parameter servers and the parameter-server
+chief get none unless asked (`--ps-gpus N`); every task grows its GPU memory as needed
+(`TF_FORCE_GPU_ALLOW_GROWTH=true`). See `kdist.gpus`.
+
 Example:
 
 ```bash
 python -m kdist.launch --workers 2 -- strategy=multi_worker_mirrored model=cnn
 python -m kdist.launch --workers 2 --ps 1 -- strategy=parameter_server
+python -m kdist.launch --workers 2 --gpus-per-worker 2 -- strategy=multi_worker_mirrored
 ```
 
 ```python
@@ -42,6 +48,7 @@ from typing import IO
 from kdist.chief import remove_scratch, scratch_prefix
 from kdist.cluster import tf_config_for
 from kdist.config.errors import ConfigError, exit_with
+from kdist.gpus import ALLOW_GROWTH, detect_gpus, plan_gpus
 from kdist.sandbox import Guardian
 
 __all__ = [
@@ -221,7 +228,21 @@ def _plan(
     host: str,
     run_dir: Path,
     base_env: dict[str, str],
+    devices: dict[tuple[str, int], str] | None = None,
 ) -> list[_Task]:
+    """The tasks of one start: command and environment (TF_CONFIG, GPUs) of each.
+
+    `devices` maps `(task type, index)` to that task's `CUDA_VISIBLE_DEVICES`
+    (`kdist.gpus.plan_gpus`); tasks not in it keep `base_env`'s.
+    """
+    devices = devices or {}
+
+    def env_of(role: str, index: int, tf_config: str) -> dict[str, str]:
+        env = {**base_env, "TF_CONFIG": tf_config}
+        if (role, index) in devices:
+            env["CUDA_VISIBLE_DEVICES"] = devices[(role, index)]
+        return env
+
     ports = free_ports(workers + ps + (1 if ps else 0), host)
     addresses = [f"{host}:{port}" for port in ports]
     python = [sys.executable, "-u", "-m"]
@@ -230,7 +251,7 @@ def _plan(
     if ps == 0:
         cluster = {"worker": addresses}
         for i in range(workers):
-            env = {**base_env, "TF_CONFIG": tf_config_for(cluster, "worker", i)}
+            env = env_of("worker", i, tf_config_for(cluster, "worker", i))
             tasks.append(_Task("worker", i, [*python, module, *job_args], env, trains=True))
         return tasks
     # Parameter-server training: the chief coordinates and runs `module`; workers and
@@ -241,12 +262,12 @@ def _plan(
         "ps": addresses[1 + workers :],
     }
     for i in range(ps):
-        env = {**base_env, "TF_CONFIG": tf_config_for(cluster, "ps", i)}
+        env = env_of("ps", i, tf_config_for(cluster, "ps", i))
         tasks.append(_Task("ps", i, [*python, "kdist.server"], env, trains=False))
     for i in range(workers):
-        env = {**base_env, "TF_CONFIG": tf_config_for(cluster, "worker", i)}
+        env = env_of("worker", i, tf_config_for(cluster, "worker", i))
         tasks.append(_Task("worker", i, [*python, "kdist.server"], env, trains=False))
-    env = {**base_env, "TF_CONFIG": tf_config_for(cluster, "chief", 0)}
+    env = env_of("chief", 0, tf_config_for(cluster, "chief", 0))
     tasks.append(_Task("chief", 0, [*python, module, *job_args], env, trains=True))
     return tasks
 
@@ -346,6 +367,9 @@ def run(
     restart_grace_seconds: float = 60.0,
     output: IO[str] | None = None,
     isolate: bool | None = None,
+    gpus: int | None = None,
+    gpus_per_worker: int | None = None,
+    ps_gpus: int = 0,
 ) -> int:
     """Start a local cluster, wait for it, and return its exit status.
 
@@ -378,6 +402,12 @@ def run(
             network). `None` isolates when `host` is a loopback address and the kernel
             allows it, and warns otherwise; `False` turns it off with a warning.
             Defaults to `None`.
+        gpus: GPUs on this machine. Defaults to `None`: the launcher's
+            `CUDA_VISIBLE_DEVICES` if set, else `nvidia-smi -L`, else none.
+        gpus_per_worker: consecutive GPUs each worker sees (`CUDA_VISIBLE_DEVICES`).
+            Defaults to `None`: every GPU dealt round-robin over the workers.
+        ps_gpus: GPUs each parameter server sees; the chief of a parameter-server
+            cluster and parameter servers without them see none. Defaults to `0`.
 
     Returns:
         0 when every training task exited 0; otherwise the failing task's status
@@ -387,7 +417,9 @@ def run(
     Raises:
         ValueError: for a non-positive `workers`, negative `ps` or `max_restarts`.
         ConfigError: for a strategy that would train independent copies (`one_device`,
-            `mirrored`, `auto` on several processes), or a `host` that cannot be bound.
+            `mirrored`, `auto` on several processes), a `host` that cannot be bound, or
+            GPUs asked that are not there (naming `--gpus`, `--gpus-per-worker` or
+            `--ps-gpus`).
     """
     if workers < 1:
         raise ValueError(f"`workers` ({workers}) must be a positive integer.")
@@ -395,11 +427,20 @@ def run(
         raise ValueError(f"`ps` ({ps}) and `max_restarts` ({max_restarts}) must be >= 0.")
     output = output or sys.stdout
     lock = threading.Lock()
+    devices = plan_gpus(
+        gpu_ids=detect_gpus(os.environ, gpus=gpus),
+        workers=workers,
+        ps=ps,
+        gpus_per_worker=gpus_per_worker,
+        ps_gpus=ps_gpus,
+    )
     if module == "kdist.train":
         check_strategy(overrides, workers=workers, ps=ps)
     # The tasks use the overrides' folder when there is one: report and clean that one.
     resolved_dir = _given_run_dir(overrides) or (Path(run_dir) if run_dir else _default_run_dir())
-    base_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # Memory growth in every task, kdist.server's included: tasks sharing a GPU must not
+    # each reserve all of it.
+    base_env = {ALLOW_GROWTH: "true", **os.environ, "PYTHONUNBUFFERED": "1"}
     base_env.pop("TF_CONFIG", None)
 
     def say(message: str) -> None:
@@ -426,6 +467,7 @@ def run(
             lock=lock,
             say=say,
             guardian=guardian,
+            devices=devices,
         )
     finally:
         guardian.close()
@@ -481,8 +523,12 @@ def _supervise(
     lock: threading.Lock,
     say: Callable[[str], None],
     guardian: Guardian,
+    devices: dict[tuple[str, int], str],
 ) -> int:
     resolved_dir = run_dir
+    if devices:
+        shown = ", ".join(f"{role} {i}: [{ids}]" for (role, i), ids in sorted(devices.items()))
+        say(f"GPUs (CUDA_VISIBLE_DEVICES) per task: {shown}")
     for leftover in clean_temp_leftovers(resolved_dir):
         say(f"removed {leftover}, left by an interrupted save")
     deadline = time.monotonic() + timeout if timeout else None
@@ -496,6 +542,7 @@ def _supervise(
             host=host,
             run_dir=resolved_dir,
             base_env=base_env,
+            devices=devices,
         )
         say(f"starting {', '.join(t.name for t in tasks)}; run directory {resolved_dir}")
         status = None
@@ -608,6 +655,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--run-dir", default=None, help="shared run directory")
     parser.add_argument("--timeout", type=float, default=None, help="seconds before giving up")
     parser.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        help="GPUs on this machine (default: CUDA_VISIBLE_DEVICES, else nvidia-smi -L, else 0)",
+    )
+    parser.add_argument(
+        "--gpus-per-worker",
+        type=int,
+        default=None,
+        help="GPUs each worker sees (default: all GPUs dealt round-robin over the workers)",
+    )
+    parser.add_argument(
+        "--ps-gpus", type=int, default=0, help="GPUs each parameter server sees (default: 0)"
+    )
+    parser.add_argument(
         "--no-isolation",
         action="store_true",
         help="run the tasks in this machine's network (their ports open to every interface; "
@@ -636,6 +698,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             run_dir=args.run_dir,
             timeout=args.timeout,
             isolate=False if args.no_isolation else None,
+            gpus=args.gpus,
+            gpus_per_worker=args.gpus_per_worker,
+            ps_gpus=args.ps_gpus,
         )
     except ConfigError as error:
         exit_with(error)

@@ -10,7 +10,7 @@ from typing import Any
 from kdist import quiet
 from kdist.config.errors import ConfigError
 
-__all__ = ["quiet_tensorflow", "setup"]
+__all__ = ["enable_memory_growth", "quiet_tensorflow", "setup"]
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,13 @@ def _split_devices(count: int) -> None:
         ) from None
 
 
-def _memory_growth() -> None:
+def enable_memory_growth() -> None:
+    """Let TensorFlow take GPU memory as it needs it, not all of it at start-up.
+
+    Must run before the first GPU use; on GPUs already initialised or split into
+    logical devices it changes nothing. Every process kdist starts calls it
+    (`runtime.memory_growth`, on by default, for training; always for `kdist.server`).
+    """
     import tensorflow as tf
 
     for gpu in tf.config.list_physical_devices("GPU"):
@@ -103,7 +109,7 @@ def setup(runtime: Any) -> None:
         if runtime.logical_devices:
             _split_devices(int(runtime.logical_devices))
         elif runtime.memory_growth:
-            _memory_growth()
+            enable_memory_growth()
         tf.config.list_physical_devices()
 
     keras.utils.set_random_seed(int(runtime.seed))

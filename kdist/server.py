@@ -34,7 +34,7 @@ from typing import Any
 from kdist import quiet
 from kdist.cluster import ClusterInfo, resolve
 from kdist.config.errors import ConfigError, exit_with
-from kdist.runtime import quiet_tensorflow
+from kdist.runtime import enable_memory_growth, quiet_tensorflow
 
 __all__ = ["SERVER_TASK_TYPES", "main", "server_config", "start_server"]
 
@@ -99,6 +99,9 @@ def start_server(info: ClusterInfo) -> Any:
     # prints on machines without CUDA, as `kdist.runtime.setup` does for the chief.
     noise = quiet.filtered_stderr(quiet.stderr_noise()) if quiet.enabled() else None
     with noise or contextlib.nullcontext():
+        # Before the server takes the GPUs: a worker sharing a GPU with others must not
+        # reserve all of its memory.
+        enable_memory_growth()
         return tf.distribute.Server(
             resolver.cluster_spec(),
             job_name=info.task_type,

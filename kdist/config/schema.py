@@ -219,7 +219,11 @@ class SGDConfig(OptimizerConfig):
 class TrainerConfig:
     epochs: int = 10
     steps_per_epoch: int | None = None
-    global_batch_size: int = 64
+    global_batch_size: int | None = 64
+    # Examples per replica per step, instead of global_batch_size (set that to null): the
+    # global batch is then this times the replicas, growing with the cluster as
+    # optimizer.lr_scaling assumes.
+    per_replica_batch_size: int | None = None
     steps_per_execution: int = 1
     validation_freq: int = 1
     validation: bool = True

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from kdist.config.errors import ConfigError
 
 __all__ = [
+    "check_batch_size",
     "check_choice",
     "check_positive",
     "check_run_dir",
@@ -75,6 +76,35 @@ def check_positive(key: str, value: Any, *, allow_none: bool = False, strict: bo
         if allow_none:
             what += " or null"
         raise ConfigError(key, f"must be {what}", value=value)
+
+
+def check_batch_size(trainer: Any) -> None:
+    """Exactly one of `global_batch_size` and `per_replica_batch_size`, a positive number.
+
+    Raises:
+        ConfigError: naming both keys when both or neither are set, or the one set when
+            it is not a positive number.
+    """
+    per_replica = trainer.get("per_replica_batch_size")
+    if per_replica is not None and trainer.global_batch_size is not None:
+        raise ConfigError(
+            "trainer.per_replica_batch_size",
+            f"is set together with trainer.global_batch_size={trainer.global_batch_size!r}: "
+            "give one batch size",
+            value=per_replica,
+            hint="to scale the batch with the replicas add trainer.global_batch_size=null; "
+            "to keep it fixed drop trainer.per_replica_batch_size",
+        )
+    if per_replica is None and trainer.global_batch_size is None:
+        raise ConfigError(
+            "trainer.global_batch_size",
+            "is null and so is trainer.per_replica_batch_size: give one batch size",
+            hint="e.g. trainer.global_batch_size=64 or trainer.per_replica_batch_size=32",
+        )
+    if per_replica is not None:
+        check_positive("trainer.per_replica_batch_size", per_replica)
+    else:
+        check_positive("trainer.global_batch_size", trainer.global_batch_size)
 
 
 def check_choice(key: str, value: Any, choices: Iterable[Any]) -> None:
@@ -260,7 +290,7 @@ def validate(cfg: DictConfig) -> None:
 
     trainer = cfg.trainer
     check_positive("trainer.epochs", trainer.epochs)
-    check_positive("trainer.global_batch_size", trainer.global_batch_size)
+    check_batch_size(trainer)
     check_positive("trainer.steps_per_epoch", trainer.steps_per_epoch, allow_none=True)
     check_positive("trainer.steps_per_execution", trainer.steps_per_execution)
     check_positive("trainer.validation_freq", trainer.validation_freq)
