@@ -63,6 +63,8 @@ __all__ = [
 # A worker that exits with this code asks to be restarted (e.g. after a preemption save).
 RESTART_EXIT_CODE = 42
 _PORT_RACE_MARKERS = ("Address already in use", "Failed to add port", "address in use")
+# How long a sidecar evaluator may take after training ends (its last checkpoints).
+_EVALUATOR_GRACE_SECONDS = 600.0
 _PORT_RETRIES = 3
 # After a parameter server dies, the chief gets this long to notice and stop with its own
 # error (naming the ps) before the launcher stops it.
@@ -229,13 +231,34 @@ def _plan(
     run_dir: Path,
     base_env: dict[str, str],
     devices: dict[tuple[str, int], str] | None = None,
+    evaluator: bool = False,
 ) -> list[_Task]:
     """The tasks of one start: command and environment (TF_CONFIG, GPUs) of each.
 
     `devices` maps `(task type, index)` to that task's `CUDA_VISIBLE_DEVICES`
-    (`kdist.gpus.plan_gpus`); tasks not in it keep `base_env`'s.
+    (`kdist.gpus.plan_gpus`); tasks not in it keep `base_env`'s. With `evaluator`, a
+    sidecar evaluator (`kdist.evaluate watch=true`, one process, no cluster) watches the
+    run directory beside the training tasks.
     """
     devices = devices or {}
+    tasks: list[_Task] = []
+    if evaluator:
+        env = {**base_env}
+        env.pop("TF_CONFIG", None)
+        if ("evaluator", 0) in devices:
+            env["CUDA_VISIBLE_DEVICES"] = devices[("evaluator", 0)]
+        # This launch writes the run folder it reads, so its config is trusted.
+        command = [
+            sys.executable,
+            "-u",
+            "-m",
+            "kdist.evaluate",
+            f"run_dir={run_dir}",
+            "watch=true",
+            "poll_seconds=2",
+            "trust_run_dir=true",
+        ]
+        tasks.append(_Task("evaluator", 0, command, env, trains=False))
 
     def env_of(role: str, index: int, tf_config: str) -> dict[str, str]:
         env = {**base_env, "TF_CONFIG": tf_config}
@@ -247,7 +270,6 @@ def _plan(
     addresses = [f"{host}:{port}" for port in ports]
     python = [sys.executable, "-u", "-m"]
     job_args = _with_run_dir(overrides, run_dir)
-    tasks: list[_Task] = []
     if ps == 0:
         cluster = {"worker": addresses}
         for i in range(workers):
@@ -370,6 +392,7 @@ def run(
     gpus: int | None = None,
     gpus_per_worker: int | None = None,
     ps_gpus: int = 0,
+    evaluator: bool = False,
 ) -> int:
     """Start a local cluster, wait for it, and return its exit status.
 
@@ -408,6 +431,10 @@ def run(
             Defaults to `None`: every GPU dealt round-robin over the workers.
         ps_gpus: GPUs each parameter server sees; the chief of a parameter-server
             cluster and parameter servers without them see none. Defaults to `0`.
+        evaluator: start a sidecar evaluator beside the cluster (`kdist.sidecar`): it
+            evaluates each checkpoint as it appears, on its own (no GPU), and the
+            launch waits for it to finish after training ends; its failure is reported
+            and does not stop training. Defaults to `False`.
 
     Returns:
         0 when every training task exited 0; otherwise the failing task's status
@@ -433,6 +460,7 @@ def run(
         ps=ps,
         gpus_per_worker=gpus_per_worker,
         ps_gpus=ps_gpus,
+        evaluator=evaluator,
     )
     if module == "kdist.train":
         check_strategy(overrides, workers=workers, ps=ps)
@@ -468,6 +496,7 @@ def run(
             say=say,
             guardian=guardian,
             devices=devices,
+            evaluator=evaluator,
         )
     finally:
         guardian.close()
@@ -524,6 +553,7 @@ def _supervise(
     say: Callable[[str], None],
     guardian: Guardian,
     devices: dict[tuple[str, int], str],
+    evaluator: bool = False,
 ) -> int:
     resolved_dir = run_dir
     if devices:
@@ -543,6 +573,7 @@ def _supervise(
             run_dir=resolved_dir,
             base_env=base_env,
             devices=devices,
+            evaluator=evaluator,
         )
         say(f"starting {', '.join(t.name for t in tasks)}; run directory {resolved_dir}")
         status = None
@@ -559,6 +590,15 @@ def _supervise(
                     assert task.process is not None
                     code = task.process.poll()
                     if code is None or task.name in lost:
+                        continue
+                    if task.role == "evaluator":
+                        # The sidecar ends with the run; its failure costs no training.
+                        lost.add(task.name)
+                        if code != 0:
+                            say(
+                                f"{task.name} exited with status {_exit_status(code)}; "
+                                "training goes on without it"
+                            )
                         continue
                     if ps and task.role == "worker":
                         # The chief reruns the worker's functions on the other workers.
@@ -602,6 +642,7 @@ def _supervise(
                         t.process is not None and t.process.poll() == 0 for t in tasks if t.trains
                     ):
                         status = 0
+                        _wait_for_evaluator(tasks, deadline, say)
                     elif lost_ps is not None and time.monotonic() > ps_deadline:
                         assert lost_ps.process is not None
                         code = lost_ps.process.returncode
@@ -633,6 +674,23 @@ def _supervise(
             say(f"restart {restarts} of {max_restarts}")
             continue
         return _exit_status(status)
+
+
+def _wait_for_evaluator(
+    tasks: list[_Task], deadline: float | None, say: Callable[[str], None]
+) -> None:
+    """Training is done: let a sidecar evaluator finish its last checkpoints."""
+    for task in tasks:
+        if task.role != "evaluator" or task.process is None or task.process.poll() is not None:
+            continue
+        say(f"training finished; waiting for {task.name} to evaluate the last checkpoints")
+        limit = _EVALUATOR_GRACE_SECONDS
+        if deadline is not None:
+            limit = max(0.0, min(limit, deadline - time.monotonic()))
+        try:
+            task.process.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            say(f"{task.name} did not finish within {limit:g} s; stopping it")
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:
@@ -670,6 +728,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--ps-gpus", type=int, default=0, help="GPUs each parameter server sees (default: 0)"
     )
     parser.add_argument(
+        "--evaluator",
+        action="store_true",
+        help="a sidecar evaluator beside the cluster: evaluates each checkpoint as it "
+        "appears (eval.csv, tensorboard/eval) without stopping training",
+    )
+    parser.add_argument(
         "--no-isolation",
         action="store_true",
         help="run the tasks in this machine's network (their ports open to every interface; "
@@ -701,6 +765,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             gpus=args.gpus,
             gpus_per_worker=args.gpus_per_worker,
             ps_gpus=args.ps_gpus,
+            evaluator=args.evaluator,
         )
     except ConfigError as error:
         exit_with(error)

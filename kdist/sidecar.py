@@ -116,7 +116,9 @@ def watch(
     steps_per_epoch = experiment.steps_per_epoch
     done: set[str] = set()
     records: list[dict[str, Any]] = []
-    last_step = -1
+    # Steps an earlier sidecar of this run evaluated (a restarted launch): not again.
+    evaluated = _evaluated_steps(folder / "eval.csv")
+    last_step = max(evaluated, default=-1)
     while True:
         finished = _finished_at(folder)
         for path in _complete_checkpoints(folder / "checkpoints"):
@@ -124,6 +126,10 @@ def watch(
                 continue
             experiment.checkpoint.restore(path).expect_partial()
             step = int(experiment.state.steps.numpy())
+            done.add(path)
+            if step in evaluated:
+                continue
+            evaluated.add(step)
             metrics = experiment.evaluate()
             record = {"step": step, "epoch": round(step / steps_per_epoch, 4), **metrics}
             _append_row(folder / "eval.csv", record)
@@ -133,7 +139,6 @@ def watch(
             writer.flush()
             shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
             print(f"[sidecar] step {step}: {shown}", flush=True)
-            done.add(path)
             records.append(record)
             last_step = max(last_step, step)
         if finished is not None and last_step >= finished:
@@ -145,6 +150,13 @@ def watch(
                 value=timeout,
             )
         time.sleep(poll_seconds)
+
+
+def _evaluated_steps(path: Path) -> set[int]:
+    if not path.is_file():
+        return set()
+    with path.open(newline="") as handle:
+        return {int(float(row["step"])) for row in csv.DictReader(handle) if row.get("step")}
 
 
 def _append_row(path: Path, record: dict[str, Any]) -> None:

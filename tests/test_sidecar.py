@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import alive
 
 EPOCHS, STEPS = 3, 5
@@ -63,3 +64,63 @@ def test_sidecar_evaluates_each_checkpoint_once_and_stops_with_the_run(tmp_path:
     assert all(0.0 <= float(r["accuracy"]) <= 1.0 and float(r["loss"]) > 0 for r in rows)
     assert "evaluated 3 checkpoint(s); the run has finished" in side_out
     assert list((tmp_path / "run" / "tensorboard" / "eval").glob("events.out.tfevents.*"))
+
+
+def test_the_launcher_plans_an_evaluator_without_cluster_or_gpu(tmp_path: Path):
+    from kdist.launch import _plan
+
+    tasks = _plan(
+        workers=2,
+        ps=0,
+        module="kdist.train",
+        overrides=["strategy=multi_worker_mirrored"],
+        host="127.0.0.1",
+        run_dir=tmp_path / "run",
+        base_env={"TF_CONFIG": "{}", "PATH": os.environ.get("PATH", "")},
+        devices={("worker", 0): "0", ("worker", 1): "1", ("evaluator", 0): ""},
+        evaluator=True,
+    )
+    evaluator = next(t for t in tasks if t.role == "evaluator")
+    assert not evaluator.trains
+    assert "TF_CONFIG" not in evaluator.env and evaluator.env["CUDA_VISIBLE_DEVICES"] == ""
+    assert evaluator.command[-5:] == [
+        "kdist.evaluate",
+        f"run_dir={tmp_path / 'run'}",
+        "watch=true",
+        "poll_seconds=2",
+        "trust_run_dir=true",
+    ]
+    assert sorted(t.name for t in tasks if t.trains) == ["worker 0", "worker 1"]
+
+
+@pytest.mark.slow
+@pytest.mark.multiworker
+def test_launch_with_an_evaluator_beside_two_workers(tmp_path: Path):
+    import io
+
+    from helpers import launch_pids
+
+    from kdist.launch import run
+
+    log = io.StringIO()
+    code = run(
+        2,
+        [
+            "strategy=multi_worker_mirrored",
+            f"trainer.epochs={EPOCHS}",
+            f"trainer.steps_per_epoch={STEPS}",
+            "trainer.verbose=0",
+            "callbacks.tensorboard.enabled=false",
+        ],
+        run_dir=tmp_path / "run",
+        timeout=300,
+        output=log,
+        evaluator=True,
+    )
+    text = log.getvalue()
+    assert code == 0, text[-3000:]
+    assert "[evaluator 0] [sidecar] evaluated 3 checkpoint(s)" in text
+    with (tmp_path / "run" / "eval.csv").open(newline="") as handle:
+        steps = [int(r["step"]) for r in csv.DictReader(handle)]
+    assert steps == [STEPS * (e + 1) for e in range(EPOCHS)]
+    assert not any(alive(pid) for pid in launch_pids(text).values())
