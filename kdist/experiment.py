@@ -23,6 +23,7 @@ from kdist.callbacks.best_model import BestModelExport, save_model_files
 from kdist.callbacks.checkpoint import (
     PeriodicCheckpoint,
     TrainingState,
+    clean_leftovers,
     describe_resume,
     restore_latest,
     resume_point,
@@ -399,6 +400,10 @@ class Experiment:
         """
         if self.model is None:
             self.build_model()
+        if chief.is_chief(self.strategy):
+            # An interrupted save (a full disk, a kill) leaves `*_temp*` files behind.
+            for folder in ("backup", "checkpoints"):
+                clean_leftovers(self.run_dir / folder)
         path = restore_latest(self.checkpoint, self.run_dir / "backup")
         if path is None:
             # backup/ gone (deleted, or never written): the periodic checkpoints still hold

@@ -246,3 +246,19 @@ def test_ctrl_c_saves_a_backup_exits_130_then_resumes(tmp_path: Path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "continuing at step 9" in resumed.stdout + resumed.stderr
     assert '"steps": 36' in (tmp_path / "run" / "metrics.json").read_text()
+
+
+def test_a_train_start_removes_temp_leftovers_of_an_interrupted_save(tmp_path: Path):
+    from helpers import compose
+
+    import kdist
+
+    leftover = tmp_path / "backup" / "ckpt-5_temp"
+    leftover.mkdir(parents=True)
+    (leftover / "part").write_bytes(b"half a checkpoint")
+    exp = kdist.Experiment(
+        compose(["trainer=fast_dev", "trainer.verbose=0", "callbacks.curves=false"]),
+        run_dir=tmp_path,
+    )
+    exp.restore()
+    assert not leftover.exists()
