@@ -41,6 +41,7 @@ def finished_run(tmp_path_factory) -> Path:
             "trainer.verbose=0",
             "callbacks=minimal",
             "callbacks.save_model=true",
+            "callbacks.saved_model=true",
             f"run_dir={run_dir}",
         ]
     )

@@ -50,3 +50,22 @@ def test_update_freq_must_be_epoch_batch_or_steps(tmp_path: Path):
     with pytest.raises(ConfigError, match=r"update_freq='often'.*or a number of steps"):
         validate(compose(["callbacks.tensorboard.update_freq=often"]))
     validate(compose(["callbacks.tensorboard.update_freq=100"]))
+
+
+def test_speed_scalars_under_mirrored(tmp_path: Path):
+    exp = kdist.Experiment(
+        compose(
+            [
+                "strategy=mirrored",
+                "trainer.epochs=1",
+                "trainer.steps_per_epoch=4",
+                "trainer.verbose=0",
+                "callbacks.checkpoint.enabled=false",
+                "callbacks.backup.enabled=false",
+                "callbacks.curves=false",
+            ]
+        ),
+        run_dir=tmp_path,
+    )
+    exp.fit()
+    assert _scalars(tmp_path / "tensorboard" / "train")["learning_rate"] == [4]

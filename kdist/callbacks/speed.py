@@ -72,12 +72,13 @@ class TrainingSpeed(keras.callbacks.Callback):
         if steps <= before or self._writer is None:
             return
         rate = (steps - before) / max(now - then, 1e-9)
-        learning_rate = self.model.optimizer.learning_rate
+        # A plain number, also when the strategy mirrors the optimizer's variables.
+        learning_rate = float(tf.convert_to_tensor(self.model.optimizer.learning_rate))
         # Keras's TensorBoard callback pushes its own `record_if` condition (every
         # `update_freq` train-function calls) around the batch hooks: these scalars keep
         # their own schedule.
         with self._writer.as_default(), tf.summary.record_if(True):
             tf.summary.scalar("steps_per_second", rate, step=steps)
             tf.summary.scalar("examples_per_second", rate * self.examples_per_step, step=steps)
-            tf.summary.scalar("learning_rate", float(learning_rate), step=steps)
+            tf.summary.scalar("learning_rate", learning_rate, step=steps)
         self._writer.flush()
