@@ -186,6 +186,8 @@ class StepRunner(Runner):
 
         from keras.src.losses.loss import unscale_loss_for_distribution
 
+        own_metrics = overrides(model, "compute_metrics")
+
         def gradients_of(data: Any) -> list[Any]:
             x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
             with tf.GradientTape() as tape:
@@ -199,7 +201,12 @@ class StepRunner(Runner):
                 )
                 loss = optimizer.scale_loss(loss)
             gradients = tape.gradient(loss, variables)
-            model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+            if own_metrics:
+                model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+            elif model._compile_metrics is not None:
+                # Keras's `compute_metrics` is this update followed by reading every
+                # metric's result, which the loop does not use: read once per call instead.
+                model._compile_metrics.update_state(y, y_pred, sample_weight)
             return gradients
 
         steps = self.accumulate_steps
