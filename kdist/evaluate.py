@@ -36,6 +36,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -44,7 +45,14 @@ from kdist.config.errors import ConfigError, exit_with
 from kdist.config.trust import TRUST_FLAG, check_trusted_targets
 from kdist.runtime import quiet_tensorflow
 
-__all__ = ["apply_overrides", "evaluate_run", "load_run_config", "load_trusted_config", "main"]
+__all__ = [
+    "apply_overrides",
+    "evaluate_run",
+    "experiment_with_run_model",
+    "load_run_config",
+    "load_trusted_config",
+    "main",
+]
 
 GROUPS = ("strategy", "model", "data", "optimizer", "trainer", "runtime", "callbacks")
 
@@ -102,6 +110,35 @@ def load_trusted_config(
     return cfg
 
 
+def experiment_with_run_model(
+    run_dir: str | os.PathLike[str], cfg: DictConfig, *, needs_validation: bool = False
+) -> Any:
+    """An `Experiment` for `cfg` whose model is the run's `model.keras` (safe mode).
+
+    Raises:
+        ConfigError: naming `run_dir` without `model.keras`, or `data.source` without
+            validation examples when `needs_validation`.
+    """
+    from kdist.experiment import Experiment
+    from kdist.export import load_model
+
+    model_path = Path(run_dir) / "model.keras"
+    if not model_path.is_file():
+        raise ConfigError(
+            "run_dir",
+            "holds no model.keras",
+            value=str(run_dir),
+            hint="the run must finish with callbacks.save_model=true",
+        )
+    experiment = Experiment(cfg, run_dir=Path(run_dir))
+    if needs_validation and experiment.source.size("validation") < 1:
+        raise ConfigError("data.source", "has no validation examples to evaluate on")
+    with experiment.strategy.scope():
+        model = load_model(model_path)
+    experiment.build_model(model=model)
+    return experiment
+
+
 def evaluate_run(
     run_dir: str | os.PathLike[str],
     overrides: Sequence[str] = (),
@@ -124,23 +161,7 @@ def evaluate_run(
         ConfigError: naming `run_dir` or the key at fault.
     """
     cfg = load_trusted_config(run_dir, overrides, trust_run_dir=trust_run_dir)
-    from kdist.experiment import Experiment
-    from kdist.export import load_model
-
-    model_path = Path(run_dir) / "model.keras"
-    if not model_path.is_file():
-        raise ConfigError(
-            "run_dir",
-            "holds no model.keras",
-            value=str(run_dir),
-            hint="the run must finish with callbacks.save_model=true",
-        )
-    experiment = Experiment(cfg, run_dir=Path(run_dir))
-    if experiment.source.size("validation") < 1:
-        raise ConfigError("data.source", "has no validation examples to evaluate on")
-    with experiment.strategy.scope():
-        model = load_model(model_path)
-    experiment.build_model(model=model)
+    experiment = experiment_with_run_model(run_dir, cfg, needs_validation=True)
     return experiment.evaluate()
 
 

@@ -39,7 +39,7 @@ import numpy as np
 
 from kdist.config.errors import ConfigError, exit_with
 from kdist.config.trust import TRUST_FLAG
-from kdist.evaluate import apply_overrides, load_trusted_config
+from kdist.evaluate import apply_overrides, experiment_with_run_model, load_trusted_config
 from kdist.runtime import quiet_tensorflow
 
 __all__ = ["main", "predict_run"]
@@ -77,26 +77,12 @@ def predict_run(
     Raises:
         ConfigError: naming `run_dir`, `split`, `input` or the key at fault.
     """
-    from kdist.experiment import Experiment
-    from kdist.export import load_model
-
     cfg = load_trusted_config(run_dir, overrides, trust_run_dir=trust_run_dir)
     target = str(cfg.strategy.get("_target_", ""))
     if target.rsplit(".", 1)[-1] in _CLUSTER_STRATEGIES:
         log.info("predicting in one process: strategy=one_device instead of %s", target)
         apply_overrides(cfg, ["strategy=one_device"])
-    model_path = Path(run_dir) / "model.keras"
-    if not model_path.is_file():
-        raise ConfigError(
-            "run_dir",
-            "holds no model.keras",
-            value=str(run_dir),
-            hint="the run must finish with callbacks.save_model=true",
-        )
-    experiment = Experiment(cfg, run_dir=Path(run_dir))
-    with experiment.strategy.scope():
-        model = load_model(model_path)
-    experiment.build_model(model=model)
+    experiment = experiment_with_run_model(run_dir, cfg)
     x = _features(cfg, input_path) if input_path else None
     predictions = experiment.predict(split, x=x)
     destination = Path(output_path) if output_path else Path(run_dir) / "predictions.npz"
