@@ -32,6 +32,7 @@ python -m kdist.evaluate run_dir=runs/from-a-colleague trust_run_dir=true   # cu
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -49,10 +50,13 @@ __all__ = [
     "apply_overrides",
     "evaluate_run",
     "experiment_with_run_model",
+    "in_one_process",
     "load_run_config",
     "load_trusted_config",
     "main",
 ]
+
+log = logging.getLogger(__name__)
 
 GROUPS = ("strategy", "model", "data", "optimizer", "trainer", "runtime", "callbacks")
 
@@ -108,6 +112,22 @@ def load_trusted_config(
         exempt = tuple(o.partition("=")[0].lstrip("+~") for o in overrides)
         check_trusted_targets(cfg, source=str(run_dir), exempt=exempt)
     return cfg
+
+
+# Strategies whose config names a cluster: reading a run in one process replaces them.
+_CLUSTER_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
+
+
+def in_one_process(cfg: DictConfig, *, why: str) -> None:
+    """Replace a multi-worker or parameter-server strategy by `one_device` (logged).
+
+    `kdist.predict` and the sidecar evaluator read a run in one process, which needs no
+    cluster; a strategy given as an override that is not a cluster one stays.
+    """
+    target = str(cfg.strategy.get("_target_", ""))
+    if target.rsplit(".", 1)[-1] in _CLUSTER_STRATEGIES:
+        log.info("%s: strategy=one_device instead of %s", why, target)
+        apply_overrides(cfg, ["strategy=one_device"])
 
 
 def experiment_with_run_model(

@@ -135,7 +135,8 @@ class Experiment:
         self.output_dir = chief.writable_dir(self.run_dir, self.strategy)
         names = configured_metric_names(cfg.trainer)
         if names is not None and not self._objective_auto:
-            self._check_objective(names)
+            # Checked again, and warned about, once the model is built.
+            self._check_objective(names, warn=False)
         self.cluster_strategy = isinstance(
             self.strategy,
             (
@@ -211,7 +212,7 @@ class Experiment:
                 directions[metric.name] = "max" if direction == "up" else "min"
         return directions
 
-    def _check_objective(self, logged: Sequence[str]) -> None:
+    def _check_objective(self, logged: Sequence[str], *, warn: bool = True) -> None:
         """`objective.name` must be something this run logs (checked once the model is built)."""
         objective = self.cfg.get("objective")
         if objective is None:
@@ -229,7 +230,7 @@ class Experiment:
                 value=objective.name,
                 hint=f"use one of: {', '.join(logged)} (val_<name> for validation)",
             )
-        if str(objective.name).startswith("val_") and not validates:
+        if warn and str(objective.name).startswith("val_") and not validates:
             # Training still makes sense; sweeps and the tuner get no value (the tuner stops).
             log.warning("objective %s needs validation, which this run has not", objective.name)
 

@@ -28,7 +28,6 @@ python -m kdist.predict run_dir=outputs/2026-11-21/10-00-00 input=new.npz output
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -39,14 +38,10 @@ import numpy as np
 
 from kdist.config.errors import ConfigError, exit_with
 from kdist.config.trust import TRUST_FLAG
-from kdist.evaluate import apply_overrides, experiment_with_run_model, load_trusted_config
+from kdist.evaluate import experiment_with_run_model, in_one_process, load_trusted_config
 from kdist.runtime import quiet_tensorflow
 
 __all__ = ["main", "predict_run"]
-
-log = logging.getLogger(__name__)
-
-_CLUSTER_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
 
 
 def predict_run(
@@ -78,10 +73,7 @@ def predict_run(
         ConfigError: naming `run_dir`, `split`, `input` or the key at fault.
     """
     cfg = load_trusted_config(run_dir, overrides, trust_run_dir=trust_run_dir)
-    target = str(cfg.strategy.get("_target_", ""))
-    if target.rsplit(".", 1)[-1] in _CLUSTER_STRATEGIES:
-        log.info("predicting in one process: strategy=one_device instead of %s", target)
-        apply_overrides(cfg, ["strategy=one_device"])
+    in_one_process(cfg, why="predicting in one process")
     experiment = experiment_with_run_model(run_dir, cfg)
     x = _features(cfg, input_path) if input_path else None
     predictions = experiment.predict(split, x=x)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import csv
 import json
-import logging
 import os
 import time
 from collections.abc import Sequence
@@ -27,10 +26,6 @@ from typing import Any
 from kdist.config.errors import ConfigError
 
 __all__ = ["watch"]
-
-log = logging.getLogger(__name__)
-
-_CLUSTER_STRATEGIES = ("multi_worker_mirrored", "parameter_server")
 
 
 def _complete_checkpoints(folder: Path) -> list[str]:
@@ -93,7 +88,7 @@ def watch(
     """
     import tensorflow as tf
 
-    from kdist.evaluate import apply_overrides, load_trusted_config
+    from kdist.evaluate import in_one_process, load_trusted_config
     from kdist.experiment import Experiment
 
     if poll_seconds <= 0:
@@ -103,11 +98,7 @@ def watch(
     deadline = None if timeout is None else started + float(timeout)
     _wait_for_config(folder, deadline, poll_seconds)
     cfg = load_trusted_config(folder, overrides, trust_run_dir=trust_run_dir)
-    target = str(cfg.strategy.get("_target_", ""))
-    given = any(o.startswith("strategy=") for o in overrides)
-    if target.rsplit(".", 1)[-1] in _CLUSTER_STRATEGIES and not given:
-        log.info("sidecar: evaluating with strategy=one_device instead of %s", target)
-        apply_overrides(cfg, ["strategy=one_device"])
+    in_one_process(cfg, why="sidecar evaluator")
     experiment = Experiment(cfg, run_dir=folder)
     if experiment.source.size("validation") < 1:
         raise ConfigError("data.source", "has no validation examples to evaluate on")
