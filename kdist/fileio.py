@@ -1,0 +1,103 @@
+"""Files kdist writes and reads: atomic writes and CSV tables, one way each.
+
+A file a reader (or a kill) may catch half-written is written to a hidden sibling first and
+moved into place with `os.replace`, which is atomic on one filesystem.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "atomic_path",
+    "read_csv",
+    "read_csv_numbers",
+    "write_csv_atomic",
+    "write_text_atomic",
+]
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A hidden sibling of `path` to write; moved onto `path` when the block ends cleanly.
+
+    The sibling is removed if the block raises, so a failed write leaves `path` as it was.
+
+    Example:
+
+    ```python
+    with atomic_path(out / "model.keras") as partial:
+        model.save(partial)
+    ```
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # The suffix is kept: some writers (Keras's `model.save`) check it.
+    partial = path.with_name(f".{path.stem}.partial-{os.getpid()}{path.suffix}")
+    try:
+        yield partial
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write `text` to `path` so that a reader (or a kill) never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="") as handle:
+            handle.write(text)
+        # mkstemp makes the file private; give it the permissions of a normal new file.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_csv_atomic(
+    path: str | Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]
+) -> None:
+    """Write `rows` to `path` atomically, one column per name in `columns`."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(columns), extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if row.get(k) is None else row.get(k) for k in columns})
+    write_text_atomic(path, buffer.getvalue())
+
+
+def read_csv(path: str | Path) -> list[dict[str, str]]:
+    """The rows of a CSV file (`history.csv`, `summary.csv`, ...) as dictionaries of strings.
+
+    Raises:
+        FileNotFoundError: when `path` does not exist.
+    """
+    with Path(path).open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def read_csv_numbers(path: str | Path) -> list[dict[str, float]]:
+    """The rows of a CSV file with only the cells that read as numbers, as floats."""
+    records = []
+    for row in read_csv(path):
+        record = {}
+        for key, value in row.items():
+            try:
+                record[key] = float(value)
+            except (TypeError, ValueError):
+                continue
+        records.append(record)
+    return records
