@@ -8,7 +8,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["predict_dataset"]
+from kdist.config.errors import ConfigError
+from kdist.data.source import Source
+
+__all__ = ["predict_dataset", "predict_split"]
 
 
 def predict_dataset(
@@ -51,3 +54,37 @@ def predict_dataset(
     return tf.nest.map_structure(
         lambda *parts: np.concatenate([np.asarray(p) for p in parts]), *batches
     )
+
+
+def predict_split(
+    strategy: tf.distribute.Strategy,
+    model: keras.Model,
+    source: Source,
+    *,
+    batch_size: int,
+    split: str = "validation",
+    x: Any = None,
+) -> Any:
+    """Predict on a split of `source` (read once, in order), or on the features `x`.
+
+    Args:
+        strategy: the run's strategy.
+        model: the model.
+        source: the run's data.
+        batch_size: the global batch.
+        split: `"validation"` or `"train"`. Defaults to `"validation"`.
+        x: features to predict on instead of a split (NumPy arrays, or a dict of them
+            for several inputs). Defaults to `None`.
+
+    Raises:
+        ConfigError: naming `split` or `data.source` for a split that cannot be read.
+    """
+    if x is not None:
+        dataset = tf.data.Dataset.from_tensor_slices(x).batch(batch_size)
+    else:
+        if split not in ("train", "validation"):
+            raise ConfigError("split", "must be train or validation", value=split)
+        if source.size(split) < 1:
+            raise ConfigError("data.source", f"has no {split} examples to predict on")
+        dataset = source.dataset(split).batch(batch_size)
+    return predict_dataset(strategy, model, dataset)

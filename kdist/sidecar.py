@@ -103,6 +103,8 @@ def watch(
     if experiment.source.size("validation") < 1:
         raise ConfigError("data.source", "has no validation examples to evaluate on")
     experiment.build_model()
+    controller = experiment.controller
+    assert controller is not None
     writer = tf.summary.create_file_writer(str(folder / "tensorboard" / "eval"))
     steps_per_epoch = experiment.steps_per_epoch
     done: set[str] = set()
@@ -115,8 +117,8 @@ def watch(
         for path in _complete_checkpoints(folder / "checkpoints"):
             if path in done:
                 continue
-            experiment.checkpoint.restore(path).expect_partial()
-            step = int(experiment.state.steps.numpy())
+            controller.checkpoint.restore(path).expect_partial()
+            step = int(controller.state.steps.numpy())
             done.add(path)
             if step in evaluated:
                 continue

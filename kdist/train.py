@@ -121,9 +121,9 @@ def _train(cfg: DictConfig, run_dir: str | None) -> dict[str, Any]:
         experiment.build_model()
     except ConfigError as error:
         exit_with(error)
-    from kdist.callbacks.checkpoint import CheckpointError
     from kdist.callbacks.guards import EXIT_NON_FINITE, NonFiniteLossError
     from kdist.engine.ps_runner import ParameterServerUnavailableError
+    from kdist.engine.state import CheckpointError
 
     try:
         experiment.fit()

@@ -55,7 +55,7 @@ def test_no_batch_size_is_refused(tmp_path: Path):
 
 def test_lr_scaling_with_a_fixed_global_batch_warns(tmp_path: Path, caplog):
     cfg = compose(["strategy=mirrored", "optimizer.lr_scaling=linear", f"run_dir={tmp_path}"])
-    with caplog.at_level(logging.WARNING, logger="kdist.experiment"):
+    with caplog.at_level(logging.WARNING, logger="kdist"):
         kdist.Experiment(cfg)
     warnings = [r.message for r in caplog.records if "optimizer.lr_scaling" in r.message]
     assert len(warnings) == 1
@@ -64,6 +64,6 @@ def test_lr_scaling_with_a_fixed_global_batch_warns(tmp_path: Path, caplog):
 
 def test_lr_scaling_with_a_per_replica_batch_does_not_warn(tmp_path: Path, caplog):
     overrides = ["strategy=mirrored", "optimizer.lr_scaling=linear", *PER_REPLICA]
-    with caplog.at_level(logging.WARNING, logger="kdist.experiment"):
+    with caplog.at_level(logging.WARNING, logger="kdist"):
         kdist.Experiment(compose([*overrides, f"run_dir={tmp_path}"]))
     assert not [r for r in caplog.records if "optimizer.lr_scaling" in r.message]

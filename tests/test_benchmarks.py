@@ -18,7 +18,7 @@ from helpers import REPO, compose
 import kdist
 from benchmarks.harness import Case, Target, interleave, summarize
 from benchmarks.probes import parse
-from kdist.callbacks.factory import ProfileSteps, profile_range
+from kdist.callbacks.profile import ProfileSteps, profile_range
 from kdist.config.errors import ConfigError
 
 SIDE_KEYS = {"name", "median", "min", "max", "best", "samples"}

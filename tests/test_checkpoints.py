@@ -20,9 +20,9 @@ from helpers import REPO, compose, run_module
 from omegaconf import OmegaConf
 
 import kdist
-from kdist.callbacks.checkpoint import CheckpointError, restore_latest
 from kdist.callbacks.guards import NonFiniteLossError
 from kdist.data import ArraySource, make_dataset_fn
+from kdist.engine.state import CheckpointError, restore_latest
 
 BASE = [
     "trainer.epochs=3",
@@ -123,7 +123,7 @@ def test_interrupted_mirrored_run_resumes_under_one_device(tmp_path: Path, caplo
     assert int(stopped.optimizer.iterations.numpy()) == 17
     assert 17 in _backup_steps(run_dir)  # saved when training ended early
 
-    with caplog.at_level(logging.INFO, logger="kdist.experiment"):
+    with caplog.at_level(logging.INFO, logger="kdist"):
         resumed = kdist.Experiment(compose([*BASE, "strategy=one_device"]), run_dir=run_dir)
         resumed.fit()
     assert int(resumed.optimizer.iterations.numpy()) == 36
@@ -237,7 +237,7 @@ def test_periodic_checkpoints_keep_the_newest(tmp_path: Path):
     assert kept == [32, 36]
     # Saved asynchronously; when training ends TensorFlow's writing thread is stopped
     # (a tuner runs many trials in one process), and a second `fit` restarts it.
-    helper = exp.checkpoint._async_checkpointer_impl
+    helper = exp.controller.checkpoint._async_checkpointer_impl
     assert not helper._async_save_thread.is_alive()
     exp.fit()  # resumes from the backup at the last step: nothing to train, nothing hangs
     exp.cfg.trainer.epochs = 4

@@ -75,8 +75,8 @@ def test_sync_batchnorm_under_parameter_servers_is_refused():
 
     import tensorflow as tf
 
-    exp = object.__new__(kdist.Experiment)
-    exp.strategy = mock.Mock(spec=tf.distribute.ParameterServerStrategy)
-    exp.num_replicas = 2
+    from kdist.modeling import synchronize
+
+    strategy = mock.Mock(spec=tf.distribute.ParameterServerStrategy)
     with pytest.raises(ConfigError, match=r"^trainer\.sync_batchnorm=True: cannot work"):
-        exp._synchronize_batchnorm(batchnorm_model())
+        synchronize(batchnorm_model(), strategy)

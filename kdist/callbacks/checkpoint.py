@@ -1,17 +1,10 @@
-"""Periodic checkpoints and backup-and-restore with `tf.train.CheckpointManager`.
+"""Periodic checkpoints and backups with `tf.train.CheckpointManager`.
 
-A checkpoint holds the model, the optimizer, the training metrics' running state and a
-`TrainingState` (steps done, examples consumed, and the strategy that wrote it). Because
-the input pipeline's order is fixed by the seed, "examples consumed" is the data position:
-a resumed run skips exactly that many examples, so no batch is used twice or skipped,
-under any strategy or replica count.
+What a checkpoint holds and how it is read back is `kdist.engine.state`; this module
+writes them, on the schedule the controller (`kdist.engine.controller.Controller`) keeps.
 
 Integrity: TensorFlow writes a checkpoint's files under temporary names and only then
 points the `checkpoint` state file at it, so a checkpoint is visible only when complete.
-On restore kdist does not trust the state file either: it tries every `ckpt-N` from the
-newest down and falls back, with a warning, past one that is truncated or corrupt. A
-folder with no checkpoint starts fresh; a folder whose checkpoints all fail to read is an
-error, never a silent fresh start.
 
 Saving is asynchronous where TensorFlow supports it (one process, eager variables:
 no strategy, `OneDeviceStrategy`, `MirroredStrategy`): the training thread copies the
@@ -25,11 +18,9 @@ from __future__ import annotations
 
 import atexit
 import logging
-import re
 import shutil
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,140 +29,11 @@ import tensorflow as tf
 
 from kdist import chief
 from kdist.callbacks.guards import NonFiniteWeightsError
+from kdist.engine.state import TrainingState, clean_leftovers, state_file_readable
 
-__all__ = [
-    "CheckpointError",
-    "PeriodicCheckpoint",
-    "ResumePoint",
-    "TrainingState",
-    "clean_leftovers",
-    "describe_resume",
-    "restore_latest",
-    "resume_point",
-]
+__all__ = ["PeriodicCheckpoint"]
 
 log = logging.getLogger(__name__)
-
-_CKPT = re.compile(r"^ckpt-(\d+)\.index$")
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint folder holds checkpoints but none of them can be restored."""
-
-
-class TrainingState(tf.Module):
-    """Where training stands, saved with every checkpoint.
-
-    Build it outside `strategy.scope()`: these are plain host variables, identical on
-    every worker, and so readable by any strategy that restores them.
-
-    Args:
-        strategy_name: the strategy's class name, e.g. `"MirroredStrategy"`.
-        num_replicas: replicas in sync.
-        global_batch_size: examples per step over all replicas.
-    """
-
-    def __init__(self, *, strategy_name: str, num_replicas: int, global_batch_size: int):
-        super().__init__(name="kdist_training_state")
-        self.steps = tf.Variable(0, dtype=tf.int64, trainable=False)
-        self.examples = tf.Variable(0, dtype=tf.int64, trainable=False)
-        self.global_batch_size = tf.Variable(global_batch_size, dtype=tf.int64, trainable=False)
-        self.num_replicas = tf.Variable(num_replicas, dtype=tf.int64, trainable=False)
-        self.strategy_name = tf.Variable(strategy_name, dtype=tf.string, trainable=False)
-        self._batch = global_batch_size
-
-    def advance_to(self, steps: int) -> None:
-        """Record that `steps` steps of the current global batch are done in total."""
-        done = int(self.steps.numpy())
-        self.examples.assign_add((steps - done) * self._batch)
-        self.steps.assign(steps)
-
-
-@dataclass(frozen=True)
-class ResumePoint:
-    """What a restored checkpoint says about where to continue."""
-
-    path: str
-    steps: int
-    examples: int
-    saved_by: str
-    saved_replicas: int
-    saved_batch: int
-
-
-def _candidates(directory: Path) -> list[tuple[int, str]]:
-    found = []
-    if directory.is_dir():
-        for entry in directory.iterdir():
-            match = _CKPT.match(entry.name)
-            if match:
-                found.append((int(match.group(1)), str(directory / f"ckpt-{match.group(1)}")))
-    return sorted(found, reverse=True)
-
-
-def clean_leftovers(directory: Path) -> None:
-    """Remove the temporary folders an interrupted save leaves (`*_temp*`)."""
-    if not directory.is_dir():
-        return
-    for entry in directory.iterdir():
-        if "_temp" in entry.name:
-            log.info("removing leftover temporary checkpoint files %s", entry)
-            if entry.is_dir():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
-
-
-def _state_file_readable(directory: Path) -> bool:
-    if not (directory / "checkpoint").exists():
-        return True
-    # TensorFlow logs a parse error and answers None for an unreadable state file.
-    return tf.train.get_checkpoint_state(str(directory)) is not None
-
-
-def restore_latest(checkpoint: tf.train.Checkpoint, directory: Path) -> str | None:
-    """Restore the newest readable checkpoint of `directory` into `checkpoint`.
-
-    Args:
-        checkpoint: what to restore into.
-        directory: the checkpoint folder.
-
-    Returns:
-        The restored checkpoint's path, or `None` when the folder holds no checkpoint.
-
-    Raises:
-        CheckpointError: when checkpoints exist but none can be read.
-    """
-    candidates = _candidates(directory)
-    if not candidates:
-        leftovers = [p.name for p in directory.glob("ckpt-*")] if directory.is_dir() else []
-        if any(name.endswith(".data-00000-of-00001") for name in leftovers):
-            raise CheckpointError(
-                f"{directory} holds checkpoint data ({', '.join(sorted(leftovers))}) without "
-                "an index file; restore it or move it away to start fresh"
-            )
-        return None
-    errors = []
-    for number, path in candidates:
-        try:
-            checkpoint.restore(path).assert_existing_objects_matched()
-        except Exception as error:  # DataLossError, OutOfRangeError, NotFoundError, ...
-            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            errors.append(f"ckpt-{number}: {type(error).__name__}: {first[:200]}")
-            log.warning(
-                "checkpoint %s cannot be restored (%s: %s); trying the previous one",
-                path,
-                type(error).__name__,
-                first[:200],
-            )
-            continue
-        if errors:
-            log.warning("restored %s after skipping %d unreadable checkpoint(s)", path, len(errors))
-        return path
-    raise CheckpointError(
-        f"none of the {len(candidates)} checkpoint(s) in {directory} can be restored: "
-        + "; ".join(errors)
-    )
 
 
 def _all_finite(variables: list[tf.Variable]) -> bool:
@@ -243,8 +105,11 @@ def _supports_async(strategy: Any) -> bool:
     )
 
 
-class PeriodicCheckpoint(keras.callbacks.Callback):
+class PeriodicCheckpoint:
     """Save a checkpoint every `every_n_steps` optimizer steps, keeping the `keep` newest.
+
+    The controller calls `after_steps`, `after_epoch` and `finish` with its global step;
+    the save schedule is this class's, the step count the controller's.
 
     Every process takes part in a save (multi-worker variables may need collectives to be
     read); only the chief writes to `directory`, other workers write to a temporary
@@ -253,10 +118,11 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
     which stops the run like the NaN guard (exit status 3).
 
     Args:
+        model: the model whose weights must be finite to be saved.
         checkpoint: the `tf.train.Checkpoint` to save (model, optimizer, state, ...).
         state: the run's `TrainingState`, advanced before each save.
         directory: the checkpoint folder in the run directory.
-        every_n_steps: steps between saves; `0` saves only at the end of training.
+        every_n_steps: steps between saves; `0` saves at the end of every epoch.
         keep: how many checkpoints to keep.
         strategy: the run's strategy (for the chief-only rule). Defaults to `None`.
         save_at_end: also save when training ends. Defaults to `True`.
@@ -267,6 +133,7 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
     def __init__(
         self,
         *,
+        model: keras.Model,
         checkpoint: tf.train.Checkpoint,
         state: TrainingState,
         directory: Path,
@@ -276,11 +143,11 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         save_at_end: bool = True,
         asynchronous: bool = True,
     ):
-        super().__init__()
         if every_n_steps < 0:
             raise ValueError(f"`every_n_steps` ({every_n_steps}) must be >= 0.")
         if keep < 1:
             raise ValueError(f"`keep` ({keep}) must be a positive integer.")
+        self.model = model
         self.checkpoint = checkpoint
         self.state = state
         self.directory = Path(directory)
@@ -305,14 +172,13 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
             _enable_async_copies()
         self._manager: tf.train.CheckpointManager | None = None
         self._last_saved = -1
-        self.steps = 0
 
     def _ensure_manager(self) -> tf.train.CheckpointManager:
         if self._manager is None:
             self._write_dir.mkdir(parents=True, exist_ok=True)
             if self._is_chief:
                 clean_leftovers(self._write_dir)
-                if not _state_file_readable(self._write_dir):
+                if not state_file_readable(self._write_dir):
                     aside = self._write_dir / f"checkpoint.unreadable-{int(time.time())}"
                     log.warning("moving the unreadable checkpoint state file to %s", aside)
                     (self._write_dir / "checkpoint").rename(aside)
@@ -321,20 +187,15 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
             )
         return self._manager
 
-    def set_steps(self, steps: int) -> None:
-        """Tell the callback how many steps are done (the controller's global step)."""
-        self.steps = steps
-
-    def save(self, steps: int | None = None, *, wait: bool = True) -> str | None:
+    def save(self, steps: int, *, wait: bool = True) -> str | None:
         """Save now (unless this step is already saved); returns the path written.
 
         Args:
-            steps: the step to record. Defaults to `None`: the last one set.
+            steps: the global step to record.
             wait: return only when the files are complete and the state file names
                 them (a preemption save, the end of training). Defaults to `True`;
                 `False` lets an asynchronous save finish in the background.
         """
-        steps = self.steps if steps is None else steps
         if steps == self._last_saved:
             if wait:
                 self.sync()
@@ -397,17 +258,20 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         if self.asynchronous:
             self.checkpoint.sync()
 
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        if self.every_n_steps and self.steps and self.steps % self.every_n_steps == 0:
-            self.save(wait=False)
+    def after_steps(self, steps: int) -> None:
+        """A call of the runner ended at global step `steps`: save on multiples of N."""
+        if self.every_n_steps and steps and steps % self.every_n_steps == 0:
+            self.save(steps, wait=False)
 
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        if self.every_n_steps == 0 and self.steps:
-            self.save(wait=False)
+    def after_epoch(self, steps: int) -> None:
+        """An epoch ended at global step `steps`: save when saving every epoch."""
+        if self.every_n_steps == 0 and steps:
+            self.save(steps, wait=False)
 
-    def on_train_end(self, logs: dict | None = None) -> None:
-        if self.save_at_end and self.steps:
-            self.save()
+    def finish(self, steps: int) -> None:
+        """Training ended at global step `steps`: the last save, complete on return."""
+        if self.save_at_end and steps:
+            self.save(steps)
         self.sync()
         self._stop_async_thread()
         if not self._is_chief:
@@ -415,35 +279,5 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
 
     @property
     def latest(self) -> str | None:
-        """The newest checkpoint written by this callback (chief: in `directory`)."""
+        """The newest checkpoint written here (chief: in `directory`)."""
         return self._manager.latest_checkpoint if self._manager else None
-
-
-def describe_resume(
-    point: ResumePoint, *, strategy_name: str, replicas: int, batch: int, steps_per_epoch: int
-) -> str:
-    """One log line saying how a checkpoint's position maps onto this run."""
-    steps = point.examples // batch
-    epoch, step = divmod(steps, steps_per_epoch)
-    text = (
-        f"resuming from {point.path}: saved by {point.saved_by} with {point.saved_replicas} "
-        f"replica(s), global batch {point.saved_batch}, after {point.steps} steps "
-        f"({point.examples} examples); now {strategy_name} with {replicas} replica(s), "
-        f"global batch {batch}: continuing at step {steps} (epoch {epoch + 1}, "
-        f"step {step} of {steps_per_epoch})"
-    )
-    if point.examples % batch:
-        text += f"; {point.examples % batch} examples into a step (the batch size changed)"
-    return text
-
-
-def resume_point(state: TrainingState, path: str) -> ResumePoint:
-    """The `ResumePoint` a restored `state` describes."""
-    return ResumePoint(
-        path=path,
-        steps=int(state.steps.numpy()),
-        examples=int(state.examples.numpy()),
-        saved_by=state.strategy_name.numpy().decode(),
-        saved_replicas=int(state.num_replicas.numpy()),
-        saved_batch=int(state.global_batch_size.numpy()),
-    )

@@ -1,21 +1,38 @@
-"""Build the run's Keras callbacks from the `callbacks` node."""
+"""Every callback of a run, built in one place: configured, fault tolerance and display.
+
+`build` makes what the `callbacks` node configures (TensorBoard, speed scalars, profile,
+CSV log, early stopping, extra callbacks); `build_run` adds the NaN guard, the savers of
+`checkpoints/` and `backup/`, the best-model export, the preemption save, `curves.png` and
+the progress bar, in the order they run.
+"""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import keras
+import tensorflow as tf
 
-from kdist import chief
+from kdist.callbacks.best_model import BestModelExport
+from kdist.callbacks.checkpoint import PeriodicCheckpoint
+from kdist.callbacks.curves import Curves
+from kdist.callbacks.guards import NonFiniteGuard
+from kdist.callbacks.preemption import PreemptionSave
+from kdist.callbacks.profile import ProfileSteps, profile_range
+from kdist.callbacks.progress import ProgressBar
 from kdist.callbacks.speed import TrainingSpeed
+from kdist.callbacks.tensorboard import EpochTensorBoard
 from kdist.config.build import instantiate
 from kdist.config.errors import ConfigError
 from kdist.config.validate import parse_update_freq
+from kdist.fileio import read_csv_numbers
 
-__all__ = ["EpochTensorBoard", "ProfileSteps", "build", "monitor_mode", "profile_range"]
+__all__ = ["RunCallbacks", "build", "build_run", "monitor_mode"]
 
 log = logging.getLogger(__name__)
 
@@ -33,140 +50,6 @@ def monitor_mode(monitor: str, mode: str, directions: Mapping[str, str]) -> str:
     if name in directions:
         return directions[name]
     return direction_of(name)
-
-
-def profile_range(value: Sequence[int] | None) -> tuple[int, int] | None:
-    """`callbacks.tensorboard.profile_steps` checked: `(first, last)`, or `None` for off.
-
-    Raises:
-        ConfigError: naming the key unless it is two steps `1 <= first <= last`.
-    """
-    if value is None:
-        return None
-    steps = list(value)
-    if len(steps) != 2 or any(isinstance(s, bool) or not isinstance(s, int) for s in steps):
-        raise ConfigError(
-            "callbacks.tensorboard.profile_steps",
-            "must be two optimizer steps [first, last]",
-            value=steps,
-            hint="e.g. [10, 20], or null for no profile",
-        )
-    first, last = steps
-    if not 1 <= first <= last:
-        raise ConfigError(
-            "callbacks.tensorboard.profile_steps",
-            "needs 1 <= first <= last (steps count from 1)",
-            value=steps,
-            hint=f"e.g. [{max(first, 1)}, {max(first, last, 1)}]",
-        )
-    return first, last
-
-
-class EpochTensorBoard(keras.callbacks.TensorBoard):
-    """`keras.callbacks.TensorBoard` without per-batch work when it writes per epoch.
-
-    With `update_freq="epoch"` Keras still calls `tf.summary.scalar` for every batch log
-    at every train call, with no writer set: nothing is written, and each call costs
-    about a millisecond on the training thread. kdist profiles with `ProfileSteps` and
-    writes no graph, so the batch hooks have nothing left to do in that mode.
-    """
-
-    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        if self.update_freq == "epoch":
-            self._global_train_batch += 1
-            return
-        super().on_train_batch_begin(batch, logs)
-
-    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        if self.update_freq == "epoch":
-            return
-        super().on_train_batch_end(batch, logs)
-
-
-class ProfileSteps(keras.callbacks.Callback):
-    """Write a TensorBoard profile (`tf.profiler`) of optimizer steps `first` to `last`.
-
-    The profiler starts before the train-function call that runs step `first` and stops
-    after the call that completes step `last`, so whole calls of
-    `trainer.steps_per_execution` steps are profiled (and the very first call is only
-    predicted right when it starts at `first`: a call is assumed to run as many steps
-    as the previous one). Steps are read from `optimizer.iterations`, so a resumed run
-    counts from where it resumed. The profile covers this process, and only the chief
-    profiles: other tasks' files would be thrown away, and a second process profiling
-    on the same machine crashed a worker (`munmap_chunk(): invalid pointer`, TF 2.21,
-    two local multi_worker_mirrored workers). Open it in TensorBoard's Profile tab.
-    Create it inside the strategy's scope (as `build` is called).
-
-    Args:
-        log_dir: the run's folder (`tensorboard/train`): the profile goes to its
-            `plugins/profile/<time>/`.
-        first: the first step to profile (1-based).
-        last: the last step to profile.
-    """
-
-    def __init__(self, *, log_dir: str | Path, first: int, last: int):
-        super().__init__()
-        if not 1 <= first <= last:
-            raise ValueError(f"`first` ({first}) and `last` ({last}) need 1 <= first <= last.")
-        self.log_dir = str(log_dir)
-        self.first = first
-        self.last = last
-        self._active = False
-        self._done = False
-        self._previous = 0
-        self._steps_per_call = 1
-        import tensorflow as tf
-
-        # Inside the scope this is the run's strategy (the default one outside).
-        self._done = not chief.is_chief(tf.distribute.get_strategy())
-
-    def _steps_done(self) -> int:
-        # `.numpy()`: `int()` of a Keras variable fails when it wraps a MirroredVariable.
-        return int(self.model.optimizer.iterations.numpy())
-
-    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
-        self._previous = self._steps_done()
-
-    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        if self._done or self._active:
-            return
-        done = self._steps_done()
-        if done >= self.last:
-            self._done = True
-        elif done + self._steps_per_call >= self.first:
-            import tensorflow as tf
-
-            try:
-                tf.profiler.experimental.start(self.log_dir)
-                self._active = True
-            except Exception as error:  # e.g. another profiler is running: not fatal
-                log.warning("profile_steps: the profiler did not start: %s", error)
-                self._done = True
-
-    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        if self._done:
-            return
-        done = self._steps_done()
-        self._steps_per_call = max(1, done - self._previous)
-        self._previous = done
-        if self._active and done >= self.last:
-            self._stop()
-
-    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
-        if self._active:
-            self._stop()
-
-    def _stop(self) -> None:
-        import tensorflow as tf
-
-        self._active = False
-        self._done = True
-        try:
-            tf.profiler.experimental.stop()
-        except Exception as error:  # a profile that cannot be written must not stop training
-            log.warning("profile_steps: the profile was not written: %s", error)
-            return
-        log.info("profile of steps %d-%d written under %s", self.first, self.last, self.log_dir)
 
 
 def build(
@@ -245,3 +128,112 @@ def build(
             )
         callbacks.append(callback)
     return callbacks
+
+
+@dataclass
+class RunCallbacks:
+    """What `build_run` returns: the callbacks in order, and the savers the controller drives."""
+
+    callbacks: list[keras.callbacks.Callback] = field(default_factory=list)
+    savers: list[PeriodicCheckpoint] = field(default_factory=list)
+    best_model: BestModelExport | None = None
+
+
+def _savers(
+    callbacks_cfg: Any,
+    *,
+    model: keras.Model,
+    checkpoint: tf.train.Checkpoint,
+    state: Any,
+    run_dir: Path,
+    strategy: tf.distribute.Strategy,
+) -> dict[str, PeriodicCheckpoint]:
+    """The enabled savers, by folder: `checkpoints` and `backup`."""
+    savers = {}
+    for key, folder in (("checkpoint", "checkpoints"), ("backup", "backup")):
+        node = callbacks_cfg[key]
+        if node.enabled:
+            savers[folder] = PeriodicCheckpoint(
+                model=model,
+                checkpoint=checkpoint,
+                state=state,
+                directory=run_dir / folder,
+                every_n_steps=int(node.every_n_steps),
+                keep=int(node.keep),
+                strategy=strategy,
+            )
+    return savers
+
+
+def build_run(
+    cfg: Any,
+    *,
+    controller: Any,
+    strategy: tf.distribute.Strategy,
+    run_dir: Path,
+    output_dir: Path,
+    is_chief: bool,
+    directions: Mapping[str, str],
+    extra: Sequence[keras.callbacks.Callback] = (),
+    verbose: int = 0,
+) -> RunCallbacks:
+    """Every callback and saver of a run, for `kdist.engine.controller.Controller.fit`.
+
+    Args:
+        cfg: the train config.
+        controller: the run's controller (its checkpoint, state and global step).
+        strategy: the run's strategy.
+        run_dir: the run directory (checkpoints are written under it).
+        output_dir: where files go: the run directory on the chief, a scratch folder on
+            other workers (see `kdist.chief.writable_dir`).
+        is_chief: this process writes the run's files.
+        directions: metric name -> `min` or `max`, for monitored metrics.
+        extra: the caller's callbacks, after the configured ones. Defaults to `()`.
+        verbose: 0 silent, 1 progress bar, 2 one line per epoch. Defaults to `0`.
+
+    Returns:
+        The callbacks in the order they run, the savers, and the best-model export.
+    """
+    node = cfg.callbacks
+    resuming = controller.global_step > 0
+    run = RunCallbacks()
+    if node.nan_guard:
+        run.callbacks.append(NonFiniteGuard())
+    with strategy.scope():
+        run.callbacks += build(
+            node,
+            output_dir=output_dir,
+            directions=directions,
+            resuming=resuming,
+            examples_per_step=int(cfg.trainer.global_batch_size),
+        )
+    run.callbacks += list(extra)
+    savers = _savers(
+        node,
+        model=controller.model,
+        checkpoint=controller.checkpoint,
+        state=controller.state,
+        run_dir=run_dir,
+        strategy=strategy,
+    )
+    run.savers = list(savers.values())
+    if node.best_model.monitor:
+        monitor = str(node.best_model.monitor)
+        run.best_model = BestModelExport(
+            directory=output_dir,
+            monitor=monitor,
+            mode=monitor_mode(monitor, str(node.best_model.mode), directions),
+        )
+        run.callbacks.append(run.best_model)
+    if node.preemption and "backup" in savers:
+        save = functools.partial(controller.save_now, savers["backup"])
+        run.callbacks.append(PreemptionSave(save=save, strategy=strategy, run_dir=run_dir))
+    # curves.png on the chief only: other workers' output_dir is a temporary folder.
+    if node.get("curves", True) and is_chief:
+        history = output_dir / "history.csv"
+        earlier = read_csv_numbers(history) if resuming and history.exists() else []
+        run.callbacks.append(Curves(path=output_dir / "curves.png", history=earlier))
+    if verbose != 0:
+        # Keras adds no bar of its own when a ProgbarLogger is in the list.
+        run.callbacks.append(ProgressBar(examples_per_step=int(cfg.trainer.global_batch_size)))
+    return run

@@ -41,9 +41,10 @@ class NonFiniteGuard(keras.callbacks.Callback):
         super().__init__()
         self.monitor = monitor
         self.steps = 0
+        self._epoch = 0
 
-    def set_steps(self, steps: int) -> None:
-        self.steps = steps
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._epoch = epoch
 
     def _check(self, logs: dict[str, Any] | None) -> None:
         if not logs or self.monitor not in logs:
@@ -56,6 +57,8 @@ class NonFiniteGuard(keras.callbacks.Callback):
             )
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        # `batch` is the last step of the call inside the epoch (0-based), as in `fit`.
+        self.steps = self._epoch * int(self.params.get("steps") or 0) + batch + 1
         self._check(logs)
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:

@@ -9,12 +9,21 @@ from typing import Any
 
 import tensorflow as tf
 
+from kdist.compiling import check_class_weight
+from kdist.config.build import instantiate
 from kdist.config.errors import ConfigError
 from kdist.data.augment import augment, check_augment, is_enabled
 from kdist.data.files import FileSource
 from kdist.data.source import Source
 
-__all__ = ["DatasetFn", "make_dataset_fn", "resolve_shard_policy", "steps_per_epoch"]
+__all__ = [
+    "DatasetFn",
+    "build_source",
+    "make_dataset_fn",
+    "resolve_shard_policy",
+    "run_dataset_fn",
+    "steps_per_epoch",
+]
 
 log = logging.getLogger(__name__)
 
@@ -241,3 +250,41 @@ def _class_weighting(class_weight: Mapping[int, float]) -> Callable[..., Any]:
         return x, y, weight
 
     return weigh
+
+
+def build_source(node: Any) -> Source:
+    """The `Source` a `data.source` node makes.
+
+    Raises:
+        ConfigError: naming `data.source._target_` when it makes something else.
+    """
+    source = instantiate(node, _convert_="all")
+    if not isinstance(source, Source):
+        raise ConfigError(
+            "data.source._target_",
+            f"returned {type(source).__name__}, not a kdist.data.Source",
+            value=node.get("_target_"),
+        )
+    return source
+
+
+def run_dataset_fn(cfg: Any, source: Source, split: str, skip_examples: int = 0) -> DatasetFn:
+    """The `dataset_fn` of a train config's `split`: batch, seed, weights from `cfg`.
+
+    Training batches are micro-batches (`trainer.global_batch_size / accumulate_steps`)
+    and carry `trainer.class_weight`; `skip_examples` is a resumed run's data position.
+    """
+    trainer = cfg.trainer
+    batch = int(trainer.global_batch_size)
+    train = split == "train"
+    if train:
+        batch //= int(trainer.get("accumulate_steps", 1))
+    return make_dataset_fn(
+        source,
+        split,
+        cfg.data,
+        global_batch_size=batch,
+        seed=int(cfg.runtime.seed),
+        skip_examples=skip_examples,
+        class_weight=check_class_weight(trainer.get("class_weight")) if train else None,
+    )

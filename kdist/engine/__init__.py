@@ -1,16 +1,19 @@
-"""kdist's training engine: one controller loop over a runner per kind of strategy."""
+"""kdist's training engine: a controller that owns the run, over a runner per strategy."""
 
 from kdist.engine.building import build_for_training
-from kdist.engine.controller import FitResult, fit
+from kdist.engine.controller import Controller, FitResult, Schedule
+from kdist.engine.factory import make_runner
 from kdist.engine.runner import Logs, Runner, StepRunner
 from kdist.engine.standard_runner import StandardRunner
 
 __all__ = [
+    "Controller",
     "FitResult",
     "Logs",
     "Runner",
+    "Schedule",
     "StandardRunner",
     "StepRunner",
     "build_for_training",
-    "fit",
+    "make_runner",
 ]

@@ -1,21 +1,77 @@
-"""The outer loop: epochs of K-step calls, validation, and the Keras callback hooks."""
+"""The controller: the owner of one run (compare Orbit's `orbit/controller.py`).
+
+It holds the global step and the checkpoint, restores at the start, saves on its savers'
+schedule, drives the Keras `CallbackList`, runs validation and ends training. A runner
+(`kdist.engine.runner.Runner`) only runs steps.
+"""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
 
 import keras
+import tensorflow as tf
 
+from kdist.data.pipeline import DatasetFn
 from kdist.engine.runner import Runner
+from kdist.engine.state import (
+    TrainingState,
+    clean_leftovers,
+    describe_resume,
+    restore_latest,
+    resume_point,
+)
 
-__all__ = ["FitResult", "fit"]
+__all__ = ["Controller", "FitResult", "Saver", "Schedule"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How long a run trains and how its steps are grouped.
+
+    Args:
+        epochs: epoch to stop at.
+        steps_per_epoch: optimizer steps per epoch.
+        steps_per_execution: most steps per runner call.
+        global_batch_size: examples per optimizer step over all replicas.
+        validation_freq: validate every this many epochs (and after the last).
+    """
+
+    epochs: int
+    steps_per_epoch: int
+    steps_per_execution: int
+    global_batch_size: int
+    validation_freq: int = 1
+
+    @property
+    def total_steps(self) -> int:
+        return self.epochs * self.steps_per_epoch
+
+
+class Saver(Protocol):
+    """What the controller needs of a checkpoint writer (`kdist.callbacks.checkpoint`)."""
+
+    every_n_steps: int
+
+    def save(self, steps: int, *, wait: bool = True) -> str | None: ...
+
+    def after_steps(self, steps: int) -> None: ...
+
+    def after_epoch(self, steps: int) -> None: ...
+
+    def finish(self, steps: int) -> None: ...
 
 
 @dataclass
 class FitResult:
-    """What `fit` returns besides the Keras `History`."""
+    """What `Controller.fit` returns besides the Keras `History`."""
 
     history: keras.callbacks.History
     epochs_run: int
@@ -24,91 +80,226 @@ class FitResult:
     final_logs: dict[str, float] = field(default_factory=dict)
 
 
-def _next_count(step: int, global_step: int, limit: int, align: Sequence[int]) -> int:
-    """Steps in the next call: at most `limit`, ending on every multiple in `align`."""
+def _next_count(step: int, global_step: int, limit: int, intervals: Sequence[int]) -> int:
+    """Steps in the next call: at most `limit`, ending on every multiple in `intervals`."""
     count = limit
-    for interval in align:
+    for interval in intervals:
         if interval > 0:
             count = min(count, interval - global_step % interval)
     return max(count, 1)
 
 
-def fit(
-    runner: Runner,
-    *,
-    model: keras.Model,
-    callbacks: keras.callbacks.CallbackList,
-    epochs: int,
-    steps_per_epoch: int,
-    steps_per_execution: int,
-    validation_freq: int = 1,
-    initial_step: int = 0,
-    align: Sequence[int] = (),
-    step_listeners: Sequence[Callable[[int], None]] = (),
-) -> FitResult:
-    """Train until `epochs * steps_per_epoch` steps are done, calling the Keras hooks.
+def _close_files(callbacks: Sequence[keras.callbacks.Callback]) -> None:
+    """Close the files Keras callbacks keep open until `on_train_end`, after a failure
+    (which skips that hook) has stopped training."""
+    for callback in callbacks:
+        if isinstance(callback, keras.callbacks.CSVLogger) and callback.csv_file is not None:
+            callback.csv_file.close()
+        if isinstance(callback, keras.callbacks.TensorBoard):
+            callback._close_writers()
+
+
+class Controller:
+    """Train a model with a runner: restore, epochs of K-step calls, saves, validation.
 
     Batch hooks run once per call of the runner (every `steps_per_execution` steps), as
     in Keras's `fit`; `model.stop_training` set by a callback ends the run after the
-    current call.
+    current call. Calls end on every saver's step multiple, so a save happens exactly at
+    a multiple of its `every_n_steps`.
 
     Args:
         runner: how steps run under the strategy.
-        model: the model the callbacks see.
-        callbacks: the callbacks, with their params set.
-        epochs: epoch to stop at.
-        steps_per_epoch: optimizer steps per epoch.
-        steps_per_execution: most steps per runner call.
-        validation_freq: validate every this many epochs (and after the last). Defaults to `1`.
-        initial_step: steps already done (a resumed run); training continues inside the
-            epoch that step falls in. Defaults to `0`.
-        align: step intervals calls must end on (e.g. a backup every N steps), so that
-            a save happens exactly at a multiple of N. Defaults to `()`.
-        step_listeners: called with the global step after each call, before the batch
-            hooks (Orbit-style actions). Defaults to `()`.
-
-    Returns:
-        A `FitResult` with the `History`.
+        model: the compiled, built model (with its optimizer).
+        schedule: epochs, steps and the global batch.
+        train_data: the training `dataset_fn` that starts after a number of consumed
+            examples (a resumed run's data position).
+        strategy_name: the strategy's class name, recorded in checkpoints.
+        num_replicas: replicas in sync, recorded in checkpoints.
     """
-    model.stop_training = False
-    initial_epoch, first_step = divmod(initial_step, steps_per_epoch)
-    callbacks.on_train_begin()
-    logs: dict[str, float] = {}
-    epochs_run = steps_run = 0
-    started = time.perf_counter()
-    for epoch in range(initial_epoch, epochs):
-        step = first_step if epoch == initial_epoch else 0
-        # A resumed epoch keeps the running metrics restored with the checkpoint.
-        runner.train_loop_begin(reset_metrics=step == 0)
-        callbacks.on_epoch_begin(epoch)
-        while step < steps_per_epoch and not model.stop_training:
-            global_step = epoch * steps_per_epoch + step
-            limit = min(steps_per_execution, steps_per_epoch - step)
-            count = _next_count(step, global_step, limit, align)
-            callbacks.on_train_batch_begin(step)
-            batch_logs = runner.train_steps(count)
-            step += count
-            steps_run += count
-            for listener in step_listeners:
-                listener(global_step + count)
-            callbacks.on_train_batch_end(step - 1, batch_logs)
-        logs = runner.train_loop_end()
-        last = epoch + 1 == epochs or model.stop_training
-        if (epoch + 1) % validation_freq == 0 or last:
-            callbacks.on_test_begin()
-            val_logs = runner.evaluate()
-            callbacks.on_test_end(val_logs)
-            logs.update({f"val_{name}": value for name, value in val_logs.items()})
-        callbacks.on_epoch_end(epoch, logs)
-        epochs_run += 1
-        if model.stop_training:
-            break
-    train_seconds = time.perf_counter() - started
-    callbacks.on_train_end(logs)
-    return FitResult(
-        history=model.history,
-        epochs_run=epochs_run,
-        steps_run=steps_run,
-        train_seconds=train_seconds,
-        final_logs=dict(logs),
-    )
+
+    def __init__(
+        self,
+        runner: Runner,
+        *,
+        model: keras.Model,
+        schedule: Schedule,
+        train_data: Callable[[int], DatasetFn],
+        strategy_name: str,
+        num_replicas: int,
+    ):
+        self.runner = runner
+        self.model = model
+        self.schedule = schedule
+        self.global_step = 0
+        self._train_data = train_data
+        self._strategy_name = strategy_name
+        self._num_replicas = num_replicas
+        # Plain host variables, identical on every worker: built outside any scope.
+        self.state = TrainingState(
+            strategy_name=strategy_name,
+            num_replicas=num_replicas,
+            global_batch_size=schedule.global_batch_size,
+        )
+        metrics = tf.Module(name="kdist_running_metrics")
+        metrics.variables_list = list(runner.metric_variables)
+        self.checkpoint = tf.train.Checkpoint(
+            model=model, optimizer=model.optimizer, state=self.state, metrics=metrics
+        )
+
+    # -- resuming ------------------------------------------------------------------------
+
+    def restore(self, backup_dir: Path, checkpoint_dir: Path, *, clean: bool) -> int:
+        """Resume from the newest readable backup, else the newest readable checkpoint.
+
+        The model, optimizer, running metrics and data position are restored; the step is
+        mapped onto this run's global batch (logged), so a run can resume under another
+        strategy or replica count.
+
+        Args:
+            backup_dir: the run's `backup/` folder.
+            checkpoint_dir: the run's `checkpoints/` folder, used when `backup/` holds
+                nothing (deleted, or never written).
+            clean: remove the `*_temp*` leftovers of an interrupted save first (the chief).
+
+        Returns:
+            The global step to continue from (0 when there is nothing to restore).
+
+        Raises:
+            kdist.engine.state.CheckpointError: when checkpoints exist but none reads.
+        """
+        if clean:
+            for folder in (backup_dir, checkpoint_dir):
+                clean_leftovers(folder)
+        path = restore_latest(self.checkpoint, backup_dir)
+        if path is None:
+            path = restore_latest(self.checkpoint, checkpoint_dir)
+            if path is not None:
+                log.warning("no backup in %s: resuming from checkpoint %s", "backup/", path)
+        if path is None:
+            self.global_step = 0
+            return 0
+        point = resume_point(self.state, path)
+        batch = self.schedule.global_batch_size
+        steps = point.examples // batch
+        log.info(
+            describe_resume(
+                point,
+                strategy_name=self._strategy_name,
+                replicas=self._num_replicas,
+                batch=batch,
+                steps_per_epoch=self.schedule.steps_per_epoch,
+            )
+        )
+        # From here on the checkpoints describe this run (its strategy, replicas, batch).
+        self.state.steps.assign(steps)
+        self.state.strategy_name.assign(self._strategy_name)
+        self.state.num_replicas.assign(self._num_replicas)
+        self.state.global_batch_size.assign(batch)
+        self.runner.set_train_dataset_fn(self._train_data(point.examples))
+        self.global_step = steps
+        return steps
+
+    def save_now(self, saver: Saver) -> None:
+        """Save with `saver` at the current step, complete on return (a preemption)."""
+        saver.save(self.global_step)
+
+    # -- training ------------------------------------------------------------------------
+
+    def fit(
+        self,
+        callbacks: Sequence[keras.callbacks.Callback] = (),
+        *,
+        savers: Sequence[Saver] = (),
+        verbose: int = 0,
+    ) -> FitResult:
+        """Train from the current global step to the end of the schedule.
+
+        Args:
+            callbacks: the Keras callbacks, in the order they run. Defaults to `()`.
+            savers: checkpoint writers, called after the callbacks' hooks (so a guard
+                that raises stops a save of bad weights). Defaults to `()`.
+            verbose: Keras's progress bar setting (0, 1 or 2). Defaults to `0`.
+
+        Returns:
+            A `FitResult` with the `History`. A run resumed at its last step trains
+            nothing and reports one validation of the model as it is.
+        """
+        schedule = self.schedule
+        callback_list = keras.callbacks.CallbackList(
+            list(callbacks),
+            add_history=True,
+            add_progbar=verbose != 0,
+            model=self.model,
+            verbose=verbose,
+            epochs=schedule.epochs,
+            steps=schedule.steps_per_epoch,
+        )
+        if self.global_step >= schedule.total_steps:
+            log.info(
+                "the backup is at step %d of %d: training is already done",
+                self.global_step,
+                schedule.total_steps,
+            )
+        try:
+            result = self._train(callback_list, savers)
+        except BaseException as error:
+            _close_files(callback_list.callbacks)
+            failure = self.runner.failure(error)
+            if failure is not None:
+                raise failure from error
+            raise
+        if not result.final_logs:
+            val = self.runner.evaluate()
+            result.final_logs = {f"val_{k}": v for k, v in val.items()}
+        return result
+
+    def _train(self, callbacks: keras.callbacks.CallbackList, savers: Sequence[Saver]) -> FitResult:
+        schedule, runner, model = self.schedule, self.runner, self.model
+        per_epoch = schedule.steps_per_epoch
+        intervals = [saver.every_n_steps for saver in savers]
+        model.stop_training = False
+        initial_epoch, first_step = divmod(self.global_step, per_epoch)
+        callbacks.on_train_begin()
+        logs: dict[str, float] = {}
+        epochs_run = steps_run = 0
+        started = time.perf_counter()
+        for epoch in range(initial_epoch, schedule.epochs):
+            step = first_step if epoch == initial_epoch else 0
+            # A resumed epoch keeps the running metrics restored with the checkpoint.
+            runner.train_loop_begin(reset_metrics=step == 0)
+            callbacks.on_epoch_begin(epoch)
+            while step < per_epoch and not model.stop_training:
+                limit = min(schedule.steps_per_execution, per_epoch - step)
+                count = _next_count(step, self.global_step, limit, intervals)
+                callbacks.on_train_batch_begin(step)
+                batch_logs = runner.train_steps(count)
+                step += count
+                steps_run += count
+                self.global_step += count
+                callbacks.on_train_batch_end(step - 1, batch_logs)
+                for saver in savers:
+                    saver.after_steps(self.global_step)
+            logs = runner.train_loop_end()
+            last = epoch + 1 == schedule.epochs or model.stop_training
+            if (epoch + 1) % schedule.validation_freq == 0 or last:
+                callbacks.on_test_begin()
+                val_logs = runner.evaluate()
+                callbacks.on_test_end(val_logs)
+                logs.update({f"val_{name}": value for name, value in val_logs.items()})
+            callbacks.on_epoch_end(epoch, logs)
+            for saver in savers:
+                saver.after_epoch(self.global_step)
+            epochs_run += 1
+            if model.stop_training:
+                break
+        train_seconds = time.perf_counter() - started
+        callbacks.on_train_end(logs)
+        for saver in savers:
+            saver.finish(self.global_step)
+        return FitResult(
+            history=model.history,
+            epochs_run=epochs_run,
+            steps_run=steps_run,
+            train_seconds=train_seconds,
+            final_logs=dict(logs),
+        )

@@ -199,7 +199,7 @@ class ParameterServerRunner(StepRunner):
         try:
             yield
         except (tf.errors.UnavailableError, tf.errors.AbortedError) as error:
-            failure = self.ps_failure(error)
+            failure = self.failure(error)
             if failure is None:
                 # A failure TensorFlow blames on the network, but every ps answers.
                 failure = ParameterServerUnavailableError(
@@ -210,12 +210,12 @@ class ParameterServerRunner(StepRunner):
         except tf.errors.CancelledError as error:
             # Closures are cancelled after a parameter server failure; anything else
             # that cancelled them is reported as it is.
-            failure = self.ps_failure(error)
+            failure = self.failure(error)
             if failure is None:
                 raise
             raise failure from error
 
-    def ps_failure(self, error: BaseException) -> ParameterServerUnavailableError | None:
+    def failure(self, error: BaseException) -> ParameterServerUnavailableError | None:
         """The lost parameter server behind `error`, or `None` (`ps_failures.diagnose`)."""
         return diagnose(error, self._cluster)
 

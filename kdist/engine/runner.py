@@ -38,8 +38,8 @@ Logs = Mapping[str, Any]
 class Runner(abc.ABC):
     """Runs training and evaluation steps under one strategy.
 
-    The controller (`kdist.engine.controller.fit`) owns epochs, callbacks and validation
-    timing; a runner owns how steps run.
+    The controller (`kdist.engine.controller.Controller`) owns the global step, epochs,
+    saves, callbacks and validation timing; a runner owns how steps run.
     """
 
     @abc.abstractmethod
@@ -66,6 +66,14 @@ class Runner(abc.ABC):
     @abc.abstractmethod
     def metric_variables(self) -> list[Any]:
         """The running metrics' variables, saved with checkpoints."""
+
+    def failure(self, error: BaseException) -> BaseException | None:
+        """The error to report for `error` raised while training, or `None` for itself.
+
+        A parameter-server runner names the lost parameter server behind a cancelled
+        step; other runners report errors as they are.
+        """
+        return None
 
 
 def overrides(model: keras.Model, method: str) -> bool:

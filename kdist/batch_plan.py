@@ -1,0 +1,80 @@
+"""How big and how long a run is: the global batch over the replicas, and the schedule."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from omegaconf import open_dict, read_write
+
+from kdist.config.errors import ConfigError
+from kdist.engine.controller import Schedule
+
+__all__ = ["global_batch_size", "schedule"]
+
+log = logging.getLogger(__name__)
+
+
+def global_batch_size(cfg: Any, num_replicas: int) -> int:
+    """The global batch, split evenly over `num_replicas` (and `accumulate_steps`).
+
+    `trainer.per_replica_batch_size`, when set, is written into the config as
+    `trainer.global_batch_size`, so every later reader (data, checkpoints, metrics.json)
+    sees one number.
+
+    Raises:
+        ConfigError: naming `trainer.global_batch_size` or `trainer.accumulate_steps`
+            when the batch does not split evenly, with a value that would.
+    """
+    trainer = cfg.trainer
+    per_replica = trainer.get("per_replica_batch_size")
+    if per_replica is not None:
+        with read_write(trainer), open_dict(trainer):
+            trainer.global_batch_size = int(per_replica) * num_replicas
+        log.info(
+            "global batch %d = trainer.per_replica_batch_size %d x %d replica(s)",
+            trainer.global_batch_size,
+            per_replica,
+            num_replicas,
+        )
+    elif num_replicas > 1 and cfg.optimizer.get("lr_scaling", "none") != "none":
+        log.warning(
+            "optimizer.lr_scaling=%s scales the learning rate by the %d replicas, but "
+            "trainer.global_batch_size=%d stays fixed; set trainer.per_replica_batch_size "
+            "(with trainer.global_batch_size=null) so the batch grows with them, or "
+            "optimizer.lr_scaling=none",
+            cfg.optimizer.lr_scaling,
+            num_replicas,
+            trainer.global_batch_size,
+        )
+    batch = int(trainer.global_batch_size)
+    if batch % num_replicas:
+        lower = max(num_replicas, batch - batch % num_replicas)
+        raise ConfigError(
+            "trainer.global_batch_size",
+            f"is not divisible by the {num_replicas} replicas",
+            value=batch,
+            hint=f"use a multiple of {num_replicas}, e.g. {lower}",
+        )
+    accumulate = int(trainer.get("accumulate_steps", 1))
+    if accumulate > 1 and batch % (accumulate * num_replicas):
+        raise ConfigError(
+            "trainer.accumulate_steps",
+            f"does not split the global batch of {batch} into micro-batches that the "
+            f"{num_replicas} replica(s) share evenly",
+            value=accumulate,
+            hint=f"make trainer.global_batch_size a multiple of {accumulate} x "
+            f"{num_replicas} = {accumulate * num_replicas}",
+        )
+    return batch
+
+
+def schedule(trainer: Any, steps_per_epoch: int) -> Schedule:
+    """The controller's `Schedule` for a `trainer` node (after `global_batch_size`)."""
+    return Schedule(
+        epochs=int(trainer.epochs),
+        steps_per_epoch=steps_per_epoch,
+        steps_per_execution=int(trainer.steps_per_execution),
+        global_batch_size=int(trainer.global_batch_size),
+        validation_freq=int(trainer.validation_freq),
+    )

@@ -1,0 +1,187 @@
+"""Where a run stands, saved with every checkpoint, and how to read it back.
+
+A checkpoint holds the model, the optimizer, the training metrics' running state and a
+`TrainingState` (steps done, examples consumed, and the strategy that wrote it). Because
+the input pipeline's order is fixed by the seed, "examples consumed" is the data position:
+a resumed run skips exactly that many examples, so no batch is used twice or skipped,
+under any strategy or replica count.
+
+On restore kdist does not trust the `checkpoint` state file: it tries every `ckpt-N` from
+the newest down and falls back, with a warning, past one that is truncated or corrupt. A
+folder with no checkpoint starts fresh; a folder whose checkpoints all fail to read is an
+error, never a silent fresh start.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import tensorflow as tf
+
+__all__ = [
+    "CheckpointError",
+    "ResumePoint",
+    "TrainingState",
+    "clean_leftovers",
+    "describe_resume",
+    "restore_latest",
+    "resume_point",
+    "state_file_readable",
+]
+
+log = logging.getLogger(__name__)
+
+_CKPT = re.compile(r"^ckpt-(\d+)\.index$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint folder holds checkpoints but none of them can be restored."""
+
+
+class TrainingState(tf.Module):
+    """Where training stands, saved with every checkpoint.
+
+    Build it outside `strategy.scope()`: these are plain host variables, identical on
+    every worker, and so readable by any strategy that restores them.
+
+    Args:
+        strategy_name: the strategy's class name, e.g. `"MirroredStrategy"`.
+        num_replicas: replicas in sync.
+        global_batch_size: examples per step over all replicas.
+    """
+
+    def __init__(self, *, strategy_name: str, num_replicas: int, global_batch_size: int):
+        super().__init__(name="kdist_training_state")
+        self.steps = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.examples = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.global_batch_size = tf.Variable(global_batch_size, dtype=tf.int64, trainable=False)
+        self.num_replicas = tf.Variable(num_replicas, dtype=tf.int64, trainable=False)
+        self.strategy_name = tf.Variable(strategy_name, dtype=tf.string, trainable=False)
+        self._batch = global_batch_size
+
+    def advance_to(self, steps: int) -> None:
+        """Record that `steps` steps of the current global batch are done in total."""
+        done = int(self.steps.numpy())
+        self.examples.assign_add((steps - done) * self._batch)
+        self.steps.assign(steps)
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """What a restored checkpoint says about where to continue."""
+
+    path: str
+    steps: int
+    examples: int
+    saved_by: str
+    saved_replicas: int
+    saved_batch: int
+
+
+def _candidates(directory: Path) -> list[tuple[int, str]]:
+    found = []
+    if directory.is_dir():
+        for entry in directory.iterdir():
+            match = _CKPT.match(entry.name)
+            if match:
+                found.append((int(match.group(1)), str(directory / f"ckpt-{match.group(1)}")))
+    return sorted(found, reverse=True)
+
+
+def clean_leftovers(directory: Path) -> None:
+    """Remove the temporary folders an interrupted save leaves (`*_temp*`)."""
+    if not directory.is_dir():
+        return
+    for entry in directory.iterdir():
+        if "_temp" in entry.name:
+            log.info("removing leftover temporary checkpoint files %s", entry)
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+
+
+def state_file_readable(directory: Path) -> bool:
+    if not (directory / "checkpoint").exists():
+        return True
+    # TensorFlow logs a parse error and answers None for an unreadable state file.
+    return tf.train.get_checkpoint_state(str(directory)) is not None
+
+
+def restore_latest(checkpoint: tf.train.Checkpoint, directory: Path) -> str | None:
+    """Restore the newest readable checkpoint of `directory` into `checkpoint`.
+
+    Args:
+        checkpoint: what to restore into.
+        directory: the checkpoint folder.
+
+    Returns:
+        The restored checkpoint's path, or `None` when the folder holds no checkpoint.
+
+    Raises:
+        CheckpointError: when checkpoints exist but none can be read.
+    """
+    candidates = _candidates(directory)
+    if not candidates:
+        leftovers = [p.name for p in directory.glob("ckpt-*")] if directory.is_dir() else []
+        if any(name.endswith(".data-00000-of-00001") for name in leftovers):
+            raise CheckpointError(
+                f"{directory} holds checkpoint data ({', '.join(sorted(leftovers))}) without "
+                "an index file; restore it or move it away to start fresh"
+            )
+        return None
+    errors = []
+    for number, path in candidates:
+        try:
+            checkpoint.restore(path).assert_existing_objects_matched()
+        except Exception as error:  # DataLossError, OutOfRangeError, NotFoundError, ...
+            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            errors.append(f"ckpt-{number}: {type(error).__name__}: {first[:200]}")
+            log.warning(
+                "checkpoint %s cannot be restored (%s: %s); trying the previous one",
+                path,
+                type(error).__name__,
+                first[:200],
+            )
+            continue
+        if errors:
+            log.warning("restored %s after skipping %d unreadable checkpoint(s)", path, len(errors))
+        return path
+    raise CheckpointError(
+        f"none of the {len(candidates)} checkpoint(s) in {directory} can be restored: "
+        + "; ".join(errors)
+    )
+
+
+def describe_resume(
+    point: ResumePoint, *, strategy_name: str, replicas: int, batch: int, steps_per_epoch: int
+) -> str:
+    """One log line saying how a checkpoint's position maps onto this run."""
+    steps = point.examples // batch
+    epoch, step = divmod(steps, steps_per_epoch)
+    text = (
+        f"resuming from {point.path}: saved by {point.saved_by} with {point.saved_replicas} "
+        f"replica(s), global batch {point.saved_batch}, after {point.steps} steps "
+        f"({point.examples} examples); now {strategy_name} with {replicas} replica(s), "
+        f"global batch {batch}: continuing at step {steps} (epoch {epoch + 1}, "
+        f"step {step} of {steps_per_epoch})"
+    )
+    if point.examples % batch:
+        text += f"; {point.examples % batch} examples into a step (the batch size changed)"
+    return text
+
+
+def resume_point(state: TrainingState, path: str) -> ResumePoint:
+    """The `ResumePoint` a restored `state` describes."""
+    return ResumePoint(
+        path=path,
+        steps=int(state.steps.numpy()),
+        examples=int(state.examples.numpy()),
+        saved_by=state.strategy_name.numpy().decode(),
+        saved_replicas=int(state.num_replicas.numpy()),
+        saved_batch=int(state.global_batch_size.numpy()),
+    )

@@ -1,0 +1,174 @@
+"""The run's model: built from `cfg.model` (or the user's), in the strategy's scope, compiled."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from kdist import models, optimizers
+from kdist.compiling import (
+    build_loss,
+    build_loss_weights,
+    build_metrics,
+    check_output_names,
+    is_sparse_classification_loss,
+    loss_names,
+)
+from kdist.config.errors import ConfigError
+from kdist.data.checks import check_label_range
+from kdist.data.pipeline import run_dataset_fn
+from kdist.data.source import ArraySource, Source
+from kdist.engine import Runner, Schedule, build_for_training, make_runner
+from kdist.engine.building import rebuild_in_scope, synchronize_batchnorm
+
+__all__ = ["check_targets", "compiled_model", "runner_for", "synchronize"]
+
+log = logging.getLogger(__name__)
+
+
+def check_targets(trainer: Any, source: Source) -> None:
+    """Classification losses need class ids (or one-hot rows): say so before training.
+
+    Raises:
+        ConfigError: naming `trainer.loss` for float targets, or `data.source` for class
+            ids the model has no output for.
+    """
+    loss = trainer.get("loss")
+    if not is_sparse_classification_loss(loss) or not isinstance(source, ArraySource):
+        return
+    targets = source.arrays("train")[1]
+    if isinstance(targets, dict):
+        return
+    if not np.issubdtype(targets.dtype, np.integer):
+        raise ConfigError(
+            "trainer.loss",
+            f"needs integer class ids, but the targets are {targets.dtype}",
+            value=loss_names(loss)[0],
+            hint="for float targets use a regression loss, e.g. trainer.loss=mse "
+            "trainer.metrics=[mae]",
+        )
+    # Class ids the model has no output for fail late, inside TensorFlow.
+    for split in ("train", "validation"):
+        check_label_range("data.source", source.arrays(split)[1], source.num_classes)
+
+
+def synchronize(model: keras.Model, strategy: tf.distribute.Strategy) -> None:
+    """`trainer.sync_batchnorm`: every `BatchNormalization` layer uses global statistics.
+
+    Raises:
+        ConfigError: naming the key under parameter servers, which have no global batch.
+    """
+    if isinstance(strategy, tf.distribute.ParameterServerStrategy):
+        raise ConfigError(
+            "trainer.sync_batchnorm",
+            "cannot work under parameter_server: workers train on their own batches, "
+            "asynchronously, with no global batch to share statistics over",
+            value=True,
+            hint="set trainer.sync_batchnorm=false, or use mirrored or multi_worker_mirrored",
+        )
+    count = synchronize_batchnorm(model)
+    log.info(
+        "trainer.sync_batchnorm: %d BatchNormalization layer(s) use the statistics of "
+        "the global batch over %d replica(s)",
+        count,
+        strategy.num_replicas_in_sync,
+    )
+
+
+def compiled_model(
+    cfg: Any,
+    strategy: tf.distribute.Strategy,
+    source: Source,
+    *,
+    total_steps: int,
+    model: keras.Model | None = None,
+) -> keras.Model:
+    """The model to train, made and compiled inside `strategy.scope()`.
+
+    Args:
+        cfg: the train config.
+        strategy: the run's strategy.
+        source: the data (input shape and classes for a model built from `cfg.model`).
+        total_steps: optimizer steps of the whole run (for learning-rate schedules).
+        model: the user's model instead of `cfg.model`. Defaults to `None`. Its compile
+            is kept when it has one; made outside the scope of a distributed strategy,
+            it is rebuilt in the scope with its weights.
+
+    Returns:
+        The compiled model (not yet built for an unbuilt subclassed model).
+
+    Raises:
+        ConfigError: naming the key, for a loss or metric Keras does not know, loss keys
+            that are not the model's outputs, or sync batch norm it cannot apply.
+    """
+    distributed = strategy.num_replicas_in_sync > 1 or isinstance(
+        strategy,
+        (tf.distribute.MultiWorkerMirroredStrategy, tf.distribute.ParameterServerStrategy),
+    )
+    with strategy.scope():
+        if model is None:
+            model = models.from_config(
+                cfg.model, input_shape=source.input_shape, num_classes=source.num_classes
+            )
+        elif getattr(model, "_distribute_strategy", None) is not strategy and distributed:
+            model = rebuild_in_scope(model)
+        if cfg.trainer.get("sync_batchnorm"):
+            synchronize(model, strategy)
+        if model.compiled and model.optimizer is not None:
+            log.info("keeping %s's own compile (loss, metrics, optimizer)", model.name)
+            return model
+        check_output_names(model, cfg.trainer)
+        model.compile(
+            optimizer=optimizers.build(
+                cfg.optimizer,
+                num_replicas=int(strategy.num_replicas_in_sync),
+                mixed_precision=cfg.runtime.mixed_precision,
+                total_steps=total_steps,
+            ),
+            loss=build_loss(cfg.trainer.get("loss")),
+            loss_weights=build_loss_weights(cfg.trainer.get("loss_weights")),
+            metrics=build_metrics(cfg.trainer.get("metrics"), cfg.trainer.get("loss")),
+        )
+    return model
+
+
+def runner_for(
+    cfg: Any,
+    strategy: tf.distribute.Strategy,
+    model: keras.Model,
+    source: Source,
+    schedule: Schedule,
+    *,
+    validates: bool,
+) -> Runner:
+    """Build `model` from the data's element spec (if unbuilt) and make its runner.
+
+    Models that create their variables on the first call (subclassed models, layers
+    without an input shape) are built before the optimizer, as `fit` does.
+
+    Raises:
+        ConfigError: naming `model` when the runner cannot train it.
+    """
+    train_fn = run_dataset_fn(cfg, source, "train")
+    with strategy.scope():
+        build_for_training(model, train_fn(tf.distribute.InputContext()).element_spec)
+        try:
+            return make_runner(
+                strategy,
+                steps_per_schedule=int(cfg.strategy.get("steps_per_schedule", 1)),
+                model=model,
+                train_dataset_fn=train_fn,
+                validation_dataset_fn=(
+                    run_dataset_fn(cfg, source, "validation") if validates else None
+                ),
+                global_batch_size=schedule.global_batch_size,
+                steps_per_execution=schedule.steps_per_execution,
+                jit_compile=bool(cfg.runtime.jit_compile),
+                accumulate_steps=int(cfg.trainer.get("accumulate_steps", 1)),
+            )
+        except ValueError as error:
+            raise ConfigError("model", str(error), value=type(model).__name__) from None

@@ -1,0 +1,131 @@
+"""The files a run leaves in its run directory, besides what callbacks write while training.
+
+`metrics.json` (the summary), `config.yaml` outside a Hydra app, `model.keras` and
+`saved_model/` (unless the best-model callback wrote them), and `history.csv` trimmed when a
+run resumes. Written by the chief only: callers pass the chief's output folder.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import keras
+from omegaconf import OmegaConf
+
+from kdist import chief
+from kdist.callbacks.best_model import BestModelExport, save_model_files
+from kdist.engine.controller import FitResult
+from kdist.engine.sharded import savable_model
+from kdist.fileio import write_text_atomic
+
+__all__ = ["summary", "trim_history", "write"]
+
+log = logging.getLogger(__name__)
+
+
+def summary(
+    result: FitResult,
+    cfg: Any,
+    *,
+    steps: int,
+    strategy_name: str,
+    num_replicas: int,
+) -> dict[str, Any]:
+    """The summary `metrics.json` holds: final metrics, steps, speed and the objective.
+
+    Args:
+        result: what the controller's `fit` returned.
+        cfg: the train config.
+        steps: optimizer updates applied (`optimizer.iterations`).
+        strategy_name: the strategy's class name.
+        num_replicas: replicas in sync.
+    """
+    logs = result.final_logs
+    batch = int(cfg.trainer.global_batch_size)
+    seconds = max(result.train_seconds, 1e-9)
+    objective = cfg.get("objective") or {"name": "loss", "direction": "min"}
+    return {
+        "train": {k: v for k, v in logs.items() if not k.startswith("val_")},
+        "validation": {k[4:]: v for k, v in logs.items() if k.startswith("val_")},
+        "steps": steps,
+        "epochs": result.epochs_run,
+        "examples_per_sec": result.steps_run * batch / seconds,
+        "strategy": strategy_name,
+        "num_replicas": num_replicas,
+        "global_batch_size": batch,
+        "wall_seconds": result.train_seconds,
+        "objective": {
+            "name": str(objective["name"]),
+            "direction": str(objective["direction"]),
+            "value": logs.get(str(objective["name"])),
+        },
+    }
+
+
+def write(
+    output_dir: Path,
+    run_dir: Path,
+    *,
+    metrics: dict[str, Any],
+    cfg: Any,
+    model: keras.Model,
+    best_model: BestModelExport | None,
+) -> None:
+    """Write `metrics.json`, the config and the model into `output_dir`, and log a line.
+
+    Args:
+        output_dir: the run directory on the chief, a scratch folder elsewhere (removed).
+        run_dir: the run directory.
+        metrics: the summary (see `summary`); the best model's epoch is added.
+        cfg: the train config (saved as `config.yaml` outside a Hydra app).
+        model: the trained model (exported unless the best-model callback did).
+        best_model: the best-model callback, if the run has one.
+    """
+    if best_model is not None and best_model.best is not None:
+        metrics["best_model"] = {
+            "monitor": best_model.monitor,
+            "value": best_model.best,
+            "epoch": (best_model.best_epoch or 0) + 1,
+        }
+    write_text_atomic(output_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    if not (output_dir / ".hydra").exists():
+        # Outside a Hydra app, keep the resolved config beside the outputs too.
+        write_text_atomic(output_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    if "best_model" not in metrics and cfg.callbacks.save_model:
+        # model.keras to evaluate or fine-tune, saved_model/ (serving_default) to serve.
+        saved_model = bool(cfg.callbacks.get("saved_model", True))
+        save_model_files(savable_model(model), output_dir, saved_model=saved_model)
+    chief.cleanup_dir(output_dir, run_dir)
+    shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics["validation"].items()) or "none"
+    log.info(
+        "trained %d steps in %.1f s (%.0f examples/s); validation: %s",
+        metrics["steps"],
+        metrics["wall_seconds"],
+        metrics["examples_per_sec"],
+        shown,
+    )
+
+
+def trim_history(output_dir: Path, epoch: int) -> None:
+    """Drop `history.csv` rows of epochs from `epoch` on: the resumed run redoes them.
+
+    A run stopped inside an epoch still logs that partial epoch; its row would otherwise
+    appear twice.
+    """
+    path = output_dir / "history.csv"
+    if not path.exists():
+        return
+    with path.open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    if not rows:
+        return
+    kept = [rows[0], *(row for row in rows[1:] if row and int(row[0]) < epoch)]
+    if len(kept) != len(rows):
+        buffer = io.StringIO()
+        csv.writer(buffer).writerows(kept)
+        write_text_atomic(path, buffer.getvalue())
