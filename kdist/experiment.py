@@ -18,7 +18,8 @@ import tensorflow as tf
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from kdist import callbacks as kdist_callbacks
-from kdist import chief, models, optimizers, runtime, strategies
+from kdist import models, optimizers, runtime, strategies
+from kdist.cluster import chief
 from kdist.callbacks.best_model import BestModelExport, save_model_files
 from kdist.callbacks.checkpoint import (
     PeriodicCheckpoint,

@@ -36,7 +36,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from kdist import chief
+from kdist.cluster import chief
 from kdist.callbacks.guards import NonFiniteWeightsError
 
 __all__ = [

@@ -9,7 +9,7 @@ from typing import Any
 
 import keras
 
-from kdist import chief
+from kdist.cluster import chief
 from kdist.callbacks.speed import TrainingSpeed
 from kdist.config.build import instantiate
 from kdist.config.errors import ConfigError
