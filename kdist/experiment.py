@@ -19,7 +19,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from kdist import callbacks as kdist_callbacks
 from kdist import models, optimizers, runtime, strategies
-from kdist.cluster import chief
 from kdist.callbacks.best_model import BestModelExport, save_model_files
 from kdist.callbacks.checkpoint import (
     PeriodicCheckpoint,
@@ -34,6 +33,7 @@ from kdist.callbacks.factory import monitor_mode
 from kdist.callbacks.guards import NonFiniteGuard
 from kdist.callbacks.preemption import PreemptionSave
 from kdist.callbacks.progress import ProgressBar
+from kdist.cluster import chief
 from kdist.compiling import (
     build_loss,
     build_loss_weights,

@@ -36,8 +36,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from kdist.cluster import chief
 from kdist.callbacks.guards import NonFiniteWeightsError
+from kdist.cluster import chief
 
 __all__ = [
     "CheckpointError",

@@ -9,8 +9,8 @@ from typing import Any
 
 import keras
 
-from kdist.cluster import chief
 from kdist.callbacks.speed import TrainingSpeed
+from kdist.cluster import chief
 from kdist.config.build import instantiate
 from kdist.config.errors import ConfigError
 from kdist.config.validate import parse_update_freq
