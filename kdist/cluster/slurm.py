@@ -10,9 +10,9 @@ from typing import Any
 from kdist.cluster.info import ClusterInfo
 from kdist.config.errors import ConfigError
 
-__all__ = ["SLURM_VARS", "slurm_info", "slurm_resolver"]
+__all__ = ["slurm_info", "slurm_resolver"]
 
-SLURM_VARS = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST")
+_SLURM_VARS = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST")
 
 
 def _has_gpus() -> bool:
@@ -61,7 +61,7 @@ def slurm_info(env: Mapping[str, str], *, port_base: int = 8888) -> ClusterInfo:
         expand_tasks_per_node,
     )
 
-    for name in (*SLURM_VARS, "SLURM_STEP_TASKS_PER_NODE"):
+    for name in (*_SLURM_VARS, "SLURM_STEP_TASKS_PER_NODE"):
         if name not in env:
             raise ConfigError(name, "is not set; run the training command with srun")
     try:

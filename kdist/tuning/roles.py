@@ -29,7 +29,6 @@ __all__ = [
     "ENV_TUNER_ID",
     "Role",
     "resolve_role",
-    "split_address",
     "tuner_environment",
 ]
 
@@ -38,8 +37,7 @@ ENV_ORACLE_IP = "KERASTUNER_ORACLE_IP"
 ENV_ORACLE_PORT = "KERASTUNER_ORACLE_PORT"
 
 
-def split_address(address: str) -> tuple[str, int]:
-    """`(host, port)` of a `host:port` address (IPv6 hosts without their brackets)."""
+def _split(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     return host.strip("[]"), int(port)
 
@@ -84,14 +82,14 @@ class Role:
         """keras-tuner's environment variables for this role (empty when not distributed)."""
         if self.address is None:
             return {}
-        host, port = split_address(self.address)
+        host, port = _split(self.address)
         return {ENV_TUNER_ID: self.tuner_id, ENV_ORACLE_IP: host, ENV_ORACLE_PORT: str(port)}
 
     def bind_address(self) -> str:
         """Where the chief's server listens: its own address, or every interface when the
         address is a host name (the server has no authentication, see FACTS.md)."""
         assert self.address is not None
-        host, port = split_address(self.address)
+        host, port = _split(self.address)
         if _is_literal_or_local(host):
             return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         return f"[::]:{port}"
