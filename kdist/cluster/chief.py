@@ -68,10 +68,9 @@ def task_info(strategy: Any = None) -> tuple[str | None, int]:
 
 
 def is_chief(strategy: Any = None) -> bool:
-    """Whether this process writes the run's files.
+    """Whether this process writes the run's files (`is_chief_task` for its task).
 
-    The chief is the `chief` task when the cluster has one, else worker 0; a process
-    with no cluster (one device, mirrored) is always the chief.
+    A process with no cluster (one device, mirrored) is always the chief.
 
     Args:
         strategy: the run's `tf.distribute.Strategy`. Defaults to `None` (single process).
