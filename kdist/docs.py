@@ -33,6 +33,8 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from kdist.exit_codes import EXIT_FAILED
+
 __all__ = ["GROUP_INTROS", "check", "generate", "main", "write"]
 
 # One paragraph per group: what it chooses. Everything else on a page is generated.
@@ -545,7 +547,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"{args.out}/ is out of date ({', '.join(stale)}); run `make docs`",
                 file=sys.stderr,
             )
-            raise SystemExit(1)
+            raise SystemExit(EXIT_FAILED)
         print(f"{args.out}/ is up to date")
         return
     written = write(args.out)

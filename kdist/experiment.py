@@ -19,9 +19,10 @@ import keras
 import tensorflow as tf
 from omegaconf import DictConfig
 
-from kdist import batch_plan, chief, outputs, runtime, strategies
+from kdist import batch_plan, outputs, runtime, strategies
 from kdist.callbacks.best_model import BestModelExport
 from kdist.callbacks.factory import build_run
+from kdist.cluster import chief
 from kdist.compiling import configured_metric_names
 from kdist.config.validate import validate
 from kdist.data.pipeline import build_source, run_dataset_fn, steps_per_epoch

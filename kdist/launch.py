@@ -45,8 +45,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO
 
-from kdist.chief import remove_scratch, scratch_prefix
-from kdist.cluster import tf_config_for
+from kdist.cluster import remove_scratch, scratch_prefix, tf_config_for
 from kdist.config.errors import ConfigError, exit_with
 from kdist.gpus import ALLOW_GROWTH, detect_gpus, plan_gpus
 from kdist.sandbox import Guardian

@@ -17,8 +17,8 @@ from typing import Any
 import keras
 from omegaconf import OmegaConf
 
-from kdist import chief
 from kdist.callbacks.best_model import BestModelExport, save_model_files
+from kdist.cluster import chief
 from kdist.engine.controller import FitResult
 from kdist.engine.sharded import savable_model
 from kdist.fileio import write_text_atomic

@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from kdist.exit_codes import EXIT_FAILED
+
 __all__ = ["Guardian", "die_with_parent", "isolation_support"]
 
 _CLONE_NEWNET = 0x40000000
@@ -91,7 +93,7 @@ def die_with_parent(parent: int) -> None:
     if _LIBC is not None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     if os.getppid() != parent:  # the parent died before the signal was armed
-        os._exit(1)
+        os._exit(EXIT_FAILED)
 
 
 def isolation_support() -> str | None:
@@ -261,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             _enter_private_network()
         except OSError as error:
             print(f"cannot make a private network namespace: {error}", file=sys.stderr)
-            raise SystemExit(1) from None
+            raise SystemExit(EXIT_FAILED) from None
     if args.probe:
         return
     print("ready", flush=True)

@@ -24,6 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from kdist import resume_check, run_lock
+from kdist.cli import requested_log_level
 from kdist.cluster import ClusterInfo
 from kdist.cluster import resolve as resolve_cluster
 from kdist.config import ConfigError, compose, exit_with, format_hydra_error, register, validate
@@ -186,7 +187,7 @@ def main() -> None:
     """Entry point of `python -m kdist.train`."""
     register()
     # Before anything imports TensorFlow (checking `_target_` keys imports the models).
-    quiet_tensorflow(_requested_log_level(sys.argv[1:]))
+    quiet_tensorflow(requested_log_level(sys.argv[1:]))
     try:
         info = resolve_cluster()
     except ConfigError as error:
@@ -195,15 +196,6 @@ def main() -> None:
     sys.argv.extend(non_chief_overrides(info, multirun=multirun))
     precheck(sys.argv[1:])
     _app()
-
-
-def _requested_log_level(argv: list[str]) -> int:
-    for arg in argv:
-        if arg.startswith("runtime.tf_log_level="):
-            value = arg.split("=", 1)[1]
-            if value in ("0", "1", "2", "3"):
-                return int(value)
-    return 2
 
 
 if __name__ == "__main__":

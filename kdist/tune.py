@@ -25,16 +25,16 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from kdist.cli import requested_log_level
 from kdist.cluster import resolve as resolve_cluster
 from kdist.config import ConfigError, exit_with, register
+from kdist.exit_codes import EXIT_FAILED
 from kdist.runtime import quiet_tensorflow
-from kdist.train import _requested_log_level, non_chief_overrides, precheck
+from kdist.train import non_chief_overrides, precheck
 
 __all__ = ["main"]
 
 log = logging.getLogger("kdist.tune")
-
-EXIT_SEARCH_FAILED = 1
 
 
 def _config_dir(hydra_cfg: Any) -> str | None:
@@ -46,7 +46,7 @@ def _config_dir(hydra_cfg: Any) -> str | None:
 
 def _fail(message: str) -> None:
     print(f"kdist: tune: {message}", file=sys.stderr, flush=True)
-    raise SystemExit(EXIT_SEARCH_FAILED)
+    raise SystemExit(EXIT_FAILED)
 
 
 def _report(result: Any) -> float | None:
@@ -74,9 +74,9 @@ def _report(result: Any) -> float | None:
 @hydra.main(config_path="pkg://kdist.conf", config_name="tune", version_base="1.3")
 def _app(cfg: DictConfig) -> float | None:
     # After the config checks: importing keras-tuner starts TensorFlow.
-    from kdist.tuning import FatalConfigError, OracleUnreachable
     from kdist.tuning import run as run_search
-    from kdist.tuning.distributed import OracleError
+    from kdist.tuning.oracle_client import OracleError, OracleUnreachable
+    from kdist.tuning.tuner import FatalConfigError
 
     hydra_cfg = HydraConfig.get()
     run_dir = Path(cfg.tuner.distributed.run_dir or hydra_cfg.runtime.output_dir)
@@ -138,7 +138,7 @@ def main() -> None:
     register()
     argv = sys.argv[1:]
     # Before anything imports TensorFlow (checking `_target_` keys imports the models).
-    quiet_tensorflow(_requested_log_level(argv))
+    quiet_tensorflow(requested_log_level(argv))
     _check_space_overrides(argv)
     try:
         info = resolve_cluster()
@@ -162,7 +162,7 @@ def main() -> None:
         sys.argv.extend(non_chief_overrides(info))
     cfg = precheck(sys.argv[1:], config_name="tune")
     if cfg is not None:
-        from kdist.tuning.search import check
+        from kdist.tuning.driver import check
 
         try:
             check(cfg)

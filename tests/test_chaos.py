@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from helpers import REPO, alive, launch_pids, start_launch
 
-from kdist.chief import scratch_prefix
+from kdist.cluster.chief import scratch_prefix
 from kdist.launch import run
 
 pytestmark = [pytest.mark.multiworker, pytest.mark.slow]

@@ -6,7 +6,15 @@ import json
 
 import pytest
 
-from kdist.cluster import ClusterInfo, parse_tf_config, resolve, tf_config_for
+from kdist.cluster import (
+    ClusterInfo,
+    chief_task,
+    is_chief,
+    is_chief_task,
+    parse_tf_config,
+    resolve,
+    tf_config_for,
+)
 from kdist.config import ConfigError
 
 GOOD = {
@@ -165,3 +173,49 @@ def test_slurm_errors(change, message):
     del env["SLURM_STEP_NODELIST"]
     with pytest.raises(ConfigError, match="SLURM_STEP_NODELIST: is not set"):
         resolve(env, mode="slurm")
+
+
+class _FakeResolver:
+    """Just what `kdist.cluster.is_chief` reads from a strategy's cluster resolver."""
+
+    def __init__(self, cluster, task_type, task_id):
+        self._cluster = cluster
+        self.task_type = task_type
+        self.task_id = task_id
+
+    def cluster_spec(self):
+        return self
+
+    def as_dict(self):
+        return self._cluster
+
+
+class _FakeStrategy:
+    def __init__(self, cluster, task_type, task_id):
+        self.cluster_resolver = _FakeResolver(cluster, task_type, task_id)
+
+
+@pytest.mark.parametrize(
+    ("cluster", "task_type", "index", "expected"),
+    [
+        ({"worker": ["h:1", "h:2"]}, "worker", 0, True),
+        ({"worker": ["h:1", "h:2"]}, "worker", 1, False),
+        ({"chief": ["h:9"], "worker": ["h:1"]}, "chief", 0, True),
+        ({"chief": ["h:9"], "worker": ["h:1"]}, "worker", 0, False),
+        ({"chief": ["h:9"], "worker": ["h:1"], "ps": ["h:2"]}, "ps", 0, False),
+        ({"worker": ["h:1"], "evaluator": ["h:3"]}, "evaluator", 0, False),
+    ],
+)
+def test_who_is_chief_is_one_rule(cluster, task_type, index, expected):
+    """`ClusterInfo.is_chief` (before TensorFlow) and `is_chief(strategy)` (after) agree."""
+    assert is_chief_task(task_type, index, cluster) is expected
+    info = parse_tf_config(tf_config_for(cluster, task_type, index))
+    assert info.is_chief is expected
+    assert is_chief(_FakeStrategy(cluster, task_type, index)) is expected
+    if expected:
+        assert chief_task(cluster) == (task_type, index)
+
+
+def test_a_process_alone_is_the_chief():
+    assert is_chief_task(None, 0, {})
+    assert resolve({}).is_chief and is_chief(None) and is_chief(object())

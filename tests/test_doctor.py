@@ -14,6 +14,7 @@ from helpers import REPO, run_module
 from packaging.requirements import Requirement
 
 from kdist import doctor
+from kdist.doctor import probes
 
 try:
     import tomllib
@@ -212,7 +213,7 @@ def test_a_probe_reports_json_and_its_last_error():
 def test_probes_do_not_join_the_doctors_cluster(monkeypatch):
     monkeypatch.setenv("TF_CONFIG", "{}")
     monkeypatch.setenv("SLURM_PROCID", "0")
-    env = doctor._probe_env()
+    env = probes._probe_env()
     assert "TF_CONFIG" not in env and "SLURM_PROCID" not in env
 
 
@@ -329,3 +330,12 @@ def test_the_launch_network_row_says_which_mode_applies():
     # This machine: the row matches what the launcher will do.
     here = doctor.check_launch_network()
     assert here.status == ("ok" if isolation_support() is None else "warn")
+
+
+def test_the_doctor_package_reads_in_small_modules():
+    """`kdist/doctor/` keeps one part per module, each under 400 lines, and runs with -m."""
+    folder = REPO / "kdist" / "doctor"
+    names = sorted(path.name for path in folder.glob("*.py"))
+    assert "__main__.py" in names and len(names) >= 6
+    for path in folder.glob("*.py"):
+        assert len(path.read_text().splitlines()) < 400, path.name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 
 from helpers import REPO
@@ -41,3 +42,71 @@ def test_every_status_has_one_home():
     source = (REPO / "kdist" / "callbacks" / "preemption.py").read_text()
     said = re.sub(r'"\s+"', "", source)  # join the implicitly concatenated string
     assert interrupted.strip("`").removeprefix("kdist: ") in said
+
+
+_EXIT_CALLS = {"sys.exit", "SystemExit", "os._exit", "exit"}
+# Left to the developer who owns kdist/launch.py (issue 16): it is to import EXIT_RESTART.
+_NOT_YET_MOVED = {("launch.py", "RESTART_EXIT_CODE")}
+
+
+def _int(node: ast.AST | None) -> int | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    return None
+
+
+def _literal_statuses(source: str) -> list[tuple[str, int]]:
+    """`(what, number)` for each exit call, `returncode` comparison or `*EXIT*` constant
+    written with a literal number (docstrings and comments do not count)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and node.args and ast.unparse(node.func) in _EXIT_CALLS:
+            status = node.args[0]
+            # `SystemExit(1 if failed else 0)`: both branches are statuses.
+            choices = [status.body, status.orelse] if isinstance(status, ast.IfExp) else [status]
+            for choice in choices:
+                number = _int(choice)
+                if number is not None:
+                    found.append((ast.unparse(node), number))
+        elif isinstance(node, ast.Compare) and "returncode" in ast.unparse(node.left):
+            for right in node.comparators:
+                number = _int(right)
+                if number is not None:
+                    found.append((ast.unparse(node), number))
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            number = _int(node.value)
+            for target in targets:
+                if isinstance(target, ast.Name) and "EXIT" in target.id and number is not None:
+                    found.append((target.id, number))
+    return found
+
+
+def test_no_module_spells_a_status_as_a_number():
+    """`kdist/exit_codes.py` is the only place that writes 1, 2, 3, 4, 5, 42 or 130."""
+    statuses = {code for code in exit_codes.EXIT_CODES if code != exit_codes.EXIT_OK}
+    found = []
+    for path in sorted((REPO / "kdist").rglob("*.py")):
+        if path.name == "exit_codes.py":
+            continue
+        for what, number in _literal_statuses(path.read_text()):
+            if number in statuses and (path.name, what) not in _NOT_YET_MOVED:
+                found.append(f"{path.relative_to(REPO)}: {what}")
+    assert not found, "use the names in kdist/exit_codes.py:\n" + "\n".join(found)
+
+
+def test_the_literal_scan_finds_literals():
+    """The scan above catches what it is meant to (so that test can fail)."""
+    code = (
+        "import os, sys\n"
+        "EXIT_SEARCH_FAILED = 1\n"
+        "def f(result):\n"
+        '    """Defaults to `sys.exit(42)`."""\n'
+        "    if result.returncode == 2:\n"
+        "        os._exit(42)\n"
+        "    raise SystemExit(EXIT_SEARCH_FAILED)\n"
+        "sys.exit(1 if f(None) else 0)\n"
+    )
+    found = _literal_statuses(code)
+    assert sorted(number for _, number in found) == [0, 1, 1, 2, 42]
+    assert ("EXIT_SEARCH_FAILED", 1) in found and ("os._exit(42)", 42) in found

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from helpers import REPO, alive
 
-from kdist.chief import scratch_prefix
+from kdist.cluster.chief import scratch_prefix
 from kdist.launch import run
 
 pytestmark = [pytest.mark.multiworker, pytest.mark.slow]

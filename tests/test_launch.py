@@ -22,7 +22,7 @@ import pytest
 from helpers import alive, compose, launch_pids
 
 import kdist
-from kdist.chief import scratch_prefix
+from kdist.cluster.chief import scratch_prefix
 from kdist.launch import free_ports, run
 
 pytestmark = pytest.mark.multiworker

@@ -20,7 +20,7 @@ import pytest
 from helpers import REPO, alive, launch_pids, non_loopback_ipv4, read_until, start_launch
 
 import kdist.launch
-from kdist.chief import scratch_prefix
+from kdist.cluster.chief import scratch_prefix
 from kdist.config.errors import ConfigError
 from kdist.launch import check_strategy, run
 from kdist.sandbox import isolation_support

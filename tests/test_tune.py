@@ -24,20 +24,13 @@ from helpers import LOGICAL, REPO, compose, free_port, run_module
 import kdist
 from kdist.config import ConfigError
 from kdist.sweep import read_summary
-from kdist.tuning import (
-    DeadlineOracleClient,
-    OracleServer,
-    OracleUnreachable,
-    Role,
-    Space,
-    format_value,
-    parse_value,
-    resolve_role,
-)
 from kdist.tuning import oracles as tuning_oracles
 from kdist.tuning import run as run_search
-from kdist.tuning.distributed import Heartbeat
+from kdist.tuning.oracle_chief import OracleServer
+from kdist.tuning.oracle_client import DeadlineOracleClient, Heartbeat, OracleUnreachable
 from kdist.tuning.plan import TrialPlan, base_overrides, trial_config_name
+from kdist.tuning.roles import Role, resolve_role
+from kdist.tuning.space import Space, format_value, parse_value
 
 # Tiny trials for in-process searches (a few seconds each search).
 TINY = ["trainer=fast_dev", "trainer.verbose=0", "callbacks=minimal", "tuner.verbose=0"]
@@ -209,7 +202,7 @@ def test_trial_overrides_replace_the_searchs_own(tmp_path: Path):
 
 @pytest.mark.parametrize("tuner", ["random", "bayesian", "hyperband"])
 def test_tuner_options_compose_and_build(tuner):
-    from kdist.tuning.search import check
+    from kdist.tuning.driver import check
 
     cfg = compose([f"tuner={tuner}"], config_name="tune")
     space = check(cfg)
@@ -231,7 +224,7 @@ def test_tuner_options_compose_and_build(tuner):
     ],
 )
 def test_bad_tuner_settings_name_the_key(override, key):
-    from kdist.tuning.search import check
+    from kdist.tuning.driver import check
 
     extra = ["tuner=hyperband"] if "factor" in override else []
     cfg = compose([*extra, override], config_name="tune")
@@ -247,7 +240,7 @@ def test_objective_must_be_a_metric_of_the_run(tmp_path: Path):
 
 
 def test_a_validation_objective_without_validation_stops_the_search(tmp_path: Path):
-    from kdist.tuning import FatalConfigError
+    from kdist.tuning.tuner import FatalConfigError
 
     with pytest.raises(FatalConfigError, match=r"tuner\.objective\.name='val_accuracy'"):
         # An explicit validation objective (`auto` would pick `accuracy` here).
@@ -785,8 +778,17 @@ def test_a_worker_does_not_wait_forever_for_a_dead_chief(tmp_path: Path):
 def test_tune_recipes_compose():
     for path in sorted((REPO / "recipes").glob("tune_*.yaml")):
         cfg = compose([], config_name=path.stem, config_dir=REPO / "recipes")
-        from kdist.tuning.search import check
+        from kdist.tuning.driver import check
 
         space = check(cfg)
         space.check_keys(cfg)
         assert math.isfinite(float(cfg.tuner.max_trials))
+
+
+def test_the_tuning_package_exports_what_users_call():
+    """`kdist.tuning` re-exports the search and its result; the parts stay in their modules."""
+    import kdist.tuning
+
+    assert kdist.tuning.__all__ == ["SearchResult", "run"]
+    assert kdist.tuning.run is run_search
+    assert kdist.tuning.SearchResult.__module__ == "kdist.tuning.driver"

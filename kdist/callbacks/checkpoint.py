@@ -27,8 +27,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from kdist import chief
 from kdist.callbacks.guards import NonFiniteWeightsError
+from kdist.cluster import chief
 from kdist.engine.state import TrainingState, clean_leftovers, state_file_readable
 
 __all__ = ["PeriodicCheckpoint"]

@@ -65,7 +65,7 @@ def build(
     Args:
         callbacks_cfg: the `callbacks` config node.
         output_dir: where files go: the run directory on the chief, a temporary folder on
-            other workers (see `kdist.chief.writable_dir`).
+            other workers (see `kdist.cluster.chief.writable_dir`).
         directions: metric name -> `min` or `max`, for monitored metrics. Defaults to
             `None`: losses are minimised, everything else maximised.
         resuming: the run continues from a backup: `history.csv` is appended to.
@@ -185,7 +185,7 @@ def build_run(
         strategy: the run's strategy.
         run_dir: the run directory (checkpoints are written under it).
         output_dir: where files go: the run directory on the chief, a scratch folder on
-            other workers (see `kdist.chief.writable_dir`).
+            other workers (see `kdist.cluster.chief.writable_dir`).
         is_chief: this process writes the run's files.
         directions: metric name -> `min` or `max`, for monitored metrics.
         extra: the caller's callbacks, after the configured ones. Defaults to `()`.

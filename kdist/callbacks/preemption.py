@@ -14,7 +14,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from kdist import chief
+from kdist.cluster import chief
 from kdist.exit_codes import EXIT_INTERRUPTED, EXIT_RESTART
 
 __all__ = ["EXIT_RESTART", "PreemptionSave", "save_on_ctrl_c"]

@@ -9,7 +9,7 @@ from typing import Any
 
 import keras
 
-from kdist import chief
+from kdist.cluster import chief
 from kdist.config.errors import ConfigError
 
 __all__ = ["ProfileSteps", "profile_range"]

@@ -1,33 +1,11 @@
-"""Hyperparameter search with keras-tuner, every trial a kdist training job (`kdist.tune`)."""
+"""Hyperparameter search with keras-tuner, every trial a kdist training job (`kdist.tune`).
 
-from kdist.tuning.distributed import (
-    DeadlineOracleClient,
-    OracleError,
-    OracleServer,
-    OracleUnreachable,
-    Role,
-    resolve_role,
-    tuner_environment,
-)
-from kdist.tuning.plan import TrialPlan
-from kdist.tuning.search import SearchResult, run
-from kdist.tuning.space import Space, format_value, parse_value
-from kdist.tuning.tuner import FatalConfigError, KdistTuner
+What users call: `run` (a search from a composed tune config) and the `SearchResult` it
+returns. The parts live in their own modules: `driver` (the search), `space`, `plan`
+(one trial's command), `tuner`, `oracles`, `results`, `hparams`, and for a distributed
+search `roles`, `oracle_chief` and `oracle_client`.
+"""
 
-__all__ = [
-    "DeadlineOracleClient",
-    "FatalConfigError",
-    "KdistTuner",
-    "OracleError",
-    "OracleServer",
-    "OracleUnreachable",
-    "Role",
-    "SearchResult",
-    "Space",
-    "TrialPlan",
-    "format_value",
-    "parse_value",
-    "resolve_role",
-    "run",
-    "tuner_environment",
-]
+from kdist.tuning.driver import SearchResult, run
+
+__all__ = ["SearchResult", "run"]

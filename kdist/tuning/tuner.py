@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 from kdist.config.compose import format_hydra_error
 from kdist.config.errors import ConfigError
 from kdist.tuning import hparams, results
-from kdist.tuning.distributed import DeadlineOracleClient, Heartbeat, OracleUnreachable
+from kdist.tuning.oracle_client import DeadlineOracleClient, Heartbeat, OracleUnreachable
 from kdist.tuning.oracles import is_finite, reason
 from kdist.tuning.plan import TrialPlan
 
@@ -86,7 +86,7 @@ class KdistTuner(keras_tuner.Tuner):
             oracle=oracle,
             directory=str(self.run_dir),
             project_name="keras_tuner",
-            # A fresh start is the caller's: `kdist.tuning.search.run` clears the folder
+            # A fresh start is the caller's: `kdist.tuning.driver.run` clears the folder
             # on the chief only (keras-tuner's `overwrite` would delete it on every tuner).
             overwrite=False,
         )
@@ -97,7 +97,7 @@ class KdistTuner(keras_tuner.Tuner):
         """Ask the oracle for trials and run them until it answers `STOPPED`.
 
         keras-tuner's own loop serves the oracle instead when this process is the chief;
-        kdist serves it from `kdist.tuning.distributed.OracleServer` and runs trials here.
+        kdist serves it from `kdist.tuning.oracle_chief.OracleServer` and runs trials here.
         """
         self.on_search_begin()
         while True:

@@ -1,17 +1,60 @@
-"""Chief-only side effects: every file kdist writes goes through `writable_dir`."""
+"""Who is chief, in one function (`is_chief_task`), and chief-only side effects.
+
+Every file kdist writes goes through `writable_dir`.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["cleanup_dir", "is_chief", "on_chief", "task_info", "writable_dir"]
+__all__ = [
+    "chief_task",
+    "cleanup_dir",
+    "is_chief",
+    "is_chief_task",
+    "on_chief",
+    "remove_scratch",
+    "scratch_dir",
+    "scratch_prefix",
+    "task_info",
+    "writable_dir",
+]
 
 T = TypeVar("T")
+
+
+def chief_task(cluster: Mapping[str, Any]) -> tuple[str, int]:
+    """`(task_type, task_index)` of the chief of `cluster`: its `chief` task, else worker 0.
+
+    Args:
+        cluster: job name -> the job's tasks (addresses); a job with no task counts as absent.
+    """
+    return ("chief", 0) if cluster.get("chief") else ("worker", 0)
+
+
+def is_chief_task(task_type: str | None, task_index: int, cluster: Mapping[str, Any]) -> bool:
+    """Whether task `task_type` `task_index` of `cluster` writes the run's files.
+
+    The one rule every caller uses: the `chief` task when the cluster has one, else
+    worker 0 (`chief_task`); a process with no cluster (`task_type` `None`) is always
+    the chief.
+
+    Args:
+        task_type: the task's job (`"chief"`, `"worker"`, `"ps"`, ...), or `None` alone.
+        task_index: the task's index in its job.
+        cluster: job name -> the job's tasks (addresses); a job with no task counts as absent.
+
+    Returns:
+        `True` on the chief.
+    """
+    if task_type is None or task_type == "chief":
+        return True
+    return (task_type, task_index) == chief_task(cluster)
 
 
 def task_info(strategy: Any = None) -> tuple[str | None, int]:
@@ -25,10 +68,9 @@ def task_info(strategy: Any = None) -> tuple[str | None, int]:
 
 
 def is_chief(strategy: Any = None) -> bool:
-    """Whether this process writes the run's files.
+    """Whether this process writes the run's files (`is_chief_task` for its task).
 
-    The chief is the `chief` task when the cluster has one, else worker 0; a process
-    with no cluster (one device, mirrored) is always the chief.
+    A process with no cluster (one device, mirrored) is always the chief.
 
     Args:
         strategy: the run's `tf.distribute.Strategy`. Defaults to `None` (single process).
@@ -36,12 +78,7 @@ def is_chief(strategy: Any = None) -> bool:
     task_type, task_id = task_info(strategy)
     if task_type is None:
         return True
-    if task_type == "chief":
-        return True
-    if task_type == "worker":
-        spec = strategy.cluster_resolver.cluster_spec().as_dict()
-        return "chief" not in spec and task_id == 0
-    return False
+    return is_chief_task(task_type, task_id, strategy.cluster_resolver.cluster_spec().as_dict())
 
 
 def on_chief(strategy: Any, action: Callable[[], T]) -> T | None:

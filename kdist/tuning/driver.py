@@ -1,11 +1,11 @@
-"""One hyperparameter search, in one process or across a cluster: `run`.
+"""What `python -m kdist.tune` drives: one search, in one process or across a cluster (`run`).
 
 ```python
 import kdist
-from kdist.tuning import search
+from kdist import tuning
 
 cfg = kdist.compose(["tuner.max_trials=4", "trainer.epochs=2"], config_name="tune")
-result = search.run(cfg, run_dir="outputs/tune", overrides=["trainer.epochs=2"])
+result = tuning.run(cfg, run_dir="outputs/tune", overrides=["trainer.epochs=2"])
 result.best["command"]      # python -m kdist.train trainer.epochs=2 optimizer.learning_rate=...
 ```
 """
@@ -27,8 +27,10 @@ from kdist.compiling import resolve_objective
 from kdist.config.errors import ConfigError
 from kdist.config.validate import validate
 from kdist.tuning import hparams, oracles, results
-from kdist.tuning.distributed import DeadlineOracleClient, OracleServer, Role, resolve_role
+from kdist.tuning.oracle_chief import OracleServer
+from kdist.tuning.oracle_client import DeadlineOracleClient
 from kdist.tuning.plan import TrialPlan, base_overrides, trial_config_name
+from kdist.tuning.roles import Role, resolve_role
 from kdist.tuning.space import Space
 from kdist.tuning.tuner import KdistTuner
 

@@ -1,0 +1,63 @@
+"""Where this process sits in its cluster: `ClusterInfo`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kdist.cluster.chief import is_chief_task
+
+__all__ = ["TASK_TYPES", "ClusterInfo"]
+
+TASK_TYPES = ("chief", "worker", "ps", "evaluator")
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """Where this process sits in its cluster.
+
+    Attributes:
+        source: `"tf_config"`, `"slurm"` or `"none"` (a single process).
+        cluster: job name -> list of `host:port` addresses (empty for `"none"`).
+        task_type: this process's job (`"worker"`, `"chief"`, `"ps"`, ...), or `None`.
+        task_index: this process's index in its job.
+        port_base: first port of each SLURM node's tasks (SLURM only).
+    """
+
+    source: str = "none"
+    cluster: Mapping[str, list[str]] = field(default_factory=dict)
+    task_type: str | None = None
+    task_index: int = 0
+    port_base: int = 8888
+
+    @property
+    def num_workers(self) -> int:
+        """Tasks that run training steps (`chief` and `worker` jobs)."""
+        return len(self.cluster.get("chief", [])) + len(self.cluster.get("worker", []))
+
+    @property
+    def is_chief(self) -> bool:
+        """Whether this process writes the run's files (`kdist.cluster.chief.is_chief_task`)."""
+        return is_chief_task(self.task_type, self.task_index, self.cluster)
+
+    @property
+    def task_name(self) -> str:
+        """E.g. `"worker 1"`, for messages."""
+        return f"{self.task_type or 'local'} {self.task_index}"
+
+    def resolver(self) -> Any:
+        """The TensorFlow cluster resolver for this cluster, or `None` when alone."""
+        if self.source == "none":
+            return None
+        import tensorflow as tf
+
+        if self.source == "slurm":
+            # Imported here: `kdist.cluster.slurm` builds `ClusterInfo`s (a module cycle).
+            from kdist.cluster.slurm import slurm_resolver
+
+            return slurm_resolver(self.port_base)
+        spec = tf.train.ClusterSpec({job: list(addrs) for job, addrs in self.cluster.items()})
+        return tf.distribute.cluster_resolver.SimpleClusterResolver(
+            spec, task_type=self.task_type, task_id=self.task_index, rpc_layer="grpc"
+        )
