@@ -1,0 +1,42 @@
+"""The one list of config groups (kdist.config.groups) agrees with conf/, schemas and docs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import yaml
+from helpers import REPO
+
+from kdist.config import schema
+from kdist.config.groups import GROUP_INTROS, GROUPS, TRAIN_GROUPS
+
+CONF = REPO / "kdist" / "conf"
+
+
+def test_train_yaml_defaults_are_the_train_groups_in_order():
+    defaults = yaml.safe_load((CONF / "train.yaml").read_text())["defaults"]
+    groups = [next(iter(entry)) for entry in defaults if isinstance(entry, dict)]
+    assert tuple(groups) == TRAIN_GROUPS
+
+
+def test_every_conf_folder_is_a_group_and_every_group_has_a_folder():
+    folders = {p.name for p in CONF.iterdir() if p.is_dir() and any(p.glob("*.yaml"))}
+    assert folders == set(GROUPS)
+    assert set(TRAIN_GROUPS) < set(GROUPS)
+
+
+def test_every_group_has_schemas_and_an_intro():
+    assert tuple(schema._GROUP_SCHEMAS) == GROUPS
+    assert set(schema._OPTION_SCHEMAS) == set(GROUPS)
+    assert all(schema._GROUP_SCHEMAS[group] for group in GROUPS)
+    assert list(GROUP_INTROS) == list(GROUPS)
+    assert all(len(intro) > 20 for intro in GROUP_INTROS.values())
+
+
+def test_the_groups_module_imports_no_tensorflow():
+    code = "import sys, kdist.config.groups; print('tensorflow' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "False"
