@@ -38,7 +38,6 @@ __all__ = [
     "validate",
 ]
 
-
 CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_device")
 SHARD_POLICIES = ("auto", "file", "data", "off")
 LR_SCALING = ("none", "linear", "sqrt")
