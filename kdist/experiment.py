@@ -8,7 +8,6 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +56,7 @@ from kdist.engine.building import rebuild_in_scope, synchronize_batchnorm
 from kdist.engine.ps_runner import ParameterServerRunner
 from kdist.engine.sharded import savable_model
 from kdist.predicting import predict_dataset
+from kdist.run_dir import default_run_dir
 
 __all__ = ["Experiment"]
 
@@ -74,8 +74,7 @@ def _close_files(callbacks: Sequence[keras.callbacks.Callback]) -> None:
 
 
 def _default_run_dir() -> Path:
-    now = datetime.now()
-    return Path("outputs") / now.strftime("%Y-%m-%d") / now.strftime("%H-%M-%S-%f")
+    return default_run_dir(microseconds=True)
 
 
 class Experiment:

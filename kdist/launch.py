@@ -41,13 +41,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import IO
 
 from kdist.cluster import remove_scratch, scratch_prefix, tf_config_for
 from kdist.config.errors import ConfigError, exit_with
 from kdist.gpus import ALLOW_GROWTH, detect_gpus, plan_gpus
+from kdist.run_dir import default_run_dir
 from kdist.sandbox import Guardian
 
 __all__ = [
@@ -124,8 +124,7 @@ def _is_loopback(host: str) -> bool:
 
 
 def _default_run_dir() -> Path:
-    now = datetime.now()
-    return Path("outputs") / now.strftime("%Y-%m-%d") / now.strftime("%H-%M-%S")
+    return default_run_dir()
 
 
 def _run_dir_key(overrides: Sequence[str]) -> str:
