@@ -6,6 +6,14 @@ with the task's name, and stop every process when one fails (restarting them all
 `--max-restarts` times). Parameter-server training tolerates a lost worker: its death is
 reported and the chief goes on with the others.
 
+Elastic restarts (`--min-workers M`, as torchrun's `--nnodes M:N`): a multi-worker run
+whose worker fails in two starts in a row (gone for good) restarts with one worker fewer,
+never fewer than M, from the last backup; kdist maps the step by examples consumed and
+skips them in the global data stream, so no example is lost or repeated. With
+`--grow-after SECONDS` a shrunk run is asked to save (SIGTERM, exit 42) after that long
+and restarts at full size. The rules are in `kdist.elastic`; the per-task rules that end
+a start in `kdist.supervisor`.
+
 On a machine with GPUs each worker gets its own through `CUDA_VISIBLE_DEVICES` (dealt
 round-robin, or `--gpus-per-worker N` each); parameter servers and the parameter-server
 chief get none unless asked (`--ps-gpus N`); every task grows its GPU memory as needed
@@ -17,6 +25,7 @@ Example:
 python -m kdist.launch --workers 2 -- strategy=multi_worker_mirrored model=cnn
 python -m kdist.launch --workers 2 --ps 1 -- strategy=parameter_server
 python -m kdist.launch --workers 2 --gpus-per-worker 2 -- strategy=multi_worker_mirrored
+python -m kdist.launch --workers 3 --min-workers 2 --max-restarts 3 -- strategy=multi_worker_mirrored
 ```
 
 ```python
@@ -28,31 +37,32 @@ exit_code = run(workers=2, overrides=["strategy=multi_worker_mirrored"])
 from __future__ import annotations
 
 import argparse
-import contextlib
 import ipaddress
+import math
 import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
-from kdist.chief import remove_scratch, scratch_prefix
+from kdist.chief import remove_scratch
 from kdist.cluster import tf_config_for
 from kdist.config.errors import ConfigError, exit_with
+from kdist.elastic import ElasticPolicy
+from kdist.exit_codes import EXIT_RESTART
 from kdist.gpus import ALLOW_GROWTH, detect_gpus, plan_gpus
 from kdist.sandbox import Guardian
+from kdist.supervisor import Outcome, Task, Watch, exit_status, port_race, start, stop
 
 __all__ = [
-    "RESTART_EXIT_CODE",
+    "check_elastic_batch",
     "check_strategy",
     "clean_temp_leftovers",
     "free_ports",
@@ -60,15 +70,7 @@ __all__ = [
     "run",
 ]
 
-# A worker that exits with this code asks to be restarted (e.g. after a preemption save).
-RESTART_EXIT_CODE = 42
-_PORT_RACE_MARKERS = ("Address already in use", "Failed to add port", "address in use")
-# How long a sidecar evaluator may take after training ends (its last checkpoints).
-_EVALUATOR_GRACE_SECONDS = 600.0
 _PORT_RETRIES = 3
-# After a parameter server dies, the chief gets this long to notice and stop with its own
-# error (naming the ps) before the launcher stops it.
-_PS_LOSS_GRACE_SECONDS = 60.0
 # The strategies that train one model over several processes, by launcher shape.
 _CLUSTER_STRATEGIES = {False: "multi_worker_mirrored", True: "parameter_server"}
 _WARNING = "WARNING: "
@@ -97,22 +99,6 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
-
-
-@dataclass
-class _Task:
-    role: str
-    index: int
-    command: list[str]
-    env: dict[str, str]
-    trains: bool
-    process: subprocess.Popen | None = None
-    tail: deque = field(default_factory=lambda: deque(maxlen=40))
-    reader: threading.Thread | None = None
-
-    @property
-    def name(self) -> str:
-        return f"{self.role} {self.index}"
 
 
 def _is_loopback(host: str) -> bool:
@@ -151,6 +137,27 @@ def _given_run_dir(overrides: Sequence[str]) -> Path | None:
     return None
 
 
+def _job_config(overrides: Sequence[str]) -> Any:
+    """The composed config of the tasks' command line, or `None` to leave checks to them.
+
+    `None` for a sweep (`-m`: each job may differ; its tasks report their own errors) and
+    for a command line that does not compose (the tasks report it as one line).
+    """
+    from hydra._internal.utils import get_args_parser
+
+    from kdist.config import compose
+
+    args, _ = get_args_parser().parse_known_args(list(overrides))
+    if args.multirun:
+        return None
+    try:
+        return compose(
+            args.overrides, config_name=args.config_name or "train", config_dir=args.config_dir
+        )
+    except Exception:  # the tasks report a bad command line themselves, as one line
+        return None
+
+
 def check_strategy(overrides: Sequence[str], *, workers: int, ps: int) -> None:
     """Refuse a strategy that would train independent copies on several processes.
 
@@ -167,18 +174,8 @@ def check_strategy(overrides: Sequence[str], *, workers: int, ps: int) -> None:
     """
     if workers < 2 and ps == 0:
         return
-    from hydra._internal.utils import get_args_parser
-
-    from kdist.config import compose
-
-    args, _ = get_args_parser().parse_known_args(list(overrides))
-    if args.multirun:
-        return  # sweeps may vary the strategy; each job's tasks report their own errors
-    try:
-        cfg = compose(
-            args.overrides, config_name=args.config_name or "train", config_dir=args.config_dir
-        )
-    except Exception:  # the tasks report a bad command line themselves, as one line
+    cfg = _job_config(overrides)
+    if cfg is None:
         return
     target = str(cfg.strategy.get("_target_", ""))
     module, _, name = target.rpartition(".")
@@ -200,6 +197,43 @@ def check_strategy(overrides: Sequence[str], *, workers: int, ps: int) -> None:
         value=name,
         hint=f"with {shape} use strategy={wanted} (multi-worker choices: "
         "multi_worker_mirrored, or parameter_server with --ps N)",
+    )
+
+
+def check_elastic_batch(
+    overrides: Sequence[str], *, worker_counts: Sequence[int], replicas_per_worker: int = 1
+) -> None:
+    """Refuse a global batch that one of the cluster sizes an elastic run may use cannot split.
+
+    A run restarted with fewer workers keeps its global batch (so the step and the data
+    position map one to one): the batch must split evenly over every replica count.
+
+    Args:
+        overrides: the command line of `kdist.train`.
+        worker_counts: the worker counts the run may use (`--min-workers` to `--workers`).
+        replicas_per_worker: replicas each worker holds (its GPUs, or 1). Defaults to `1`.
+
+    Raises:
+        ConfigError: naming `trainer.global_batch_size` and the replica counts.
+    """
+    cfg = _job_config(overrides)
+    if cfg is None or "trainer" not in cfg:
+        return
+    batch = cfg.trainer.get("global_batch_size")
+    if not isinstance(batch, int):
+        return  # a per-replica batch splits over any count
+    replicas = [count * replicas_per_worker for count in worker_counts]
+    uneven = [count for count in replicas if batch % count]
+    if not uneven:
+        return
+    shown = ", ".join(str(count) for count in replicas)
+    lcm = math.lcm(*replicas)
+    raise ConfigError(
+        "trainer.global_batch_size",
+        f"does not split evenly over {uneven[0]} replicas; an elastic run may use {shown}",
+        value=batch,
+        hint=f"use a multiple of {lcm}, e.g. {max(lcm, batch - batch % lcm)}, "
+        "or a narrower --min-workers",
     )
 
 
@@ -232,7 +266,7 @@ def _plan(
     base_env: dict[str, str],
     devices: dict[tuple[str, int], str] | None = None,
     evaluator: bool = False,
-) -> list[_Task]:
+) -> list[Task]:
     """The tasks of one start: command and environment (TF_CONFIG, GPUs) of each.
 
     `devices` maps `(task type, index)` to that task's `CUDA_VISIBLE_DEVICES`
@@ -241,7 +275,7 @@ def _plan(
     run directory beside the training tasks.
     """
     devices = devices or {}
-    tasks: list[_Task] = []
+    tasks: list[Task] = []
     if evaluator:
         env = {**base_env}
         env.pop("TF_CONFIG", None)
@@ -258,7 +292,7 @@ def _plan(
             "poll_seconds=2",
             "trust_run_dir=true",
         ]
-        tasks.append(_Task("evaluator", 0, command, env, trains=False))
+        tasks.append(Task("evaluator", 0, command, env, trains=False))
 
     def env_of(role: str, index: int, tf_config: str) -> dict[str, str]:
         env = {**base_env, "TF_CONFIG": tf_config}
@@ -274,7 +308,7 @@ def _plan(
         cluster = {"worker": addresses}
         for i in range(workers):
             env = env_of("worker", i, tf_config_for(cluster, "worker", i))
-            tasks.append(_Task("worker", i, [*python, module, *job_args], env, trains=True))
+            tasks.append(Task("worker", i, [*python, module, *job_args], env, trains=True))
         return tasks
     # Parameter-server training: the chief coordinates and runs `module`; workers and
     # parameter servers are plain TensorFlow servers (`kdist.server`).
@@ -285,94 +319,13 @@ def _plan(
     }
     for i in range(ps):
         env = env_of("ps", i, tf_config_for(cluster, "ps", i))
-        tasks.append(_Task("ps", i, [*python, "kdist.server"], env, trains=False))
+        tasks.append(Task("ps", i, [*python, "kdist.server"], env, trains=False))
     for i in range(workers):
         env = env_of("worker", i, tf_config_for(cluster, "worker", i))
-        tasks.append(_Task("worker", i, [*python, "kdist.server"], env, trains=False))
+        tasks.append(Task("worker", i, [*python, "kdist.server"], env, trains=False))
     env = env_of("chief", 0, tf_config_for(cluster, "chief", 0))
-    tasks.append(_Task("chief", 0, [*python, module, *job_args], env, trains=True))
+    tasks.append(Task("chief", 0, [*python, module, *job_args], env, trains=True))
     return tasks
-
-
-def _pump(task: _Task, output: IO[str], lock: threading.Lock) -> None:
-    assert task.process is not None and task.process.stdout is not None
-    for line in task.process.stdout:
-        task.tail.append(line)
-        with lock:
-            output.write(f"[{task.name}] {line}")
-            output.flush()
-
-
-def _start(
-    tasks: list[_Task], output: IO[str], lock: threading.Lock, guardian: Guardian, run_dir: Path
-) -> None:
-    for task in tasks:
-        task.tail.clear()
-        task.process = subprocess.Popen(
-            task.command,
-            env=task.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            bufsize=1,
-            # Its own process group, so stopping a task also stops anything it started.
-            start_new_session=True,
-            # Into the private network, and SIGKILL when the launcher dies.
-            preexec_fn=guardian.preexec(),
-        )
-        guardian.watch(task.process.pid, [scratch_prefix(run_dir, task.role, task.index)])
-        task.reader = threading.Thread(target=_pump, args=(task, output, lock), daemon=True)
-        task.reader.start()
-        with lock:
-            output.write(f"[launch] {task.name} pid {task.process.pid}\n")
-            output.flush()
-
-
-def _signal_group(process: subprocess.Popen, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, sig)
-
-
-def _stop(tasks: list[_Task], grace_seconds: float) -> None:
-    """SIGTERM every running task, then SIGKILL what is left after `grace_seconds`."""
-    running = [t.process for t in tasks if t.process is not None and t.process.poll() is None]
-    for process in running:
-        _signal_group(process, signal.SIGTERM)
-    deadline = time.monotonic() + grace_seconds
-    for process in running:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-    for task in tasks:
-        if task.process is not None:
-            # The group may still hold children even when the leader has exited.
-            _signal_group(task.process, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                task.process.wait(timeout=10)
-            if task.reader is not None:
-                task.reader.join(timeout=5)
-            if task.process.stdout is not None and (
-                task.reader is None or not task.reader.is_alive()
-            ):
-                task.process.stdout.close()
-
-
-def _wait_for_all(tasks: list[_Task], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    for task in tasks:
-        if task.process is not None and task.trains:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                task.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-
-
-def _port_race(task: _Task) -> bool:
-    text = "".join(task.tail)
-    return any(marker in text for marker in _PORT_RACE_MARKERS)
-
-
-def _exit_status(code: int) -> int:
-    """A process killed by signal N reports -N; shells report 128 + N."""
-    return 128 - code if code < 0 else code
 
 
 def run(
@@ -393,6 +346,8 @@ def run(
     gpus_per_worker: int | None = None,
     ps_gpus: int = 0,
     evaluator: bool = False,
+    min_workers: int | None = None,
+    grow_after: float | None = None,
 ) -> int:
     """Start a local cluster, wait for it, and return its exit status.
 
@@ -435,6 +390,15 @@ def run(
             evaluates each checkpoint as it appears, on its own (no GPU), and the
             launch waits for it to finish after training ends; its failure is reported
             and does not stop training. Defaults to `False`.
+        min_workers: fewest workers to go on with. A multi-worker run restarts with one
+            worker fewer when a worker slot is gone for good (it failed in two starts in
+            a row; see `kdist.elastic`), resuming from the last backup; a
+            parameter-server run goes on while this many workers are alive. Defaults
+            to `None`: `workers` for multi-worker runs (a failed worker is restarted in
+            place), 1 for parameter-server runs.
+        grow_after: seconds a shrunk multi-worker run trains before the launcher asks
+            it to save (SIGTERM, exit 42) and restarts it with every worker. Defaults
+            to `None`: it stays shrunk.
 
     Returns:
         0 when every training task exited 0; otherwise the failing task's status
@@ -444,62 +408,219 @@ def run(
     Raises:
         ValueError: for a non-positive `workers`, negative `ps` or `max_restarts`.
         ConfigError: for a strategy that would train independent copies (`one_device`,
-            `mirrored`, `auto` on several processes), a `host` that cannot be bound, or
+            `mirrored`, `auto` on several processes), a `host` that cannot be bound,
             GPUs asked that are not there (naming `--gpus`, `--gpus-per-worker` or
-            `--ps-gpus`).
+            `--ps-gpus`), `--min-workers` outside 1..`workers`, `--grow-after` that is
+            not positive or given with `--ps` or without `--min-workers`, or a global
+            batch that a cluster size of an elastic run cannot split.
     """
     if workers < 1:
         raise ValueError(f"`workers` ({workers}) must be a positive integer.")
     if ps < 0 or max_restarts < 0:
         raise ValueError(f"`ps` ({ps}) and `max_restarts` ({max_restarts}) must be >= 0.")
-    output = output or sys.stdout
-    lock = threading.Lock()
-    devices = plan_gpus(
-        gpu_ids=detect_gpus(os.environ, gpus=gpus),
-        workers=workers,
-        ps=ps,
-        gpus_per_worker=gpus_per_worker,
-        ps_gpus=ps_gpus,
-        evaluator=evaluator,
-    )
+    policy = _elastic_policy(workers, ps, min_workers, max_restarts, grow_after)
+    gpu_ids = detect_gpus(os.environ, gpus=gpus)
+
+    def devices_for(count: int) -> dict[tuple[str, int], str]:
+        return plan_gpus(
+            gpu_ids=gpu_ids,
+            workers=count,
+            ps=ps,
+            gpus_per_worker=gpus_per_worker,
+            ps_gpus=ps_gpus,
+            evaluator=evaluator,
+        )
+
+    devices_for(workers)  # GPUs asked that are not there: one line, before any check
     if module == "kdist.train":
         check_strategy(overrides, workers=workers, ps=ps)
-    # The tasks use the overrides' folder when there is one: report and clean that one.
-    resolved_dir = _given_run_dir(overrides) or (Path(run_dir) if run_dir else _default_run_dir())
-    # Memory growth in every task, kdist.server's included: tasks sharing a GPU must not
-    # each reserve all of it.
-    base_env = {ALLOW_GROWTH: "true", **os.environ, "PYTHONUNBUFFERED": "1"}
-    base_env.pop("TF_CONFIG", None)
+        if policy.elastic and ps == 0:
+            check_elastic_batch(
+                overrides,
+                worker_counts=range(workers, policy.min_workers - 1, -1),
+                replicas_per_worker=gpus_per_worker or 1,
+            )
+    output = output or sys.stdout
+    lock = threading.Lock()
 
     def say(message: str) -> None:
         with lock:
             output.write(f"[launch] {message}\n")
             output.flush()
 
+    # The tasks use the overrides' folder when there is one: report and clean that one.
+    launch = _Launch(
+        module=module,
+        overrides=list(overrides),
+        host=host,
+        ps=ps,
+        run_dir=_given_run_dir(overrides) or (Path(run_dir) if run_dir else _default_run_dir()),
+        # Memory growth in every task, kdist.server's included: tasks sharing a GPU must
+        # not each reserve all of it.
+        base_env=_base_env(),
+        evaluator=evaluator,
+        devices_for=devices_for,
+        output=output,
+        lock=lock,
+        say=say,
+        grace_seconds=grace_seconds,
+        restart_grace_seconds=restart_grace_seconds,
+        timeout=timeout,
+        ps_min_workers=min_workers if ps and min_workers else 1,
+    )
     free_ports(1, host)  # a `host` this machine cannot listen on: one line, before any task
     guardian = _guardian(host, isolate, say)
     try:
-        return _supervise(
-            workers=workers,
-            ps=ps,
-            module=module,
-            overrides=overrides,
-            host=host,
-            run_dir=resolved_dir,
-            base_env=base_env,
-            max_restarts=max_restarts,
-            timeout=timeout,
-            grace_seconds=grace_seconds,
-            restart_grace_seconds=restart_grace_seconds,
-            output=output,
-            lock=lock,
-            say=say,
-            guardian=guardian,
-            devices=devices,
-            evaluator=evaluator,
-        )
+        return _supervise(launch, policy, guardian)
     finally:
         guardian.close()
+
+
+def _base_env() -> dict[str, str]:
+    env = {ALLOW_GROWTH: "true", **os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("TF_CONFIG", None)
+    return env
+
+
+def _elastic_policy(
+    workers: int,
+    ps: int,
+    min_workers: int | None,
+    max_restarts: int,
+    grow_after: float | None,
+) -> ElasticPolicy:
+    """The restart policy of a launch; bad `--min-workers`/`--grow-after` is a ConfigError."""
+    if min_workers is not None and not 1 <= min_workers <= workers:
+        raise ConfigError(
+            "--min-workers",
+            f"must be between 1 and --workers ({workers})",
+            value=min_workers,
+            hint=f"give a number from 1 to {workers}",
+        )
+    if grow_after is not None:
+        problem = None
+        if grow_after <= 0:
+            problem = "must be a positive number of seconds"
+        elif ps:
+            problem = "applies to multi-worker runs: parameter-server runs do not shrink"
+        elif min_workers is None or min_workers == workers:
+            problem = "needs --min-workers below --workers (a cluster that can shrink)"
+        if problem:
+            raise ConfigError("--grow-after", problem, value=grow_after)
+    return ElasticPolicy(
+        workers=workers,
+        # Parameter-server runs never shrink: their workers are tolerated as they go.
+        min_workers=None if ps else min_workers,
+        max_restarts=max_restarts,
+        grow_after=grow_after,
+    )
+
+
+@dataclass
+class _Launch:
+    """What every start of one launch shares."""
+
+    module: str
+    overrides: list[str]
+    host: str
+    ps: int
+    run_dir: Path
+    base_env: dict[str, str]
+    evaluator: bool
+    devices_for: Callable[[int], dict[tuple[str, int], str]]
+    output: IO[str]
+    lock: threading.Lock
+    say: Callable[[str], None]
+    grace_seconds: float
+    restart_grace_seconds: float
+    timeout: float | None
+    ps_min_workers: int = 1
+
+    def __post_init__(self) -> None:
+        self.deadline = time.monotonic() + self.timeout if self.timeout else None
+
+
+def _supervise(launch: _Launch, policy: ElasticPolicy, guardian: Guardian) -> int:
+    """Start the cluster, watch it, and restart it as `policy` decides; the exit status."""
+    say = launch.say
+    for leftover in clean_temp_leftovers(launch.run_dir):
+        say(f"removed {leftover}, left by an interrupted save")
+    port_retries = 0
+    shown_devices: dict[tuple[str, int], str] = {}
+    while True:
+        devices = launch.devices_for(policy.workers)
+        if devices and devices != shown_devices:
+            shown = ", ".join(f"{role} {i}: [{ids}]" for (role, i), ids in sorted(devices.items()))
+            say(f"GPUs (CUDA_VISIBLE_DEVICES) per task: {shown}")
+            shown_devices = devices
+        outcome = _start_and_watch(launch, policy, guardian, devices)
+        if outcome.timed_out:
+            return outcome.status
+        if outcome.status == 0:
+            say("every task finished")
+            return 0
+        failed = outcome.failed
+        assert failed is not None
+        say(f"{failed.name} exited with status {exit_status(outcome.status)}; stopped every task")
+        if port_race(failed):
+            if port_retries < _PORT_RETRIES:
+                port_retries += 1
+                say("a port was taken between choosing and binding it; retrying with new ports")
+                continue
+            say(f"error: a port of {failed.name} stayed in use after {_PORT_RETRIES} retries")
+            return 2
+        if outcome.grow:
+            say(policy.grow().message)
+            continue
+        blamed = failed.index if failed.role == "worker" and failed.trains else None
+        if outcome.status == EXIT_RESTART:
+            blamed = None  # asked to be restarted: nothing failed
+        decision = policy.after_failure(worker=blamed)
+        if decision.message:
+            say(decision.message)
+        if not decision.restart:
+            return exit_status(outcome.status)
+        say(f"restart {policy.restarts} of {policy.max_restarts}")
+
+
+def _start_and_watch(
+    launch: _Launch,
+    policy: ElasticPolicy,
+    guardian: Guardian,
+    devices: dict[tuple[str, int], str],
+) -> Outcome:
+    """One start of the cluster with `policy.workers` workers, until a rule ends it."""
+    tasks = _plan(
+        workers=policy.workers,
+        ps=launch.ps,
+        module=launch.module,
+        overrides=launch.overrides,
+        host=launch.host,
+        run_dir=launch.run_dir,
+        base_env=launch.base_env,
+        devices=devices,
+        evaluator=launch.evaluator,
+    )
+    launch.say(f"starting {', '.join(t.name for t in tasks)}; run directory {launch.run_dir}")
+    try:
+        start(tasks, launch.output, launch.lock, guardian, launch.run_dir)
+        outcome = Watch(
+            tasks=tasks,
+            say=launch.say,
+            min_workers=launch.ps_min_workers,
+            deadline=launch.deadline,
+            restart_grace_seconds=launch.restart_grace_seconds,
+            grow_due=policy.grow_due,
+        ).run()
+        if outcome.timed_out:
+            launch.say(f"timeout after {launch.timeout:g} s; stopping every task")
+        return outcome
+    finally:
+        stop(tasks, launch.grace_seconds)
+        # A task killed before it could remove its scratch folders leaves them.
+        for task in tasks:
+            remove_scratch(launch.run_dir, task.role, task.index)
+        guardian.clear()
 
 
 def _guardian(host: str, isolate: bool | None, say: Callable[[str], None]) -> Guardian:
@@ -535,164 +656,6 @@ def _guardian(host: str, isolate: bool | None, say: Callable[[str], None]) -> Gu
     return guardian
 
 
-def _supervise(
-    *,
-    workers: int,
-    ps: int,
-    module: str,
-    overrides: Sequence[str],
-    host: str,
-    run_dir: Path,
-    base_env: dict[str, str],
-    max_restarts: int,
-    timeout: float | None,
-    grace_seconds: float,
-    restart_grace_seconds: float,
-    output: IO[str],
-    lock: threading.Lock,
-    say: Callable[[str], None],
-    guardian: Guardian,
-    devices: dict[tuple[str, int], str],
-    evaluator: bool = False,
-) -> int:
-    resolved_dir = run_dir
-    if devices:
-        shown = ", ".join(f"{role} {i}: [{ids}]" for (role, i), ids in sorted(devices.items()))
-        say(f"GPUs (CUDA_VISIBLE_DEVICES) per task: {shown}")
-    for leftover in clean_temp_leftovers(resolved_dir):
-        say(f"removed {leftover}, left by an interrupted save")
-    deadline = time.monotonic() + timeout if timeout else None
-    restarts = port_retries = 0
-    while True:
-        tasks = _plan(
-            workers=workers,
-            ps=ps,
-            module=module,
-            overrides=overrides,
-            host=host,
-            run_dir=resolved_dir,
-            base_env=base_env,
-            devices=devices,
-            evaluator=evaluator,
-        )
-        say(f"starting {', '.join(t.name for t in tasks)}; run directory {resolved_dir}")
-        status = None
-        failed: _Task | None = None
-        # Parameter-server mode: servers that died and were reported, and the lost ps.
-        lost: set[str] = set()
-        lost_ps: _Task | None = None
-        ps_deadline = 0.0
-        try:
-            _start(tasks, output, lock, guardian, resolved_dir)
-            while status is None:
-                time.sleep(0.1)
-                for task in tasks:
-                    assert task.process is not None
-                    code = task.process.poll()
-                    if code is None or task.name in lost:
-                        continue
-                    if task.role == "evaluator":
-                        # The sidecar ends with the run; its failure costs no training.
-                        lost.add(task.name)
-                        if code != 0:
-                            say(
-                                f"{task.name} exited with status {_exit_status(code)}; "
-                                "training goes on without it"
-                            )
-                        continue
-                    if ps and task.role == "worker":
-                        # The chief reruns the worker's functions on the other workers.
-                        lost.add(task.name)
-                        alive = [
-                            t
-                            for t in tasks
-                            if t.role == "worker"
-                            and t.process is not None
-                            and t.process.poll() is None
-                        ]
-                        if alive:
-                            say(
-                                f"{task.name} exited with status {_exit_status(code)}; "
-                                f"training goes on with {len(alive)} worker(s)"
-                            )
-                            continue
-                        failed, status = task, code if code != 0 else 1
-                        say("no worker is left")
-                        break
-                    if ps and task.role == "ps":
-                        # The variables are gone: give the chief time to report it itself.
-                        lost.add(task.name)
-                        if lost_ps is None:
-                            lost_ps = task
-                            ps_deadline = time.monotonic() + _PS_LOSS_GRACE_SECONDS
-                        say(
-                            f"{task.name} exited with status {_exit_status(code)}; waiting up "
-                            f"to {_PS_LOSS_GRACE_SECONDS:g} s for the chief to stop"
-                        )
-                        continue
-                    if code != 0 or not task.trains:
-                        failed, status = task, code if code != 0 else 1
-                        if code == RESTART_EXIT_CODE:
-                            # The others are saving at the same agreed step: let them
-                            # finish and exit on their own before anything is stopped.
-                            _wait_for_all(tasks, restart_grace_seconds)
-                        break
-                else:
-                    if all(
-                        t.process is not None and t.process.poll() == 0 for t in tasks if t.trains
-                    ):
-                        status = 0
-                        _wait_for_evaluator(tasks, deadline, say)
-                    elif lost_ps is not None and time.monotonic() > ps_deadline:
-                        assert lost_ps.process is not None
-                        code = lost_ps.process.returncode
-                        failed, status = lost_ps, code if code else 1
-                    elif deadline is not None and time.monotonic() > deadline:
-                        say(f"timeout after {timeout:g} s; stopping every task")
-                        _stop(tasks, grace_seconds)
-                        return 124
-        finally:
-            _stop(tasks, grace_seconds)
-            # A task killed before it could remove its scratch folders leaves them.
-            for task in tasks:
-                remove_scratch(resolved_dir, task.role, task.index)
-            guardian.clear()
-        if status == 0:
-            say("every task finished")
-            return 0
-        assert failed is not None
-        say(f"{failed.name} exited with status {_exit_status(status)}; stopped every task")
-        if _port_race(failed):
-            if port_retries < _PORT_RETRIES:
-                port_retries += 1
-                say("a port was taken between choosing and binding it; retrying with new ports")
-                continue
-            say(f"error: a port of {failed.name} stayed in use after {_PORT_RETRIES} retries")
-            return 2
-        if restarts < max_restarts:
-            restarts += 1
-            say(f"restart {restarts} of {max_restarts}")
-            continue
-        return _exit_status(status)
-
-
-def _wait_for_evaluator(
-    tasks: list[_Task], deadline: float | None, say: Callable[[str], None]
-) -> None:
-    """Training is done: let a sidecar evaluator finish its last checkpoints."""
-    for task in tasks:
-        if task.role != "evaluator" or task.process is None or task.process.poll() is not None:
-            continue
-        say(f"training finished; waiting for {task.name} to evaluate the last checkpoints")
-        limit = _EVALUATOR_GRACE_SECONDS
-        if deadline is not None:
-            limit = max(0.0, min(limit, deadline - time.monotonic()))
-        try:
-            task.process.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            say(f"{task.name} did not finish within {limit:g} s; stopping it")
-
-
 def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
@@ -703,11 +666,36 @@ def main(argv: Sequence[str] | None = None) -> None:
         prog="python -m kdist.launch",
         description="Run a kdist job as a local cluster on loopback ports.",
         epilog="Everything after `--` is passed to the training module, e.g. "
-        "`-- strategy=multi_worker_mirrored model=cnn`.",
+        "`-- strategy=multi_worker_mirrored model=cnn`. Elastic example: `--workers 3 "
+        "--min-workers 2 --max-restarts 3 --grow-after 600 -- strategy=multi_worker_mirrored` "
+        "restarts with 2 workers when one is gone for good, resuming from the last backup "
+        "with no example lost or repeated, and tries 3 again after 600 s.",
     )
     parser.add_argument("--workers", type=int, required=True, help="worker processes")
     parser.add_argument("--ps", type=int, default=0, help="parameter-server processes")
-    parser.add_argument("--max-restarts", type=int, default=0, help="restarts after a failure")
+    parser.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        help="restarts after a failure (shrinking ones included; growing back is not counted)",
+    )
+    parser.add_argument(
+        "--min-workers",
+        type=int,
+        default=None,
+        help="elastic: go on with at least this many workers. A multi-worker run restarts "
+        "with one worker fewer, from the last backup, when a worker is gone for good (it "
+        "failed in two starts in a row); a parameter-server run goes on while this many "
+        "workers are alive (default: --workers, i.e. not elastic; 1 with --ps)",
+    )
+    parser.add_argument(
+        "--grow-after",
+        type=float,
+        default=None,
+        help="elastic: after SECONDS running shrunk, ask the workers to save (SIGTERM, exit "
+        "42) and restart with all --workers (not counted as a restart; a worker that fails "
+        "again at once is dropped again). Default: stay shrunk",
+    )
     parser.add_argument("--module", default="kdist.train", help="module the trainers run")
     parser.add_argument("--host", default="127.0.0.1", help="address the tasks advertise")
     parser.add_argument("--run-dir", default=None, help="shared run directory")
@@ -749,6 +737,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"--workers ({args.workers}) must be a positive integer")
     if args.ps < 0 or args.max_restarts < 0:
         parser.error("--ps and --max-restarts must be >= 0")
+    if args.min_workers is not None and not 1 <= args.min_workers <= args.workers:
+        parser.error(
+            f"--min-workers ({args.min_workers}) must be between 1 and --workers ({args.workers})"
+        )
     # Stopping the launcher stops its tasks (they run in their own process groups).
     signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
@@ -766,6 +758,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             gpus_per_worker=args.gpus_per_worker,
             ps_gpus=args.ps_gpus,
             evaluator=args.evaluator,
+            min_workers=args.min_workers,
+            grow_after=args.grow_after,
         )
     except ConfigError as error:
         exit_with(error)
