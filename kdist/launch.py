@@ -25,7 +25,8 @@ Example:
 python -m kdist.launch --workers 2 -- strategy=multi_worker_mirrored model=cnn
 python -m kdist.launch --workers 2 --ps 1 -- strategy=parameter_server
 python -m kdist.launch --workers 2 --gpus-per-worker 2 -- strategy=multi_worker_mirrored
-python -m kdist.launch --workers 3 --min-workers 2 --max-restarts 3 -- strategy=multi_worker_mirrored
+python -m kdist.launch --workers 3 --min-workers 2 --max-restarts 3 -- \
+    strategy=multi_worker_mirrored
 ```
 
 ```python
@@ -38,28 +39,26 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import math
 import os
-import shutil
 import signal
-import socket
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-from kdist.chief import remove_scratch
-from kdist.cluster import tf_config_for
 from kdist.config.errors import ConfigError, exit_with
-from kdist.elastic import ElasticPolicy
-from kdist.exit_codes import EXIT_RESTART
 from kdist.gpus import ALLOW_GROWTH, detect_gpus, plan_gpus
+from kdist.launch_checks import check_elastic_batch, check_strategy, elastic_policy
+from kdist.launch_tasks import (
+    clean_temp_leftovers,
+    default_run_dir,
+    free_ports,
+    given_run_dir,
+    plan_tasks,
+)
 from kdist.sandbox import Guardian
-from kdist.supervisor import Outcome, Task, Watch, exit_status, port_race, start, stop
+from kdist.supervisor import Launch, supervise
 
 __all__ = [
     "check_elastic_batch",
@@ -70,35 +69,9 @@ __all__ = [
     "run",
 ]
 
-_PORT_RETRIES = 3
-# The strategies that train one model over several processes, by launcher shape.
-_CLUSTER_STRATEGIES = {False: "multi_worker_mirrored", True: "parameter_server"}
+# Tests build one start's tasks through this name.
+_plan = plan_tasks
 _WARNING = "WARNING: "
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` distinct ports free on `host` right now.
-
-    Another process may still take one before the task binds it
-    (tensorflow/tensorflow#46602); `run` retries a launch that fails that way.
-    """
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(sock)
-            sock.bind((host, 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    except OSError as error:
-        raise ConfigError(
-            "--host",
-            f"cannot listen on this address ({error.strerror or error})",
-            value=host,
-            hint="give an address of this machine, e.g. 127.0.0.1",
-        ) from None
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def _is_loopback(host: str) -> bool:
@@ -108,224 +81,6 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _default_run_dir() -> Path:
-    now = datetime.now()
-    return Path("outputs") / now.strftime("%Y-%m-%d") / now.strftime("%H-%M-%S")
-
-
-def _run_dir_key(overrides: Sequence[str]) -> str:
-    multirun = any(arg in ("-m", "--multirun") for arg in overrides)
-    return "hydra.sweep.dir" if multirun else "hydra.run.dir"
-
-
-def _with_run_dir(overrides: Sequence[str], run_dir: Path) -> list[str]:
-    given = list(overrides)
-    key = _run_dir_key(given)
-    if not any(arg.lstrip("+").startswith(f"{key}=") for arg in given):
-        given.append(f"{key}={run_dir}")
-    return given
-
-
-def _given_run_dir(overrides: Sequence[str]) -> Path | None:
-    """The run directory the overrides set (`hydra.run.dir=X`), which the tasks use."""
-    key = _run_dir_key(overrides)
-    for arg in reversed(list(overrides)):
-        if arg.lstrip("+").startswith(f"{key}="):
-            return Path(arg.split("=", 1)[1].strip("'\""))
-    return None
-
-
-def _job_config(overrides: Sequence[str]) -> Any:
-    """The composed config of the tasks' command line, or `None` to leave checks to them.
-
-    `None` for a sweep (`-m`: each job may differ; its tasks report their own errors) and
-    for a command line that does not compose (the tasks report it as one line).
-    """
-    from hydra._internal.utils import get_args_parser
-
-    from kdist.config import compose
-
-    args, _ = get_args_parser().parse_known_args(list(overrides))
-    if args.multirun:
-        return None
-    try:
-        return compose(
-            args.overrides, config_name=args.config_name or "train", config_dir=args.config_dir
-        )
-    except Exception:  # the tasks report a bad command line themselves, as one line
-        return None
-
-
-def check_strategy(overrides: Sequence[str], *, workers: int, ps: int) -> None:
-    """Refuse a strategy that would train independent copies on several processes.
-
-    `one_device`, `mirrored` and `auto` each train their own model in every process: with
-    several workers that is N runs writing one folder, not one distributed run.
-
-    Args:
-        overrides: the command line of `kdist.train` (Hydra overrides and options).
-        workers: worker processes.
-        ps: parameter-server processes.
-
-    Raises:
-        ConfigError: naming `strategy` and the valid choices.
-    """
-    if workers < 2 and ps == 0:
-        return
-    cfg = _job_config(overrides)
-    if cfg is None:
-        return
-    target = str(cfg.strategy.get("_target_", ""))
-    module, _, name = target.rpartition(".")
-    if module != "kdist.strategies":
-        return  # a user's own strategy factory
-    wanted = _CLUSTER_STRATEGIES[ps > 0]
-    if name == wanted:
-        return
-    shape = f"--workers {workers}" + (f" --ps {ps}" if ps else "")
-    if name == _CLUSTER_STRATEGIES[False]:
-        problem = f"{name} does not use the parameter servers of {shape}"
-    elif name == _CLUSTER_STRATEGIES[True]:
-        problem = f"{name} needs parameter servers, and {shape} starts none"
-    else:
-        problem = f"{name} trains an independent copy in each process of {shape}"
-    raise ConfigError(
-        "strategy",
-        problem,
-        value=name,
-        hint=f"with {shape} use strategy={wanted} (multi-worker choices: "
-        "multi_worker_mirrored, or parameter_server with --ps N)",
-    )
-
-
-def check_elastic_batch(
-    overrides: Sequence[str], *, worker_counts: Sequence[int], replicas_per_worker: int = 1
-) -> None:
-    """Refuse a global batch that one of the cluster sizes an elastic run may use cannot split.
-
-    A run restarted with fewer workers keeps its global batch (so the step and the data
-    position map one to one): the batch must split evenly over every replica count.
-
-    Args:
-        overrides: the command line of `kdist.train`.
-        worker_counts: the worker counts the run may use (`--min-workers` to `--workers`).
-        replicas_per_worker: replicas each worker holds (its GPUs, or 1). Defaults to `1`.
-
-    Raises:
-        ConfigError: naming `trainer.global_batch_size` and the replica counts.
-    """
-    cfg = _job_config(overrides)
-    if cfg is None or "trainer" not in cfg:
-        return
-    batch = cfg.trainer.get("global_batch_size")
-    if not isinstance(batch, int):
-        return  # a per-replica batch splits over any count
-    replicas = [count * replicas_per_worker for count in worker_counts]
-    uneven = [count for count in replicas if batch % count]
-    if not uneven:
-        return
-    shown = ", ".join(str(count) for count in replicas)
-    lcm = math.lcm(*replicas)
-    raise ConfigError(
-        "trainer.global_batch_size",
-        f"does not split evenly over {uneven[0]} replicas; an elastic run may use {shown}",
-        value=batch,
-        hint=f"use a multiple of {lcm}, e.g. {max(lcm, batch - batch % lcm)}, "
-        "or a narrower --min-workers",
-    )
-
-
-def clean_temp_leftovers(run_dir: Path) -> list[Path]:
-    """Remove `*_temp*` leftovers of interrupted saves in `run_dir`'s checkpoint folders.
-
-    A save cut short (a full disk, a kill) leaves e.g. `backup/ckpt-20_temp`; training
-    skips it on restore, but it takes disk space until the next save. Returns what was
-    removed.
-    """
-    removed = []
-    for folder in ("backup", "checkpoints"):
-        for entry in sorted((run_dir / folder).glob("*_temp*")):
-            if entry.is_dir():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
-            removed.append(entry)
-    return removed
-
-
-def _plan(
-    *,
-    workers: int,
-    ps: int,
-    module: str,
-    overrides: Sequence[str],
-    host: str,
-    run_dir: Path,
-    base_env: dict[str, str],
-    devices: dict[tuple[str, int], str] | None = None,
-    evaluator: bool = False,
-) -> list[Task]:
-    """The tasks of one start: command and environment (TF_CONFIG, GPUs) of each.
-
-    `devices` maps `(task type, index)` to that task's `CUDA_VISIBLE_DEVICES`
-    (`kdist.gpus.plan_gpus`); tasks not in it keep `base_env`'s. With `evaluator`, a
-    sidecar evaluator (`kdist.evaluate watch=true`, one process, no cluster) watches the
-    run directory beside the training tasks.
-    """
-    devices = devices or {}
-    tasks: list[Task] = []
-    if evaluator:
-        env = {**base_env}
-        env.pop("TF_CONFIG", None)
-        if ("evaluator", 0) in devices:
-            env["CUDA_VISIBLE_DEVICES"] = devices[("evaluator", 0)]
-        # This launch writes the run folder it reads, so its config is trusted.
-        command = [
-            sys.executable,
-            "-u",
-            "-m",
-            "kdist.evaluate",
-            f"run_dir={run_dir}",
-            "watch=true",
-            "poll_seconds=2",
-            "trust_run_dir=true",
-        ]
-        tasks.append(Task("evaluator", 0, command, env, trains=False))
-
-    def env_of(role: str, index: int, tf_config: str) -> dict[str, str]:
-        env = {**base_env, "TF_CONFIG": tf_config}
-        if (role, index) in devices:
-            env["CUDA_VISIBLE_DEVICES"] = devices[(role, index)]
-        return env
-
-    ports = free_ports(workers + ps + (1 if ps else 0), host)
-    addresses = [f"{host}:{port}" for port in ports]
-    python = [sys.executable, "-u", "-m"]
-    job_args = _with_run_dir(overrides, run_dir)
-    if ps == 0:
-        cluster = {"worker": addresses}
-        for i in range(workers):
-            env = env_of("worker", i, tf_config_for(cluster, "worker", i))
-            tasks.append(Task("worker", i, [*python, module, *job_args], env, trains=True))
-        return tasks
-    # Parameter-server training: the chief coordinates and runs `module`; workers and
-    # parameter servers are plain TensorFlow servers (`kdist.server`).
-    cluster = {
-        "chief": addresses[:1],
-        "worker": addresses[1 : 1 + workers],
-        "ps": addresses[1 + workers :],
-    }
-    for i in range(ps):
-        env = env_of("ps", i, tf_config_for(cluster, "ps", i))
-        tasks.append(Task("ps", i, [*python, "kdist.server"], env, trains=False))
-    for i in range(workers):
-        env = env_of("worker", i, tf_config_for(cluster, "worker", i))
-        tasks.append(Task("worker", i, [*python, "kdist.server"], env, trains=False))
-    env = env_of("chief", 0, tf_config_for(cluster, "chief", 0))
-    tasks.append(Task("chief", 0, [*python, module, *job_args], env, trains=True))
-    return tasks
 
 
 def run(
@@ -418,7 +173,7 @@ def run(
         raise ValueError(f"`workers` ({workers}) must be a positive integer.")
     if ps < 0 or max_restarts < 0:
         raise ValueError(f"`ps` ({ps}) and `max_restarts` ({max_restarts}) must be >= 0.")
-    policy = _elastic_policy(workers, ps, min_workers, max_restarts, grow_after)
+    policy = elastic_policy(workers, ps, min_workers, max_restarts, grow_after)
     gpu_ids = detect_gpus(os.environ, gpus=gpus)
 
     def devices_for(count: int) -> dict[tuple[str, int], str]:
@@ -449,12 +204,12 @@ def run(
             output.flush()
 
     # The tasks use the overrides' folder when there is one: report and clean that one.
-    launch = _Launch(
+    launch = Launch(
         module=module,
         overrides=list(overrides),
         host=host,
         ps=ps,
-        run_dir=_given_run_dir(overrides) or (Path(run_dir) if run_dir else _default_run_dir()),
+        run_dir=given_run_dir(overrides) or (Path(run_dir) if run_dir else default_run_dir()),
         # Memory growth in every task, kdist.server's included: tasks sharing a GPU must
         # not each reserve all of it.
         base_env=_base_env(),
@@ -471,7 +226,7 @@ def run(
     free_ports(1, host)  # a `host` this machine cannot listen on: one line, before any task
     guardian = _guardian(host, isolate, say)
     try:
-        return _supervise(launch, policy, guardian)
+        return supervise(launch, policy, guardian)
     finally:
         guardian.close()
 
@@ -480,147 +235,6 @@ def _base_env() -> dict[str, str]:
     env = {ALLOW_GROWTH: "true", **os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("TF_CONFIG", None)
     return env
-
-
-def _elastic_policy(
-    workers: int,
-    ps: int,
-    min_workers: int | None,
-    max_restarts: int,
-    grow_after: float | None,
-) -> ElasticPolicy:
-    """The restart policy of a launch; bad `--min-workers`/`--grow-after` is a ConfigError."""
-    if min_workers is not None and not 1 <= min_workers <= workers:
-        raise ConfigError(
-            "--min-workers",
-            f"must be between 1 and --workers ({workers})",
-            value=min_workers,
-            hint=f"give a number from 1 to {workers}",
-        )
-    if grow_after is not None:
-        problem = None
-        if grow_after <= 0:
-            problem = "must be a positive number of seconds"
-        elif ps:
-            problem = "applies to multi-worker runs: parameter-server runs do not shrink"
-        elif min_workers is None or min_workers == workers:
-            problem = "needs --min-workers below --workers (a cluster that can shrink)"
-        if problem:
-            raise ConfigError("--grow-after", problem, value=grow_after)
-    return ElasticPolicy(
-        workers=workers,
-        # Parameter-server runs never shrink: their workers are tolerated as they go.
-        min_workers=None if ps else min_workers,
-        max_restarts=max_restarts,
-        grow_after=grow_after,
-    )
-
-
-@dataclass
-class _Launch:
-    """What every start of one launch shares."""
-
-    module: str
-    overrides: list[str]
-    host: str
-    ps: int
-    run_dir: Path
-    base_env: dict[str, str]
-    evaluator: bool
-    devices_for: Callable[[int], dict[tuple[str, int], str]]
-    output: IO[str]
-    lock: threading.Lock
-    say: Callable[[str], None]
-    grace_seconds: float
-    restart_grace_seconds: float
-    timeout: float | None
-    ps_min_workers: int = 1
-
-    def __post_init__(self) -> None:
-        self.deadline = time.monotonic() + self.timeout if self.timeout else None
-
-
-def _supervise(launch: _Launch, policy: ElasticPolicy, guardian: Guardian) -> int:
-    """Start the cluster, watch it, and restart it as `policy` decides; the exit status."""
-    say = launch.say
-    for leftover in clean_temp_leftovers(launch.run_dir):
-        say(f"removed {leftover}, left by an interrupted save")
-    port_retries = 0
-    shown_devices: dict[tuple[str, int], str] = {}
-    while True:
-        devices = launch.devices_for(policy.workers)
-        if devices and devices != shown_devices:
-            shown = ", ".join(f"{role} {i}: [{ids}]" for (role, i), ids in sorted(devices.items()))
-            say(f"GPUs (CUDA_VISIBLE_DEVICES) per task: {shown}")
-            shown_devices = devices
-        outcome = _start_and_watch(launch, policy, guardian, devices)
-        if outcome.timed_out:
-            return outcome.status
-        if outcome.status == 0:
-            say("every task finished")
-            return 0
-        failed = outcome.failed
-        assert failed is not None
-        say(f"{failed.name} exited with status {exit_status(outcome.status)}; stopped every task")
-        if port_race(failed):
-            if port_retries < _PORT_RETRIES:
-                port_retries += 1
-                say("a port was taken between choosing and binding it; retrying with new ports")
-                continue
-            say(f"error: a port of {failed.name} stayed in use after {_PORT_RETRIES} retries")
-            return 2
-        if outcome.grow:
-            say(policy.grow().message)
-            continue
-        blamed = failed.index if failed.role == "worker" and failed.trains else None
-        if outcome.status == EXIT_RESTART:
-            blamed = None  # asked to be restarted: nothing failed
-        decision = policy.after_failure(worker=blamed)
-        if decision.message:
-            say(decision.message)
-        if not decision.restart:
-            return exit_status(outcome.status)
-        say(f"restart {policy.restarts} of {policy.max_restarts}")
-
-
-def _start_and_watch(
-    launch: _Launch,
-    policy: ElasticPolicy,
-    guardian: Guardian,
-    devices: dict[tuple[str, int], str],
-) -> Outcome:
-    """One start of the cluster with `policy.workers` workers, until a rule ends it."""
-    tasks = _plan(
-        workers=policy.workers,
-        ps=launch.ps,
-        module=launch.module,
-        overrides=launch.overrides,
-        host=launch.host,
-        run_dir=launch.run_dir,
-        base_env=launch.base_env,
-        devices=devices,
-        evaluator=launch.evaluator,
-    )
-    launch.say(f"starting {', '.join(t.name for t in tasks)}; run directory {launch.run_dir}")
-    try:
-        start(tasks, launch.output, launch.lock, guardian, launch.run_dir)
-        outcome = Watch(
-            tasks=tasks,
-            say=launch.say,
-            min_workers=launch.ps_min_workers,
-            deadline=launch.deadline,
-            restart_grace_seconds=launch.restart_grace_seconds,
-            grow_due=policy.grow_due,
-        ).run()
-        if outcome.timed_out:
-            launch.say(f"timeout after {launch.timeout:g} s; stopping every task")
-        return outcome
-    finally:
-        stop(tasks, launch.grace_seconds)
-        # A task killed before it could remove its scratch folders leaves them.
-        for task in tasks:
-            remove_scratch(launch.run_dir, task.role, task.index)
-        guardian.clear()
 
 
 def _guardian(host: str, isolate: bool | None, say: Callable[[str], None]) -> Guardian:

@@ -18,33 +18,33 @@ launch's deadline, or when a parameter server was lost and the chief did not sto
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from kdist.chief import scratch_prefix
+from kdist.chief import remove_scratch
+from kdist.elastic import ElasticPolicy
 from kdist.exit_codes import EXIT_RESTART
+from kdist.launch_tasks import (
+    Task,
+    clean_temp_leftovers,
+    exit_status,
+    plan_tasks,
+    port_race,
+    signal_group,
+    start,
+    stop,
+)
 from kdist.sandbox import Guardian
 
-__all__ = [
-    "PS_LOSS_GRACE_SECONDS",
-    "Outcome",
-    "Task",
-    "Watch",
-    "exit_status",
-    "port_race",
-    "start",
-    "stop",
-]
+__all__ = ["PS_LOSS_GRACE_SECONDS", "Launch", "Outcome", "Watch", "supervise"]
 
-_PORT_RACE_MARKERS = ("Address already in use", "Failed to add port", "address in use")
+_PORT_RETRIES = 3
 # How long a sidecar evaluator may take after training ends (its last checkpoints).
 _EVALUATOR_GRACE_SECONDS = 600.0
 # After a parameter server dies, the chief gets this long to notice and stop with its own
@@ -52,27 +52,6 @@ _EVALUATOR_GRACE_SECONDS = 600.0
 PS_LOSS_GRACE_SECONDS = 60.0
 # Exit status of a launch stopped at its deadline (as `timeout(1)`).
 TIMEOUT_STATUS = 124
-
-
-@dataclass
-class Task:
-    """One process of the cluster: its role, command, environment and output tail."""
-
-    role: str
-    index: int
-    command: list[str]
-    env: dict[str, str]
-    trains: bool
-    process: subprocess.Popen | None = None
-    tail: deque = field(default_factory=lambda: deque(maxlen=40))
-    reader: threading.Thread | None = None
-
-    @property
-    def name(self) -> str:
-        return f"{self.role} {self.index}"
-
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
 
 
 @dataclass(frozen=True)
@@ -91,81 +70,6 @@ class Outcome:
     failed: Task | None = None
     timed_out: bool = False
     grow: bool = False
-
-
-def exit_status(code: int) -> int:
-    """A process killed by signal N reports -N; shells report 128 + N."""
-    return 128 - code if code < 0 else code
-
-
-def port_race(task: Task) -> bool:
-    """Whether `task` failed because a port was taken between choosing and binding it."""
-    text = "".join(task.tail)
-    return any(marker in text for marker in _PORT_RACE_MARKERS)
-
-
-def _pump(task: Task, output: IO[str], lock: threading.Lock) -> None:
-    assert task.process is not None and task.process.stdout is not None
-    for line in task.process.stdout:
-        task.tail.append(line)
-        with lock:
-            output.write(f"[{task.name}] {line}")
-            output.flush()
-
-
-def start(
-    tasks: list[Task], output: IO[str], lock: threading.Lock, guardian: Guardian, run_dir: Path
-) -> None:
-    """Start every task, its output prefixed with its name on `output`."""
-    for task in tasks:
-        task.tail.clear()
-        task.process = subprocess.Popen(
-            task.command,
-            env=task.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            bufsize=1,
-            # Its own process group, so stopping a task also stops anything it started.
-            start_new_session=True,
-            # Into the private network, and SIGKILL when the launcher dies.
-            preexec_fn=guardian.preexec(),
-        )
-        guardian.watch(task.process.pid, [scratch_prefix(run_dir, task.role, task.index)])
-        task.reader = threading.Thread(target=_pump, args=(task, output, lock), daemon=True)
-        task.reader.start()
-        with lock:
-            output.write(f"[launch] {task.name} pid {task.process.pid}\n")
-            output.flush()
-
-
-def _signal_group(process: subprocess.Popen, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, sig)
-
-
-def stop(tasks: list[Task], grace_seconds: float) -> None:
-    """SIGTERM every running task, then SIGKILL what is left after `grace_seconds`."""
-    running = [t.process for t in tasks if t.process is not None and t.process.poll() is None]
-    for process in running:
-        _signal_group(process, signal.SIGTERM)
-    deadline = time.monotonic() + grace_seconds
-    for process in running:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-    for task in tasks:
-        if task.process is not None:
-            # The group may still hold children even when the leader has exited.
-            _signal_group(task.process, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                task.process.wait(timeout=10)
-            if task.reader is not None:
-                task.reader.join(timeout=5)
-            if task.process.stdout is not None and (
-                task.reader is None or not task.reader.is_alive()
-            ):
-                task.process.stdout.close()
 
 
 class Watch:
@@ -304,7 +208,7 @@ class Watch:
             return
         self._grow_requested = True
         self.say(f"asking {trainer.name} to save a backup (SIGTERM) to grow the cluster back")
-        _signal_group(trainer.process, signal.SIGTERM)
+        signal_group(trainer.process, signal.SIGTERM)
 
     def _wait_for_trainers(self) -> None:
         deadline = time.monotonic() + self.restart_grace_seconds
@@ -327,3 +231,110 @@ class Watch:
                 task.process.wait(timeout=limit)
             except subprocess.TimeoutExpired:
                 self.say(f"{task.name} did not finish within {limit:g} s; stopping it")
+
+
+@dataclass
+class Launch:
+    """What every start of one launch shares."""
+
+    module: str
+    overrides: list[str]
+    host: str
+    ps: int
+    run_dir: Path
+    base_env: dict[str, str]
+    evaluator: bool
+    devices_for: Callable[[int], dict[tuple[str, int], str]]
+    output: IO[str]
+    lock: threading.Lock
+    say: Callable[[str], None]
+    grace_seconds: float
+    restart_grace_seconds: float
+    timeout: float | None
+    ps_min_workers: int = 1
+
+    def __post_init__(self) -> None:
+        self.deadline = time.monotonic() + self.timeout if self.timeout else None
+
+
+def supervise(launch: Launch, policy: ElasticPolicy, guardian: Guardian) -> int:
+    """Start the cluster, watch it, and restart it as `policy` decides; the exit status."""
+    say = launch.say
+    for leftover in clean_temp_leftovers(launch.run_dir):
+        say(f"removed {leftover}, left by an interrupted save")
+    port_retries = 0
+    shown_devices: dict[tuple[str, int], str] = {}
+    while True:
+        devices = launch.devices_for(policy.workers)
+        if devices and devices != shown_devices:
+            shown = ", ".join(f"{role} {i}: [{ids}]" for (role, i), ids in sorted(devices.items()))
+            say(f"GPUs (CUDA_VISIBLE_DEVICES) per task: {shown}")
+            shown_devices = devices
+        outcome = _start_and_watch(launch, policy, guardian, devices)
+        if outcome.timed_out:
+            return outcome.status
+        if outcome.status == 0:
+            say("every task finished")
+            return 0
+        failed = outcome.failed
+        assert failed is not None
+        say(f"{failed.name} exited with status {exit_status(outcome.status)}; stopped every task")
+        if port_race(failed):
+            if port_retries < _PORT_RETRIES:
+                port_retries += 1
+                say("a port was taken between choosing and binding it; retrying with new ports")
+                continue
+            say(f"error: a port of {failed.name} stayed in use after {_PORT_RETRIES} retries")
+            return 2
+        if outcome.grow:
+            say(policy.grow().message)
+            continue
+        blamed = failed.index if failed.role == "worker" and failed.trains else None
+        if outcome.status == EXIT_RESTART:
+            blamed = None  # asked to be restarted: nothing failed
+        decision = policy.after_failure(worker=blamed)
+        if decision.message:
+            say(decision.message)
+        if not decision.restart:
+            return exit_status(outcome.status)
+        say(f"restart {policy.restarts} of {policy.max_restarts}")
+
+
+def _start_and_watch(
+    launch: Launch,
+    policy: ElasticPolicy,
+    guardian: Guardian,
+    devices: dict[tuple[str, int], str],
+) -> Outcome:
+    """One start of the cluster with `policy.workers` workers, until a rule ends it."""
+    tasks = plan_tasks(
+        workers=policy.workers,
+        ps=launch.ps,
+        module=launch.module,
+        overrides=launch.overrides,
+        host=launch.host,
+        run_dir=launch.run_dir,
+        base_env=launch.base_env,
+        devices=devices,
+        evaluator=launch.evaluator,
+    )
+    launch.say(f"starting {', '.join(t.name for t in tasks)}; run directory {launch.run_dir}")
+    try:
+        start(tasks, launch.output, launch.lock, guardian, launch.run_dir)
+        outcome = Watch(
+            tasks=tasks,
+            say=launch.say,
+            min_workers=launch.ps_min_workers,
+            deadline=launch.deadline,
+            restart_grace_seconds=launch.restart_grace_seconds,
+            grow_due=policy.grow_due,
+        ).run()
+        if outcome.timed_out:
+            launch.say(f"timeout after {launch.timeout:g} s; stopping every task")
+        return outcome
+    finally:
+        stop(tasks, launch.grace_seconds)
+        # A task killed before it could remove its scratch folders leaves them.
+        for task in tasks:
+            remove_scratch(launch.run_dir, task.role, task.index)
+        guardian.clear()
