@@ -173,7 +173,13 @@ def run(
         raise ValueError(f"`workers` ({workers}) must be a positive integer.")
     if ps < 0 or max_restarts < 0:
         raise ValueError(f"`ps` ({ps}) and `max_restarts` ({max_restarts}) must be >= 0.")
-    policy = elastic_policy(workers, ps, min_workers, max_restarts, grow_after)
+    policy = elastic_policy(
+        workers=workers,
+        ps=ps,
+        min_workers=min_workers,
+        max_restarts=max_restarts,
+        grow_after=grow_after,
+    )
     gpu_ids = detect_gpus(os.environ, gpus=gpus)
 
     def devices_for(count: int) -> dict[tuple[str, int], str]:
@@ -351,10 +357,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"--workers ({args.workers}) must be a positive integer")
     if args.ps < 0 or args.max_restarts < 0:
         parser.error("--ps and --max-restarts must be >= 0")
-    if args.min_workers is not None and not 1 <= args.min_workers <= args.workers:
-        parser.error(
-            f"--min-workers ({args.min_workers}) must be between 1 and --workers ({args.workers})"
-        )
     # Stopping the launcher stops its tasks (they run in their own process groups).
     signal.signal(signal.SIGTERM, _exit_on_signal)
     try:

@@ -116,13 +116,30 @@ def check_elastic_batch(
 
 
 def elastic_policy(
+    *,
     workers: int,
     ps: int,
     min_workers: int | None,
     max_restarts: int,
     grow_after: float | None,
 ) -> ElasticPolicy:
-    """The restart policy of a launch; bad `--min-workers`/`--grow-after` is a ConfigError."""
+    """The restart policy of a launch, from its options.
+
+    Args:
+        workers: `--workers`.
+        ps: `--ps`.
+        min_workers: `--min-workers`, or `None`.
+        max_restarts: `--max-restarts`.
+        grow_after: `--grow-after`, or `None`.
+
+    Returns:
+        The `ElasticPolicy`; parameter-server runs never shrink (their lost workers are
+        tolerated as they go), so theirs has `min_workers = workers`.
+
+    Raises:
+        ConfigError: naming `--min-workers` outside 1..`workers`, or `--grow-after` that
+            is not positive, given with `--ps`, or given without a cluster that can shrink.
+    """
     if min_workers is not None and not 1 <= min_workers <= workers:
         raise ConfigError(
             "--min-workers",
