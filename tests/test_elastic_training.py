@@ -1,0 +1,126 @@
+"""Elastic restarts of real multi-worker runs: no example lost or repeated.
+
+A counting model (`tests/elastic_models.py`) adds one-hot(example id) into a checkpointed
+`[epochs, examples]` variable at every step; after a run that lost a worker and resumed
+from a backup with fewer workers, every entry must be exactly 1. 96 examples, a global
+batch of 24 (splits over 3 and 2 replicas), 4 steps per epoch, 3 epochs: 12 steps.
+Each test starts its own processes on loopback ports, bounds every wait, and checks by
+process id that nothing is left running.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from elastic_models import data_overrides, write_data
+from helpers import REPO, alive, launch_pids
+
+from kdist.launch import run
+
+pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
+
+EXAMPLES, EPOCHS, BATCH = 96, 3, 24
+STEPS_PER_EPOCH = EXAMPLES // BATCH
+# Worker 2 of 3 dies (SIGKILL) at step 5 every time it runs; the backup of step 4 stays.
+DIE_AT = 5
+
+
+def _job(data: Path) -> list[str]:
+    return [
+        "strategy=multi_worker_mirrored",
+        *data_overrides(*write_data(data, examples=EXAMPLES, validation=BATCH)),
+        "model=custom",
+        "model._target_=elastic_models.counting_model",
+        f"+model.examples={EXAMPLES}",
+        f"+model.epochs={EPOCHS}",
+        f"+model.steps_per_epoch={STEPS_PER_EPOCH}",
+        f"trainer.epochs={EPOCHS}",
+        f"trainer.global_batch_size={BATCH}",
+        "trainer.steps_per_execution=1",
+        "trainer.verbose=2",
+        "callbacks.backup.every_n_steps=2",
+        "callbacks.tensorboard.enabled=false",
+        "callbacks.saved_model=false",
+        "callbacks.curves=false",
+        f"callbacks.extra=[{{_target_: elastic_models.DieAsWorker, index: 2, of: 3, "
+        f"step: {DIE_AT}}}]",
+    ]
+
+
+@pytest.fixture(autouse=True)
+def _tests_importable(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(REPO / "tests"))
+
+
+def _check_every_example_seen_once(run_dir: Path) -> None:
+    import keras
+
+    import elastic_models  # noqa: F401  (registers CountingModel for loading)
+
+    model = keras.models.load_model(run_dir / "model.keras")
+    counts = np.asarray(model.counts.numpy())
+    assert counts.shape == (EPOCHS, EXAMPLES)
+    assert np.array_equal(counts, np.ones_like(counts)), np.argwhere(counts != 1)[:10]
+    assert int(model.optimizer.iterations.numpy()) == EPOCHS * STEPS_PER_EPOCH
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["steps"] == EPOCHS * STEPS_PER_EPOCH
+    assert metrics["num_replicas"] == 2
+
+
+def _resumed_lines(text: str) -> list[str]:
+    return re.findall(r"\[worker \d\] .*(resuming from .*)", text)
+
+
+def test_a_worker_lost_for_good_finishes_on_two_with_every_example_once(tmp_path: Path):
+    run_dir = tmp_path / "run"
+    log = io.StringIO()
+    code = run(
+        3,
+        _job(tmp_path / "data"),
+        min_workers=2,
+        max_restarts=3,
+        run_dir=run_dir,
+        timeout=900,
+        output=log,
+    )
+    text = log.getvalue()
+    assert code == 0, text[-5000:]
+    # Failed, restarted in place, failed again: lost for good, restarted with 2.
+    assert text.count("[launch] worker 2 exited with status 137") == 2, text[-5000:]
+    assert (
+        "[launch] worker 2 lost for good: restarting with 2 of 3 workers from the last backup"
+        in text
+    )
+    assert "[launch] restart 2 of 3" in text and "restart 3 of 3" not in text
+    # The two workers of the last start say what changed: 3 replicas before, 2 now.
+    last = [line for line in _resumed_lines(text) if "now " in line and "with 2 replica" in line]
+    assert len(last) == 2, _resumed_lines(text)
+    assert all("saved by" in line and "with 3 replica(s)" in line for line in last), last
+    _check_every_example_seen_once(run_dir)
+    assert not any(alive(pid) for pid in launch_pids(text).values())
+
+
+def test_a_cluster_restarted_with_fewer_tasks_resumes_exactly(tmp_path: Path):
+    """The JobSet/SLURM case: the same job started again with 2 tasks, a new TF_CONFIG."""
+    run_dir = tmp_path / "run"
+    job = _job(tmp_path / "data")
+    first = io.StringIO()
+    code = run(3, job, run_dir=run_dir, timeout=600, output=first)
+    assert code == 137, first.getvalue()[-5000:]
+    assert list((run_dir / "backup").glob("ckpt-*.index")), "no backup before the loss"
+    second = io.StringIO()
+    code = run(2, job, run_dir=run_dir, timeout=600, output=second)
+    text = second.getvalue()
+    assert code == 0, text[-5000:]
+    resumed = _resumed_lines(text)
+    assert len(resumed) == 2, text[-5000:]
+    assert all("with 3 replica(s)" in line and "now " in line for line in resumed), resumed
+    assert all(re.search(r"now \S+ with 2 replica\(s\)", line) for line in resumed), resumed
+    _check_every_example_seen_once(run_dir)
+    for log in (first, second):
+        assert not any(alive(pid) for pid in launch_pids(log.getvalue()).values())
