@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 from pathlib import Path
 
@@ -26,8 +27,11 @@ pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
 
 EXAMPLES, EPOCHS, BATCH = 96, 3, 24
 STEPS_PER_EPOCH = EXAMPLES // BATCH
-# Worker 2 of 3 dies (SIGKILL) at step 5 every time it runs; the backup of step 4 stays.
-DIE_AT = 5
+# Worker 2 of 3 dies (SIGKILL) at step 5 every time it runs. The last backup is then the
+# one of step 3, in the middle of the first epoch: a resumed run that did not continue the
+# data stream exactly would see some examples of that epoch twice and others never.
+BACKUP_EVERY, DIE_AT = 3, 5
+RESUMED_AT = "continuing at step 3 (epoch 1, step 3 of 4)"
 
 
 def _job(data: Path) -> list[str]:
@@ -43,7 +47,7 @@ def _job(data: Path) -> list[str]:
         f"trainer.global_batch_size={BATCH}",
         "trainer.steps_per_execution=1",
         "trainer.verbose=2",
-        "callbacks.backup.every_n_steps=2",
+        f"callbacks.backup.every_n_steps={BACKUP_EVERY}",
         "callbacks.tensorboard.enabled=false",
         "callbacks.saved_model=false",
         "callbacks.curves=false",
@@ -54,13 +58,14 @@ def _job(data: Path) -> list[str]:
 
 @pytest.fixture(autouse=True)
 def _tests_importable(monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(REPO / "tests"))
+    # The tasks import the counting model; the caller's path (e.g. a worktree) stays first.
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([os.environ.get("PYTHONPATH", ""), str(REPO / "tests")])
+    )
 
 
 def _check_every_example_seen_once(run_dir: Path) -> None:
-    import keras
-
-    import elastic_models  # noqa: F401  (registers CountingModel for loading)
+    import keras  # elastic_models, imported above, registers CountingModel for loading
 
     model = keras.models.load_model(run_dir / "model.keras")
     counts = np.asarray(model.counts.numpy())
@@ -101,6 +106,7 @@ def test_a_worker_lost_for_good_finishes_on_two_with_every_example_once(tmp_path
     last = [line for line in _resumed_lines(text) if "now " in line and "with 2 replica" in line]
     assert len(last) == 2, _resumed_lines(text)
     assert all("saved by" in line and "with 3 replica(s)" in line for line in last), last
+    assert all(RESUMED_AT in line for line in last), last
     _check_every_example_seen_once(run_dir)
     assert not any(alive(pid) for pid in launch_pids(text).values())
 
@@ -121,6 +127,7 @@ def test_a_cluster_restarted_with_fewer_tasks_resumes_exactly(tmp_path: Path):
     assert len(resumed) == 2, text[-5000:]
     assert all("with 3 replica(s)" in line and "now " in line for line in resumed), resumed
     assert all(re.search(r"now \S+ with 2 replica\(s\)", line) for line in resumed), resumed
+    assert all(RESUMED_AT in line for line in resumed), resumed
     _check_every_example_seen_once(run_dir)
     for log in (first, second):
         assert not any(alive(pid) for pid in launch_pids(log.getvalue()).values())
