@@ -94,6 +94,7 @@ def test_a_worker_lost_for_good_finishes_on_two_with_every_example_once(tmp_path
         output=log,
     )
     text = log.getvalue()
+    (tmp_path / "launch.log").write_text(text)  # kept for reading after a failure
     assert code == 0, text[-5000:]
     # Failed, restarted in place, failed again: lost for good, restarted with 2.
     assert text.count("[launch] worker 2 exited with status 137") == 2, text[-5000:]
@@ -122,6 +123,7 @@ def test_a_cluster_restarted_with_fewer_tasks_resumes_exactly(tmp_path: Path):
     second = io.StringIO()
     code = run(2, job, run_dir=run_dir, timeout=600, output=second)
     text = second.getvalue()
+    (tmp_path / "launch.log").write_text(first.getvalue() + text)  # kept for reading
     assert code == 0, text[-5000:]
     resumed = _resumed_lines(text)
     assert len(resumed) == 2, text[-5000:]
