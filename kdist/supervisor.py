@@ -1,7 +1,10 @@
-"""The processes of one start of a local cluster, and the rules that end it.
+"""The supervisor of a local cluster: start it, watch it, restart it.
 
-`kdist.launch` plans the tasks (`Task`), `start`s them, and `watch`es them: one rule per
-task type decides what a task's exit means, read top to bottom in `Watch`:
+`supervise` is the outer loop of `kdist.launch`: it starts the tasks of one start
+(`kdist.launch_tasks`), watches them until a rule ends the start, then asks the restart
+policy (`kdist.elastic`) whether and with how many workers to start again.
+
+`Watch` holds one rule per task type, deciding what a task's exit means:
 
 - **evaluator** (sidecar): its exit is reported; training goes on without it.
 - **ps**: the variables are gone; the chief gets `PS_LOSS_GRACE_SECONDS` to stop with
@@ -23,12 +26,12 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from kdist.chief import remove_scratch
-from kdist.elastic import ElasticPolicy
+from kdist.elastic import Decision, ElasticPolicy
 from kdist.exit_codes import EXIT_RESTART
 from kdist.launch_tasks import (
     Task,
@@ -252,6 +255,8 @@ class Launch:
     restart_grace_seconds: float
     timeout: float | None
     ps_min_workers: int = 1
+    # `time.monotonic()` at which the launch gives up, from `timeout`.
+    deadline: float | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.deadline = time.monotonic() + self.timeout if self.timeout else None
@@ -286,18 +291,23 @@ def supervise(launch: Launch, policy: ElasticPolicy, guardian: Guardian) -> int:
                 continue
             say(f"error: a port of {failed.name} stayed in use after {_PORT_RETRIES} retries")
             return 2
-        if outcome.grow:
-            say(policy.grow().message)
-            continue
-        blamed = failed.index if failed.role == "worker" and failed.trains else None
-        if outcome.status == EXIT_RESTART:
-            blamed = None  # asked to be restarted: nothing failed
-        decision = policy.after_failure(worker=blamed)
+        decision = _decide(outcome, failed, policy)
         if decision.message:
             say(decision.message)
         if not decision.restart:
             return exit_status(outcome.status)
-        say(f"restart {policy.restarts} of {policy.max_restarts}")
+        if decision.counted:
+            say(f"restart {policy.restarts} of {policy.max_restarts}")
+
+
+def _decide(outcome: Outcome, failed: Task, policy: ElasticPolicy) -> Decision:
+    """What follows a start that `failed` ended: grow back, restart, shrink or stop."""
+    if outcome.grow:
+        return policy.grow()
+    if outcome.status == EXIT_RESTART or not (failed.role == "worker" and failed.trains):
+        # Asked to be restarted (nothing failed), or no worker slot to blame.
+        return policy.after_failure(worker=None)
+    return policy.after_failure(worker=failed.index)
 
 
 def _start_and_watch(
