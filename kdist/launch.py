@@ -112,8 +112,9 @@ def run(
         ps: parameter-server processes; with `ps > 0` a chief runs `module` and the
             workers and parameter servers run `kdist.server`. Then a worker that exits
             is reported and the run goes on (the chief reruns its functions on the
-            others) until fewer than `min_workers` (default 1) are left; a ps that exits gives the chief 60 s to
-            stop with its own error before every task is stopped. Defaults to `0`.
+            others) until fewer than `min_workers` (default 1) are left; a ps that
+            exits gives the chief 60 s to stop with its own error before every task is
+            stopped. Defaults to `0`.
         module: the Python module the training tasks run. Defaults to `"kdist.train"`.
         max_restarts: times to restart every task after one fails (or exits 42), restarts
             with fewer workers included; growing back is not counted. Defaults to `0`.
