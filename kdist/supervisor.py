@@ -66,7 +66,8 @@ class Outcome:
             (negative for a signal), or `TIMEOUT_STATUS`.
         failed: the task that ended the start, or `None`.
         timed_out: the launch's deadline passed.
-        grow: the start was asked to save so that the cluster can grow back.
+        grow: the start was asked to save so that the cluster can grow back (and a
+            trainer then exited other than 0).
     """
 
     status: int
@@ -184,7 +185,10 @@ class Watch:
             # The others are saving at the same agreed step: let them finish and exit
             # on their own before anything is stopped.
             self._wait_for_trainers()
-        return Outcome(code, task, grow=self._grow_requested and code == EXIT_RESTART)
+        # After a grow request the start ends for the grow-back, whatever the status: a
+        # trainer signalled before it could save (still starting up) exits -15, and the
+        # cluster then grows back from the previous backup; no worker slot is to blame.
+        return Outcome(code, task, grow=self._grow_requested)
 
     def _run_state(self) -> Outcome | None:
         if all(t.process is not None and t.process.poll() == 0 for t in self.tasks if t.trains):

@@ -383,3 +383,20 @@ def test_a_shrunk_cluster_grows_back_after_grow_after(script: Path, monkeypatch)
     assert text.count("[worker 2] started 2 of 3") == 3
     assert "[launch] every task finished" in text
     assert not any(alive(pid) for pid in launch_pids(text).values())
+
+
+def test_a_trainer_stopped_for_a_grow_before_it_could_save_still_grows(monkeypatch):
+    tasks = [_task("worker", 0, None, trains=True), _task("worker", 1, None, trains=True)]
+
+    def sigterm(process, sig):  # still starting up: no save handler yet, killed by SIGTERM
+        process.code = -signal.SIGTERM
+
+    monkeypatch.setattr(kdist.supervisor, "signal_group", sigterm)
+    said: list[str] = []
+    outcome = Watch(tasks=tasks, say=said.append, grow_due=lambda s: True).run()
+    assert outcome.grow and outcome.failed is tasks[0] and outcome.status == -15
+    policy = ElasticPolicy(workers=3, min_workers=2, max_restarts=2, grow_after=1)
+    policy.after_failure(worker=2)
+    policy.after_failure(worker=2)
+    assert kdist.supervisor._decide(outcome, tasks[0], policy).workers == 3
+    assert policy.active == [0, 1, 2] and policy.restarts == 2
