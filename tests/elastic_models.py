@@ -104,22 +104,47 @@ def counting_model(*, examples: int, epochs: int, steps_per_epoch: int) -> keras
     return CountingModel(examples=examples, epochs=epochs, steps_per_epoch=steps_per_epoch)
 
 
+def _cluster() -> tuple[int | None, int]:
+    """This task's worker index and the number of workers, from TF_CONFIG."""
+    config = json.loads(os.environ.get("TF_CONFIG", "{}"))
+    return config.get("task", {}).get("index"), len(config.get("cluster", {}).get("worker", []))
+
+
 class DieAsWorker:
-    """`callbacks.extra` target: SIGKILL this process, every time, as worker `index` of `of`.
+    """`callbacks.extra` target: SIGKILL this process as worker `index` of `of`.
 
     It fires once `step` optimizer steps are done, whenever the process runs as worker
     `index` in a cluster of `of` workers (TF_CONFIG): a slot gone for good. In a cluster
-    of another size it does nothing.
+    of another size it does nothing. With `times` and `record` (a file that counts the
+    deaths) it stops firing after `times` deaths: the slot comes back healthy.
     """
 
-    def __new__(cls, *, index: int, of: int, step: int):
+    def __new__(cls, *, index: int, of: int, step: int, times: int | None = None, record: str = ""):
         class _Die(keras.callbacks.Callback):
             def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-                config = json.loads(os.environ.get("TF_CONFIG", "{}"))
-                workers = len(config.get("cluster", {}).get("worker", []))
-                if config.get("task", {}).get("index") != index or workers != of:
+                if _cluster() != (index, of):
                     return
-                if int(self.model.optimizer.iterations.numpy()) >= step:
-                    os.kill(os.getpid(), signal.SIGKILL)
+                if int(self.model.optimizer.iterations.numpy()) < step:
+                    return
+                if times is not None:
+                    deaths = Path(record).read_text() if Path(record).exists() else ""
+                    if len(deaths) >= times:
+                        return
+                    Path(record).write_text(deaths + "x")
+                os.kill(os.getpid(), signal.SIGKILL)
 
         return _Die()
+
+
+class SlowWithWorkers:
+    """`callbacks.extra` target: sleep `seconds` after each step in a cluster of `of` workers."""
+
+    def __new__(cls, *, of: int, seconds: float):
+        import time
+
+        class _Slow(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+                if _cluster()[1] == of:
+                    time.sleep(seconds)
+
+        return _Slow()

@@ -34,7 +34,12 @@ BACKUP_EVERY, DIE_AT = 3, 5
 RESUMED_AT = "continuing at step 3 (epoch 1, step 3 of 4)"
 
 
-def _job(data: Path) -> list[str]:
+def _die(more: str = "") -> str:
+    """The `callbacks.extra` entry that kills worker 2 of 3 at `DIE_AT`; `more` adds keys."""
+    return "{_target_: elastic_models.DieAsWorker, index: 2, of: 3, step: " + f"{DIE_AT}{more}}}"
+
+
+def _job(data: Path, *, callbacks: str = "") -> list[str]:
     return [
         "strategy=multi_worker_mirrored",
         *data_overrides(*write_data(data, examples=EXAMPLES, validation=BATCH)),
@@ -51,8 +56,7 @@ def _job(data: Path) -> list[str]:
         "callbacks.tensorboard.enabled=false",
         "callbacks.saved_model=false",
         "callbacks.curves=false",
-        f"callbacks.extra=[{{_target_: elastic_models.DieAsWorker, index: 2, of: 3, "
-        f"step: {DIE_AT}}}]",
+        f"callbacks.extra=[{callbacks or _die()}]",
     ]
 
 
@@ -64,7 +68,7 @@ def _tests_importable(monkeypatch):
     )
 
 
-def _check_every_example_seen_once(run_dir: Path) -> None:
+def _check_every_example_seen_once(run_dir: Path, *, replicas: int = 2) -> None:
     import keras  # elastic_models, imported above, registers CountingModel for loading
 
     model = keras.models.load_model(run_dir / "model.keras")
@@ -74,7 +78,7 @@ def _check_every_example_seen_once(run_dir: Path) -> None:
     assert int(model.optimizer.iterations.numpy()) == EPOCHS * STEPS_PER_EPOCH
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["steps"] == EPOCHS * STEPS_PER_EPOCH
-    assert metrics["num_replicas"] == 2
+    assert metrics["num_replicas"] == replicas
 
 
 def _resumed_lines(text: str) -> list[str]:
@@ -133,3 +137,36 @@ def test_a_cluster_restarted_with_fewer_tasks_resumes_exactly(tmp_path: Path):
     _check_every_example_seen_once(run_dir)
     for log in (first, second):
         assert not any(alive(pid) for pid in launch_pids(log.getvalue()).values())
+
+
+def test_a_shrunk_run_grows_back_and_sees_every_example_once(tmp_path: Path):
+    """Slot 2 dies twice and comes back healthy; the 2-worker start is asked to grow back.
+
+    The 2-worker start sleeps 3 s per step (27 s for its 9 steps), so the grow request
+    after 25 s comes while it trains: every worker saves at an agreed step and exits 42.
+    (If start-up took longer than 25 s, worker 0 is stopped before it can save and the
+    cluster grows back from the backup of step 3: the counts must hold either way.)
+    """
+    run_dir = tmp_path / "run"
+    die = _die(f", times: 2, record: '{tmp_path / 'deaths'}'")
+    slow = "{_target_: elastic_models.SlowWithWorkers, of: 2, seconds: 3}"
+    log = io.StringIO()
+    code = run(
+        3,
+        _job(tmp_path / "data", callbacks=f"{die}, {slow}"),
+        min_workers=2,
+        max_restarts=2,
+        grow_after=25,
+        run_dir=run_dir,
+        timeout=900,
+        output=log,
+    )
+    text = log.getvalue()
+    (tmp_path / "launch.log").write_text(text)  # kept for reading after a failure
+    assert code == 0, text[-5000:]
+    assert "[launch] worker 2 lost for good: restarting with 2 of 3 workers" in text
+    assert "[launch] asking worker 0 to save a backup (SIGTERM) to grow the cluster back" in text
+    assert "[launch] growing back: restarting with 3 of 3 workers" in text
+    assert "restart 2 of 2" in text and "restart 3 of" not in text  # growing is not counted
+    _check_every_example_seen_once(run_dir, replicas=3)
+    assert not any(alive(pid) for pid in launch_pids(text).values())
