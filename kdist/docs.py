@@ -33,33 +33,14 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from kdist.config.constants import HYDRA_KEYS
+from kdist.config.groups import GROUP_INTROS
 from kdist.exit_codes import EXIT_FAILED
 
-__all__ = ["GROUP_INTROS", "check", "generate", "main", "write"]
+__all__ = ["check", "generate", "main", "write"]
 
-# One paragraph per group: what it chooses. Everything else on a page is generated.
 # Pages of docs/ written by hand, which `check` leaves alone.
 HAND_WRITTEN = {"architecture.md"}
-
-GROUP_INTROS = {
-    "strategy": "How training is distributed: one device, several local devices "
-    "(mirrored), several processes or machines (multi-worker, parameter server).",
-    "model": "The network. Each option's `_target_` is a callable that returns a "
-    "`keras.Model`; kdist passes it `input_shape` and `num_classes` from the data.",
-    "data": "Where examples come from (`source`, a `_target_` returning a "
-    "`kdist.data.Source`) and how the input pipeline reads them.",
-    "optimizer": "A Keras optimizer (`_partial_`: built later inside the strategy scope), "
-    "plus kdist's learning-rate scaling with the replica count.",
-    "trainer": "The loop: epochs, steps, the global batch (split over the replicas), "
-    "steps per `tf.function` call, validation, loss and metrics.",
-    "runtime": "The process: seeds, determinism, logical devices, memory growth, mixed "
-    "precision, XLA and TensorFlow's log level.",
-    "callbacks": "What a run writes and watches: TensorBoard, history.csv, checkpoints, "
-    "backups, early stopping, curves.png and extra Keras callbacks.",
-    "tuner": "keras-tuner searches (`python -m kdist.tune`): the oracle, its budget and "
-    "the search space (`tuner/space`).",
-}
-_HYDRA_KEYS = {"_target_", "_partial_", "_convert_", "_recursive_", "_args_"}
 _KEY_LINE = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z_][\w.]*)\s*:(?P<rest>.*)$")
 _FIELD_LINE = re.compile(r"^\s+(?P<key>[A-Za-z_]\w*)\s*:\s*[^=]+?(=.*)?$")
 
@@ -299,7 +280,7 @@ def _rows(
                 target_types = {}
     for key, value in node.items() if isinstance(node, Mapping) else []:
         dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value and key not in _HYDRA_KEYS:
+        if isinstance(value, Mapping) and value and key not in HYDRA_KEYS:
             # A row for the section itself when something describes it.
             doc = inspect.getdoc(nested[key]) if key in nested else None
             note = yaml_comments.get(dotted) or schema_notes.get(key) or ""
@@ -314,7 +295,7 @@ def _rows(
                 prefix=f"{dotted}.",
             )
             continue
-        if isinstance(value, Mapping) and value and key not in _HYDRA_KEYS:
+        if isinstance(value, Mapping) and value and key not in HYDRA_KEYS:
             rows += _rows(
                 value,
                 schema=None,

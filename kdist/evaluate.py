@@ -43,6 +43,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from kdist.config.errors import ConfigError, exit_with
+from kdist.config.groups import TRAIN_GROUPS
 from kdist.config.trust import TRUST_FLAG, check_trusted_targets
 from kdist.runtime import quiet_tensorflow
 
@@ -57,8 +58,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-GROUPS = ("strategy", "model", "data", "optimizer", "trainer", "runtime", "callbacks")
 
 
 def load_run_config(run_dir: str | os.PathLike[str]) -> DictConfig:
@@ -90,7 +89,7 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
         key, sep, text = override.partition("=")
         if not sep or not key:
             raise ConfigError(override, "is not key=value")
-        if key in GROUPS:
+        if key in TRAIN_GROUPS:
             cfg[key] = compose([f"{key}={text}"])[key]
         else:
             OmegaConf.update(cfg, key, yaml.safe_load(text) if text else None, force_add=False)

@@ -11,7 +11,6 @@ import functools
 import logging
 import time
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +29,11 @@ from kdist.engine import Controller, FitResult, Runner
 from kdist.modeling import check_targets, compiled_model, runner_for
 from kdist.objective import check_objective, metric_directions
 from kdist.predicting import predict_split
+from kdist.run_dir import default_run_dir
 
 __all__ = ["Experiment"]
 
 log = logging.getLogger(__name__)
-
-
-def _default_run_dir() -> Path:
-    now = datetime.now()
-    return Path("outputs") / now.strftime("%Y-%m-%d") / now.strftime("%H-%M-%S-%f")
 
 
 class Experiment:
@@ -69,16 +64,15 @@ class Experiment:
         self._objective_auto = objective is not None and objective.get("name") == "auto"
         validate(cfg)
         self.cfg = cfg
-        self.run_dir = Path(run_dir or cfg.get("run_dir") or _default_run_dir())
+        self.run_dir = Path(run_dir or cfg.get("run_dir") or default_run_dir(microseconds=True))
         runtime.setup(cfg.runtime)
         self.strategy: tf.distribute.Strategy = strategies.build(cfg.strategy)
         self.num_replicas = int(self.strategy.num_replicas_in_sync)
         self.is_chief = chief.is_chief(self.strategy)
         batch = batch_plan.global_batch_size(cfg, self.num_replicas)
         self.source = build_source(cfg.data.source)
-        self.steps_per_epoch = steps_per_epoch(
-            self.source, batch, cfg.trainer.get("steps_per_epoch")
-        )
+        per_epoch = cfg.trainer.get("steps_per_epoch")
+        self.steps_per_epoch = steps_per_epoch(self.source, batch, per_epoch)
         self.output_dir = chief.writable_dir(self.run_dir, self.strategy)
         self.validates = bool(cfg.trainer.validation) and self.source.size("validation") > 0
         names = configured_metric_names(cfg.trainer)
@@ -100,8 +94,7 @@ class Experiment:
         )
 
     def _check_objective(self, logged: Sequence[str], *, warn: bool = True) -> None:
-        objective = self.cfg.get("objective")
-        auto = self._objective_auto
+        auto, objective = self._objective_auto, self.cfg.get("objective")
         check_objective(objective, logged, validates=self.validates, auto=auto, warn=warn)
 
     def build_model(self, model: keras.Model | None = None) -> keras.Model:
@@ -117,13 +110,11 @@ class Experiment:
                 (the optimizer restarts from its configuration, without slots).
 
         Returns:
-            The compiled, built `keras.Model` (compiled so that `model.keras` reloads
-            with its optimizer and loss; training runs through the kdist engine).
+            The compiled, built `keras.Model` (compiled so that `model.keras` reloads).
 
         Raises:
-            ConfigError: naming the key, for a loss or metric Keras does not know, loss
-                keys that are not the model's outputs, targets a classification loss
-                cannot take, or an objective the run does not log.
+            ConfigError: naming the key, for a loss, metric, target or objective that
+                the model or the data cannot take (`kdist.modeling`, `kdist.objective`).
         """
         cfg = self.cfg
         check_targets(cfg.trainer, self.source)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "atomic_directory",
     "atomic_path",
     "read_csv",
     "read_csv_numbers",
@@ -47,6 +49,39 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def atomic_directory(path: str | Path) -> Iterator[Path]:
+    """A hidden staging folder beside `path` to fill; swapped in for `path` when the block ends.
+
+    `os.replace` cannot move a folder onto a folder that has files, so the old `path` is
+    moved aside first and removed after the new one is in place: a reader sees the old
+    folder or the new one, and only in the instant between two renames neither.
+    The staging folder is removed if the block raises.
+
+    Example:
+
+    ```python
+    with atomic_directory(out / "saved_model") as staging:
+        model.export(str(staging), format="tf_saved_model")
+    ```
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.partial")
+    old = path.with_name(f".{path.name}.old")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    if path.exists():
+        os.replace(path, old)
+    os.replace(staging, path)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

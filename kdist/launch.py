@@ -6,6 +6,14 @@ with the task's name, and stop every process when one fails (restarting them all
 `--max-restarts` times). Parameter-server training tolerates a lost worker: its death is
 reported and the chief goes on with the others.
 
+Elastic restarts (`--min-workers M`, as torchrun's `--nnodes M:N`): a multi-worker run
+whose worker fails in two starts in a row (gone for good) restarts with one worker fewer,
+never fewer than M, from the last backup; kdist maps the step by examples consumed and
+skips them in the global data stream, so no example is lost or repeated. With
+`--grow-after SECONDS` a shrunk run is asked to save (SIGTERM, exit 42) after that long
+and restarts at full size. The rules are in `kdist.elastic`; the per-task rules that end
+a start in `kdist.supervisor`.
+
 On a machine with GPUs each worker gets its own through `CUDA_VISIBLE_DEVICES` (dealt
 round-robin, or `--gpus-per-worker N` each); parameter servers and the parameter-server
 chief get none unless asked (`--ps-gpus N`); every task grows its GPU memory as needed
@@ -17,6 +25,8 @@ Example:
 python -m kdist.launch --workers 2 -- strategy=multi_worker_mirrored model=cnn
 python -m kdist.launch --workers 2 --ps 1 -- strategy=parameter_server
 python -m kdist.launch --workers 2 --gpus-per-worker 2 -- strategy=multi_worker_mirrored
+python -m kdist.launch --workers 3 --min-workers 2 --max-restarts 3 -- \
+    strategy=multi_worker_mirrored
 ```
 
 ```python
@@ -28,30 +38,30 @@ exit_code = run(workers=2, overrides=["strategy=multi_worker_mirrored"])
 from __future__ import annotations
 
 import argparse
-import contextlib
 import ipaddress
 import os
-import shutil
 import signal
-import socket
-import subprocess
 import sys
 import threading
-import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import IO
 
-from kdist.cluster import remove_scratch, scratch_prefix, tf_config_for
 from kdist.config.errors import ConfigError, exit_with
 from kdist.gpus import ALLOW_GROWTH, detect_gpus, plan_gpus
+from kdist.launch_checks import check_elastic_batch, check_strategy, elastic_policy
+from kdist.launch_tasks import (
+    clean_temp_leftovers,
+    free_ports,
+    given_run_dir,
+    plan_tasks,
+)
+from kdist.run_dir import default_run_dir
 from kdist.sandbox import Guardian
+from kdist.supervisor import Launch, supervise
 
 __all__ = [
-    "RESTART_EXIT_CODE",
+    "check_elastic_batch",
     "check_strategy",
     "clean_temp_leftovers",
     "free_ports",
@@ -59,59 +69,9 @@ __all__ = [
     "run",
 ]
 
-# A worker that exits with this code asks to be restarted (e.g. after a preemption save).
-RESTART_EXIT_CODE = 42
-_PORT_RACE_MARKERS = ("Address already in use", "Failed to add port", "address in use")
-# How long a sidecar evaluator may take after training ends (its last checkpoints).
-_EVALUATOR_GRACE_SECONDS = 600.0
-_PORT_RETRIES = 3
-# After a parameter server dies, the chief gets this long to notice and stop with its own
-# error (naming the ps) before the launcher stops it.
-_PS_LOSS_GRACE_SECONDS = 60.0
-# The strategies that train one model over several processes, by launcher shape.
-_CLUSTER_STRATEGIES = {False: "multi_worker_mirrored", True: "parameter_server"}
+# Tests build one start's tasks through this name.
+_plan = plan_tasks
 _WARNING = "WARNING: "
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` distinct ports free on `host` right now.
-
-    Another process may still take one before the task binds it
-    (tensorflow/tensorflow#46602); `run` retries a launch that fails that way.
-    """
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(sock)
-            sock.bind((host, 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    except OSError as error:
-        raise ConfigError(
-            "--host",
-            f"cannot listen on this address ({error.strerror or error})",
-            value=host,
-            hint="give an address of this machine, e.g. 127.0.0.1",
-        ) from None
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-@dataclass
-class _Task:
-    role: str
-    index: int
-    command: list[str]
-    env: dict[str, str]
-    trains: bool
-    process: subprocess.Popen | None = None
-    tail: deque = field(default_factory=lambda: deque(maxlen=40))
-    reader: threading.Thread | None = None
-
-    @property
-    def name(self) -> str:
-        return f"{self.role} {self.index}"
 
 
 def _is_loopback(host: str) -> bool:
@@ -121,257 +81,6 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _default_run_dir() -> Path:
-    now = datetime.now()
-    return Path("outputs") / now.strftime("%Y-%m-%d") / now.strftime("%H-%M-%S")
-
-
-def _run_dir_key(overrides: Sequence[str]) -> str:
-    multirun = any(arg in ("-m", "--multirun") for arg in overrides)
-    return "hydra.sweep.dir" if multirun else "hydra.run.dir"
-
-
-def _with_run_dir(overrides: Sequence[str], run_dir: Path) -> list[str]:
-    given = list(overrides)
-    key = _run_dir_key(given)
-    if not any(arg.lstrip("+").startswith(f"{key}=") for arg in given):
-        given.append(f"{key}={run_dir}")
-    return given
-
-
-def _given_run_dir(overrides: Sequence[str]) -> Path | None:
-    """The run directory the overrides set (`hydra.run.dir=X`), which the tasks use."""
-    key = _run_dir_key(overrides)
-    for arg in reversed(list(overrides)):
-        if arg.lstrip("+").startswith(f"{key}="):
-            return Path(arg.split("=", 1)[1].strip("'\""))
-    return None
-
-
-def check_strategy(overrides: Sequence[str], *, workers: int, ps: int) -> None:
-    """Refuse a strategy that would train independent copies on several processes.
-
-    `one_device`, `mirrored` and `auto` each train their own model in every process: with
-    several workers that is N runs writing one folder, not one distributed run.
-
-    Args:
-        overrides: the command line of `kdist.train` (Hydra overrides and options).
-        workers: worker processes.
-        ps: parameter-server processes.
-
-    Raises:
-        ConfigError: naming `strategy` and the valid choices.
-    """
-    if workers < 2 and ps == 0:
-        return
-    from hydra._internal.utils import get_args_parser
-
-    from kdist.config import compose
-
-    args, _ = get_args_parser().parse_known_args(list(overrides))
-    if args.multirun:
-        return  # sweeps may vary the strategy; each job's tasks report their own errors
-    try:
-        cfg = compose(
-            args.overrides, config_name=args.config_name or "train", config_dir=args.config_dir
-        )
-    except Exception:  # the tasks report a bad command line themselves, as one line
-        return
-    target = str(cfg.strategy.get("_target_", ""))
-    module, _, name = target.rpartition(".")
-    if module != "kdist.strategies":
-        return  # a user's own strategy factory
-    wanted = _CLUSTER_STRATEGIES[ps > 0]
-    if name == wanted:
-        return
-    shape = f"--workers {workers}" + (f" --ps {ps}" if ps else "")
-    if name == _CLUSTER_STRATEGIES[False]:
-        problem = f"{name} does not use the parameter servers of {shape}"
-    elif name == _CLUSTER_STRATEGIES[True]:
-        problem = f"{name} needs parameter servers, and {shape} starts none"
-    else:
-        problem = f"{name} trains an independent copy in each process of {shape}"
-    raise ConfigError(
-        "strategy",
-        problem,
-        value=name,
-        hint=f"with {shape} use strategy={wanted} (multi-worker choices: "
-        "multi_worker_mirrored, or parameter_server with --ps N)",
-    )
-
-
-def clean_temp_leftovers(run_dir: Path) -> list[Path]:
-    """Remove `*_temp*` leftovers of interrupted saves in `run_dir`'s checkpoint folders.
-
-    A save cut short (a full disk, a kill) leaves e.g. `backup/ckpt-20_temp`; training
-    skips it on restore, but it takes disk space until the next save. Returns what was
-    removed.
-    """
-    removed = []
-    for folder in ("backup", "checkpoints"):
-        for entry in sorted((run_dir / folder).glob("*_temp*")):
-            if entry.is_dir():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
-            removed.append(entry)
-    return removed
-
-
-def _plan(
-    *,
-    workers: int,
-    ps: int,
-    module: str,
-    overrides: Sequence[str],
-    host: str,
-    run_dir: Path,
-    base_env: dict[str, str],
-    devices: dict[tuple[str, int], str] | None = None,
-    evaluator: bool = False,
-) -> list[_Task]:
-    """The tasks of one start: command and environment (TF_CONFIG, GPUs) of each.
-
-    `devices` maps `(task type, index)` to that task's `CUDA_VISIBLE_DEVICES`
-    (`kdist.gpus.plan_gpus`); tasks not in it keep `base_env`'s. With `evaluator`, a
-    sidecar evaluator (`kdist.evaluate watch=true`, one process, no cluster) watches the
-    run directory beside the training tasks.
-    """
-    devices = devices or {}
-    tasks: list[_Task] = []
-    if evaluator:
-        env = {**base_env}
-        env.pop("TF_CONFIG", None)
-        if ("evaluator", 0) in devices:
-            env["CUDA_VISIBLE_DEVICES"] = devices[("evaluator", 0)]
-        # This launch writes the run folder it reads, so its config is trusted.
-        command = [
-            sys.executable,
-            "-u",
-            "-m",
-            "kdist.evaluate",
-            f"run_dir={run_dir}",
-            "watch=true",
-            "poll_seconds=2",
-            "trust_run_dir=true",
-        ]
-        tasks.append(_Task("evaluator", 0, command, env, trains=False))
-
-    def env_of(role: str, index: int, tf_config: str) -> dict[str, str]:
-        env = {**base_env, "TF_CONFIG": tf_config}
-        if (role, index) in devices:
-            env["CUDA_VISIBLE_DEVICES"] = devices[(role, index)]
-        return env
-
-    ports = free_ports(workers + ps + (1 if ps else 0), host)
-    addresses = [f"{host}:{port}" for port in ports]
-    python = [sys.executable, "-u", "-m"]
-    job_args = _with_run_dir(overrides, run_dir)
-    if ps == 0:
-        cluster = {"worker": addresses}
-        for i in range(workers):
-            env = env_of("worker", i, tf_config_for(cluster, "worker", i))
-            tasks.append(_Task("worker", i, [*python, module, *job_args], env, trains=True))
-        return tasks
-    # Parameter-server training: the chief coordinates and runs `module`; workers and
-    # parameter servers are plain TensorFlow servers (`kdist.server`).
-    cluster = {
-        "chief": addresses[:1],
-        "worker": addresses[1 : 1 + workers],
-        "ps": addresses[1 + workers :],
-    }
-    for i in range(ps):
-        env = env_of("ps", i, tf_config_for(cluster, "ps", i))
-        tasks.append(_Task("ps", i, [*python, "kdist.server"], env, trains=False))
-    for i in range(workers):
-        env = env_of("worker", i, tf_config_for(cluster, "worker", i))
-        tasks.append(_Task("worker", i, [*python, "kdist.server"], env, trains=False))
-    env = env_of("chief", 0, tf_config_for(cluster, "chief", 0))
-    tasks.append(_Task("chief", 0, [*python, module, *job_args], env, trains=True))
-    return tasks
-
-
-def _pump(task: _Task, output: IO[str], lock: threading.Lock) -> None:
-    assert task.process is not None and task.process.stdout is not None
-    for line in task.process.stdout:
-        task.tail.append(line)
-        with lock:
-            output.write(f"[{task.name}] {line}")
-            output.flush()
-
-
-def _start(
-    tasks: list[_Task], output: IO[str], lock: threading.Lock, guardian: Guardian, run_dir: Path
-) -> None:
-    for task in tasks:
-        task.tail.clear()
-        task.process = subprocess.Popen(
-            task.command,
-            env=task.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            bufsize=1,
-            # Its own process group, so stopping a task also stops anything it started.
-            start_new_session=True,
-            # Into the private network, and SIGKILL when the launcher dies.
-            preexec_fn=guardian.preexec(),
-        )
-        guardian.watch(task.process.pid, [scratch_prefix(run_dir, task.role, task.index)])
-        task.reader = threading.Thread(target=_pump, args=(task, output, lock), daemon=True)
-        task.reader.start()
-        with lock:
-            output.write(f"[launch] {task.name} pid {task.process.pid}\n")
-            output.flush()
-
-
-def _signal_group(process: subprocess.Popen, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, sig)
-
-
-def _stop(tasks: list[_Task], grace_seconds: float) -> None:
-    """SIGTERM every running task, then SIGKILL what is left after `grace_seconds`."""
-    running = [t.process for t in tasks if t.process is not None and t.process.poll() is None]
-    for process in running:
-        _signal_group(process, signal.SIGTERM)
-    deadline = time.monotonic() + grace_seconds
-    for process in running:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-    for task in tasks:
-        if task.process is not None:
-            # The group may still hold children even when the leader has exited.
-            _signal_group(task.process, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                task.process.wait(timeout=10)
-            if task.reader is not None:
-                task.reader.join(timeout=5)
-            if task.process.stdout is not None and (
-                task.reader is None or not task.reader.is_alive()
-            ):
-                task.process.stdout.close()
-
-
-def _wait_for_all(tasks: list[_Task], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    for task in tasks:
-        if task.process is not None and task.trains:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                task.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-
-
-def _port_race(task: _Task) -> bool:
-    text = "".join(task.tail)
-    return any(marker in text for marker in _PORT_RACE_MARKERS)
-
-
-def _exit_status(code: int) -> int:
-    """A process killed by signal N reports -N; shells report 128 + N."""
-    return 128 - code if code < 0 else code
 
 
 def run(
@@ -392,6 +101,8 @@ def run(
     gpus_per_worker: int | None = None,
     ps_gpus: int = 0,
     evaluator: bool = False,
+    min_workers: int | None = None,
+    grow_after: float | None = None,
 ) -> int:
     """Start a local cluster, wait for it, and return its exit status.
 
@@ -401,10 +112,12 @@ def run(
         ps: parameter-server processes; with `ps > 0` a chief runs `module` and the
             workers and parameter servers run `kdist.server`. Then a worker that exits
             is reported and the run goes on (the chief reruns its functions on the
-            others) until no worker is left; a ps that exits gives the chief 60 s to
-            stop with its own error before every task is stopped. Defaults to `0`.
+            others) until fewer than `min_workers` (default 1) are left; a ps that
+            exits gives the chief 60 s to stop with its own error before every task is
+            stopped. Defaults to `0`.
         module: the Python module the training tasks run. Defaults to `"kdist.train"`.
-        max_restarts: times to restart every task after one fails. Defaults to `0`.
+        max_restarts: times to restart every task after one fails (or exits 42), restarts
+            with fewer workers included; growing back is not counted. Defaults to `0`.
         host: address the tasks advertise in TF_CONFIG. Defaults to `"127.0.0.1"`;
             another address must be given explicitly (TensorFlow's gRPC servers have no
             authentication) and turns the private network off, with a warning.
@@ -434,6 +147,15 @@ def run(
             evaluates each checkpoint as it appears, on its own (no GPU), and the
             launch waits for it to finish after training ends; its failure is reported
             and does not stop training. Defaults to `False`.
+        min_workers: fewest workers to go on with. A multi-worker run restarts with one
+            worker fewer when a worker slot is gone for good (it failed in two starts in
+            a row; see `kdist.elastic`), resuming from the last backup; a
+            parameter-server run goes on while this many workers are alive. Defaults
+            to `None`: `workers` for multi-worker runs (a failed worker is restarted in
+            place), 1 for parameter-server runs.
+        grow_after: seconds a shrunk multi-worker run trains before the launcher asks
+            it to save (SIGTERM, exit 42) and restarts it with every worker. Defaults
+            to `None`: it stays shrunk.
 
     Returns:
         0 when every training task exited 0; otherwise the failing task's status
@@ -443,62 +165,84 @@ def run(
     Raises:
         ValueError: for a non-positive `workers`, negative `ps` or `max_restarts`.
         ConfigError: for a strategy that would train independent copies (`one_device`,
-            `mirrored`, `auto` on several processes), a `host` that cannot be bound, or
+            `mirrored`, `auto` on several processes), a `host` that cannot be bound,
             GPUs asked that are not there (naming `--gpus`, `--gpus-per-worker` or
-            `--ps-gpus`).
+            `--ps-gpus`), `--min-workers` outside 1..`workers`, `--grow-after` that is
+            not positive or given with `--ps` or without `--min-workers`, or a global
+            batch that a cluster size of an elastic run cannot split.
     """
     if workers < 1:
         raise ValueError(f"`workers` ({workers}) must be a positive integer.")
     if ps < 0 or max_restarts < 0:
         raise ValueError(f"`ps` ({ps}) and `max_restarts` ({max_restarts}) must be >= 0.")
-    output = output or sys.stdout
-    lock = threading.Lock()
-    devices = plan_gpus(
-        gpu_ids=detect_gpus(os.environ, gpus=gpus),
+    policy = elastic_policy(
         workers=workers,
         ps=ps,
-        gpus_per_worker=gpus_per_worker,
-        ps_gpus=ps_gpus,
-        evaluator=evaluator,
+        min_workers=min_workers,
+        max_restarts=max_restarts,
+        grow_after=grow_after,
     )
+    gpu_ids = detect_gpus(os.environ, gpus=gpus)
+
+    def devices_for(count: int) -> dict[tuple[str, int], str]:
+        return plan_gpus(
+            gpu_ids=gpu_ids,
+            workers=count,
+            ps=ps,
+            gpus_per_worker=gpus_per_worker,
+            ps_gpus=ps_gpus,
+            evaluator=evaluator,
+        )
+
+    devices_for(workers)  # GPUs asked that are not there: one line, before any check
     if module == "kdist.train":
         check_strategy(overrides, workers=workers, ps=ps)
-    # The tasks use the overrides' folder when there is one: report and clean that one.
-    resolved_dir = _given_run_dir(overrides) or (Path(run_dir) if run_dir else _default_run_dir())
-    # Memory growth in every task, kdist.server's included: tasks sharing a GPU must not
-    # each reserve all of it.
-    base_env = {ALLOW_GROWTH: "true", **os.environ, "PYTHONUNBUFFERED": "1"}
-    base_env.pop("TF_CONFIG", None)
+        if policy.elastic and ps == 0:
+            check_elastic_batch(
+                overrides,
+                worker_counts=range(workers, policy.min_workers - 1, -1),
+                replicas_per_worker=gpus_per_worker or 1,
+            )
+    output = output or sys.stdout
+    lock = threading.Lock()
 
     def say(message: str) -> None:
         with lock:
             output.write(f"[launch] {message}\n")
             output.flush()
 
+    # The tasks use the overrides' folder when there is one: report and clean that one.
+    launch = Launch(
+        module=module,
+        overrides=list(overrides),
+        host=host,
+        ps=ps,
+        run_dir=given_run_dir(overrides) or (Path(run_dir) if run_dir else default_run_dir()),
+        # Memory growth in every task, kdist.server's included: tasks sharing a GPU must
+        # not each reserve all of it.
+        base_env=_base_env(),
+        evaluator=evaluator,
+        devices_for=devices_for,
+        output=output,
+        lock=lock,
+        say=say,
+        grace_seconds=grace_seconds,
+        restart_grace_seconds=restart_grace_seconds,
+        timeout=timeout,
+        ps_min_workers=min_workers if ps and min_workers else 1,
+    )
     free_ports(1, host)  # a `host` this machine cannot listen on: one line, before any task
     guardian = _guardian(host, isolate, say)
     try:
-        return _supervise(
-            workers=workers,
-            ps=ps,
-            module=module,
-            overrides=overrides,
-            host=host,
-            run_dir=resolved_dir,
-            base_env=base_env,
-            max_restarts=max_restarts,
-            timeout=timeout,
-            grace_seconds=grace_seconds,
-            restart_grace_seconds=restart_grace_seconds,
-            output=output,
-            lock=lock,
-            say=say,
-            guardian=guardian,
-            devices=devices,
-            evaluator=evaluator,
-        )
+        return supervise(launch, policy, guardian)
     finally:
         guardian.close()
+
+
+def _base_env() -> dict[str, str]:
+    env = {ALLOW_GROWTH: "true", **os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("TF_CONFIG", None)
+    return env
 
 
 def _guardian(host: str, isolate: bool | None, say: Callable[[str], None]) -> Guardian:
@@ -534,164 +278,6 @@ def _guardian(host: str, isolate: bool | None, say: Callable[[str], None]) -> Gu
     return guardian
 
 
-def _supervise(
-    *,
-    workers: int,
-    ps: int,
-    module: str,
-    overrides: Sequence[str],
-    host: str,
-    run_dir: Path,
-    base_env: dict[str, str],
-    max_restarts: int,
-    timeout: float | None,
-    grace_seconds: float,
-    restart_grace_seconds: float,
-    output: IO[str],
-    lock: threading.Lock,
-    say: Callable[[str], None],
-    guardian: Guardian,
-    devices: dict[tuple[str, int], str],
-    evaluator: bool = False,
-) -> int:
-    resolved_dir = run_dir
-    if devices:
-        shown = ", ".join(f"{role} {i}: [{ids}]" for (role, i), ids in sorted(devices.items()))
-        say(f"GPUs (CUDA_VISIBLE_DEVICES) per task: {shown}")
-    for leftover in clean_temp_leftovers(resolved_dir):
-        say(f"removed {leftover}, left by an interrupted save")
-    deadline = time.monotonic() + timeout if timeout else None
-    restarts = port_retries = 0
-    while True:
-        tasks = _plan(
-            workers=workers,
-            ps=ps,
-            module=module,
-            overrides=overrides,
-            host=host,
-            run_dir=resolved_dir,
-            base_env=base_env,
-            devices=devices,
-            evaluator=evaluator,
-        )
-        say(f"starting {', '.join(t.name for t in tasks)}; run directory {resolved_dir}")
-        status = None
-        failed: _Task | None = None
-        # Parameter-server mode: servers that died and were reported, and the lost ps.
-        lost: set[str] = set()
-        lost_ps: _Task | None = None
-        ps_deadline = 0.0
-        try:
-            _start(tasks, output, lock, guardian, resolved_dir)
-            while status is None:
-                time.sleep(0.1)
-                for task in tasks:
-                    assert task.process is not None
-                    code = task.process.poll()
-                    if code is None or task.name in lost:
-                        continue
-                    if task.role == "evaluator":
-                        # The sidecar ends with the run; its failure costs no training.
-                        lost.add(task.name)
-                        if code != 0:
-                            say(
-                                f"{task.name} exited with status {_exit_status(code)}; "
-                                "training goes on without it"
-                            )
-                        continue
-                    if ps and task.role == "worker":
-                        # The chief reruns the worker's functions on the other workers.
-                        lost.add(task.name)
-                        alive = [
-                            t
-                            for t in tasks
-                            if t.role == "worker"
-                            and t.process is not None
-                            and t.process.poll() is None
-                        ]
-                        if alive:
-                            say(
-                                f"{task.name} exited with status {_exit_status(code)}; "
-                                f"training goes on with {len(alive)} worker(s)"
-                            )
-                            continue
-                        failed, status = task, code if code != 0 else 1
-                        say("no worker is left")
-                        break
-                    if ps and task.role == "ps":
-                        # The variables are gone: give the chief time to report it itself.
-                        lost.add(task.name)
-                        if lost_ps is None:
-                            lost_ps = task
-                            ps_deadline = time.monotonic() + _PS_LOSS_GRACE_SECONDS
-                        say(
-                            f"{task.name} exited with status {_exit_status(code)}; waiting up "
-                            f"to {_PS_LOSS_GRACE_SECONDS:g} s for the chief to stop"
-                        )
-                        continue
-                    if code != 0 or not task.trains:
-                        failed, status = task, code if code != 0 else 1
-                        if code == RESTART_EXIT_CODE:
-                            # The others are saving at the same agreed step: let them
-                            # finish and exit on their own before anything is stopped.
-                            _wait_for_all(tasks, restart_grace_seconds)
-                        break
-                else:
-                    if all(
-                        t.process is not None and t.process.poll() == 0 for t in tasks if t.trains
-                    ):
-                        status = 0
-                        _wait_for_evaluator(tasks, deadline, say)
-                    elif lost_ps is not None and time.monotonic() > ps_deadline:
-                        assert lost_ps.process is not None
-                        code = lost_ps.process.returncode
-                        failed, status = lost_ps, code if code else 1
-                    elif deadline is not None and time.monotonic() > deadline:
-                        say(f"timeout after {timeout:g} s; stopping every task")
-                        _stop(tasks, grace_seconds)
-                        return 124
-        finally:
-            _stop(tasks, grace_seconds)
-            # A task killed before it could remove its scratch folders leaves them.
-            for task in tasks:
-                remove_scratch(resolved_dir, task.role, task.index)
-            guardian.clear()
-        if status == 0:
-            say("every task finished")
-            return 0
-        assert failed is not None
-        say(f"{failed.name} exited with status {_exit_status(status)}; stopped every task")
-        if _port_race(failed):
-            if port_retries < _PORT_RETRIES:
-                port_retries += 1
-                say("a port was taken between choosing and binding it; retrying with new ports")
-                continue
-            say(f"error: a port of {failed.name} stayed in use after {_PORT_RETRIES} retries")
-            return 2
-        if restarts < max_restarts:
-            restarts += 1
-            say(f"restart {restarts} of {max_restarts}")
-            continue
-        return _exit_status(status)
-
-
-def _wait_for_evaluator(
-    tasks: list[_Task], deadline: float | None, say: Callable[[str], None]
-) -> None:
-    """Training is done: let a sidecar evaluator finish its last checkpoints."""
-    for task in tasks:
-        if task.role != "evaluator" or task.process is None or task.process.poll() is not None:
-            continue
-        say(f"training finished; waiting for {task.name} to evaluate the last checkpoints")
-        limit = _EVALUATOR_GRACE_SECONDS
-        if deadline is not None:
-            limit = max(0.0, min(limit, deadline - time.monotonic()))
-        try:
-            task.process.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            say(f"{task.name} did not finish within {limit:g} s; stopping it")
-
-
 def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
@@ -702,11 +288,36 @@ def main(argv: Sequence[str] | None = None) -> None:
         prog="python -m kdist.launch",
         description="Run a kdist job as a local cluster on loopback ports.",
         epilog="Everything after `--` is passed to the training module, e.g. "
-        "`-- strategy=multi_worker_mirrored model=cnn`.",
+        "`-- strategy=multi_worker_mirrored model=cnn`. Elastic example: `--workers 3 "
+        "--min-workers 2 --max-restarts 3 --grow-after 600 -- strategy=multi_worker_mirrored` "
+        "restarts with 2 workers when one is gone for good, resuming from the last backup "
+        "with no example lost or repeated, and tries 3 again after 600 s.",
     )
     parser.add_argument("--workers", type=int, required=True, help="worker processes")
     parser.add_argument("--ps", type=int, default=0, help="parameter-server processes")
-    parser.add_argument("--max-restarts", type=int, default=0, help="restarts after a failure")
+    parser.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        help="restarts after a failure (shrinking ones included; growing back is not counted)",
+    )
+    parser.add_argument(
+        "--min-workers",
+        type=int,
+        default=None,
+        help="elastic: go on with at least this many workers. A multi-worker run restarts "
+        "with one worker fewer, from the last backup, when a worker is gone for good (it "
+        "failed in two starts in a row); a parameter-server run goes on while this many "
+        "workers are alive (default: --workers, i.e. not elastic; 1 with --ps)",
+    )
+    parser.add_argument(
+        "--grow-after",
+        type=float,
+        default=None,
+        help="elastic: after SECONDS running shrunk, ask the workers to save (SIGTERM, exit "
+        "42) and restart with all --workers (not counted as a restart; a worker that fails "
+        "again at once is dropped again). Default: stay shrunk",
+    )
     parser.add_argument("--module", default="kdist.train", help="module the trainers run")
     parser.add_argument("--host", default="127.0.0.1", help="address the tasks advertise")
     parser.add_argument("--run-dir", default=None, help="shared run directory")
@@ -765,6 +376,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             gpus_per_worker=args.gpus_per_worker,
             ps_gpus=args.ps_gpus,
             evaluator=args.evaluator,
+            min_workers=args.min_workers,
+            grow_after=args.grow_after,
         )
     except ConfigError as error:
         exit_with(error)

@@ -16,11 +16,8 @@ kdist.plots.write_sweep("multirun/2026-11-21/10-00-00/summary.csv")   # -> summa
 
 from __future__ import annotations
 
-import csv
 import io
 import math
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,10 +25,11 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from kdist.fileio import atomic_path, read_csv
+
 __all__ = [
     "OBJECTIVE_COLUMNS",
     "history_figure",
-    "read_csv",
     "sweep_figure",
     "write_curves",
     "write_figure",
@@ -76,16 +74,6 @@ def _number(value: Any) -> float:
         return float(text)
     except ValueError:
         return math.nan
-
-
-def read_csv(path: str | Path) -> list[dict[str, str]]:
-    """The rows of a CSV file (`history.csv`, `summary.csv`, `trials.csv`) as dicts.
-
-    Raises:
-        FileNotFoundError: when `path` does not exist.
-    """
-    with Path(path).open(newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 def _epoch_series(history: Any) -> tuple[list[int], dict[str, list[float]]]:
@@ -195,15 +183,8 @@ def write_figure(figure: Figure, path: str | Path, *, dpi: int = 100) -> Path:
         The path written.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".png", dir=path.parent)
-    os.close(handle)
-    try:
-        figure.savefig(temporary, dpi=dpi, format="png")
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    with atomic_path(path) as partial:
+        figure.savefig(partial, dpi=dpi, format="png")
     return path
 
 

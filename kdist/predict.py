@@ -91,7 +91,7 @@ def predict_run(
 
 def _features(cfg: Any, path: str) -> Any:
     from kdist.data.files import model_array
-    from kdist.data.npz import load_arrays
+    from kdist.data.npz_source import load_arrays
 
     source = cfg.data.get("source") or {}
     x_key = source.get("x_key", "x") if str(source.get("_target_")) == "kdist.data.npz" else "x"

@@ -13,12 +13,8 @@ swept values, status, objective and final metrics. The file is rewritten after e
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,13 +24,12 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from kdist.fileio import write_csv_atomic
+
 __all__ = [
     "SummaryCallback",
     "plot_table",
-    "read_summary",
     "summary_row",
-    "write_csv",
-    "write_text_atomic",
 ]
 
 log = logging.getLogger(__name__)
@@ -142,33 +137,6 @@ def _columns(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     return list(seen)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` so that a reader (or a kill) never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="") as handle:
-            handle.write(text)
-        # mkstemp makes the file private; give it the permissions of a normal new file.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_csv(path: Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> None:
-    """Write `rows` to `path` atomically, one column per name in `columns`."""
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(columns), extrasaction="ignore")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: "" if row.get(k) is None else row.get(k) for k in columns})
-    write_text_atomic(path, buffer.getvalue())
-
-
 def plot_table(path: Path, **kwargs: Any) -> None:
     """Draw the sweep plot (objective per job or trial) next to a summary or trials table.
 
@@ -181,12 +149,6 @@ def plot_table(path: Path, **kwargs: Any) -> None:
         write_sweep(path, **kwargs)
     except Exception as error:  # matplotlib and empty tables raise several types
         log.info("no sweep plot for %s yet: %s", path.name, error)
-
-
-def read_summary(path: str | Path) -> list[dict[str, str]]:
-    """The rows of a `summary.csv` (or `trials.csv`) as dictionaries of strings."""
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 def _scan(sweep_dir: Path) -> dict[str, dict[str, Any]]:
@@ -258,6 +220,6 @@ class SummaryCallback(Callback):
             rows.values(), key=lambda r: (r["job"] is None, r["job"] or 0, r["run_dir"])
         )
         path = sweep_dir / self.filename
-        write_csv(path, ordered, _columns(ordered))
+        write_csv_atomic(path, ordered, _columns(ordered))
         log.debug("wrote %s (%d rows)", path, len(ordered))
         plot_table(path)

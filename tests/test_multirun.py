@@ -13,7 +13,8 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from kdist.sweep import SummaryCallback, read_summary
+from kdist.fileio import read_csv
+from kdist.sweep import SummaryCallback
 
 FAST = ["trainer=fast_dev", "trainer.verbose=0", "callbacks=minimal"]
 
@@ -37,7 +38,7 @@ def test_multirun_writes_a_folder_per_job_and_summary_csv(tmp_path: Path):
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
     assert [p.name for p in jobs] == ["0", "1", "2", "3"]
     assert all((p / "metrics.json").is_file() for p in jobs)
-    rows = read_summary(sweep / "summary.csv")
+    rows = read_csv(sweep / "summary.csv")
     assert len(rows) == 4
     # The sweep plot sits next to the table (a real PNG).
     assert (sweep / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -94,7 +95,7 @@ def test_summary_rows_for_completed_and_failed_jobs(tmp_path: Path):
     _job(tmp_path, 2, ["model=resnet"])
     callback.on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
 
-    rows = read_summary(sweep / "summary.csv")
+    rows = read_csv(sweep / "summary.csv")
     assert [(r["job"], r["status"], r["model"]) for r in rows] == [
         ("0", "COMPLETED", "mlp"),
         ("1", "FAILED", "cnn"),
@@ -137,7 +138,7 @@ def test_optuna_recipe_optimises_the_returned_objective(tmp_path: Path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "setup plugin alembic" not in done.stdout + done.stderr
-    rows = read_summary(sweep / "summary.csv")
+    rows = read_csv(sweep / "summary.csv")
     assert len(rows) == 3 and {r["status"] for r in rows} == {"COMPLETED"}
     assert all(r["optimizer"] in ("adam", "adamw") for r in rows)
     results = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
@@ -162,7 +163,7 @@ def test_a_failed_job_is_a_failed_row(tmp_path: Path):
         env={"PYTHONPATH": str(REPO / "tests")},
     )
     assert done.returncode != 0  # Hydra reports the failed job after the sweep
-    rows = read_summary(sweep / "summary.csv")
+    rows = read_csv(sweep / "summary.csv")
     assert [(r["model.mode"], r["status"]) for r in rows] == [
         ("ok", "COMPLETED"),
         ("error", "FAILED"),

@@ -36,7 +36,7 @@ from kdist.engine.ps_runner import (
     training_variables,
 )
 from kdist.launch import _plan, free_ports, run
-from kdist.models.wide_and_deep import FieldBuckets, wide_deep
+from kdist.models.wide_deep import FieldBuckets, wide_deep
 from kdist.strategies.parameter_server import parameter_server, partitioner
 
 DIGITS = ["strategy=parameter_server", "model=mlp", "data=digits", "trainer.verbose=2"]
@@ -156,7 +156,7 @@ def test_configs_compose_and_validate():
     recipe = compose(config_name="ps_embedding", config_dir=REPO / "recipes")
     validate(recipe)
     assert recipe.strategy.min_shard_bytes == 65536
-    assert recipe.model._target_ == "kdist.models.wide_and_deep.wide_deep"
+    assert recipe.model._target_ == "kdist.models.wide_deep"
     assert recipe.data.source._target_ == "kdist.data.categorical.synthetic_categorical"
     # The schema types every key: a wrong type fails while Hydra composes.
     with pytest.raises(Exception, match=r"strategy\.steps_per_schedule=many"):

@@ -12,7 +12,7 @@ from helpers import compose
 
 import kdist
 from kdist.config import ConfigError
-from kdist.data.csv import csv as csv_source
+from kdist.data.csv_source import csv as csv_source
 
 
 def _write(path: Path, header: list[str], rows: np.ndarray) -> Path:

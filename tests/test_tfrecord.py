@@ -15,7 +15,8 @@ from helpers import compose, learnable_arrays
 
 import kdist
 from kdist.config.errors import ConfigError
-from kdist.data import make_dataset_fn, resolve_shard_policy
+from kdist.data import make_dataset_fn
+from kdist.data.pipeline import resolve_shard_policy
 from kdist.data.tfrecord_io import checked_records, read_manifest, scan_file, write_manifest
 from kdist.data.tfrecord_io import write_tfrecords as write
 

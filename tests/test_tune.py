@@ -23,7 +23,7 @@ from helpers import LOGICAL, REPO, compose, free_port, run_module
 
 import kdist
 from kdist.config import ConfigError
-from kdist.sweep import read_summary
+from kdist.fileio import read_csv
 from kdist.tuning import oracles as tuning_oracles
 from kdist.tuning import run as run_search
 from kdist.tuning.oracle_chief import OracleServer
@@ -256,7 +256,7 @@ def test_a_validation_objective_without_validation_stops_the_search(tmp_path: Pa
 def test_random_search_writes_everything_and_reproduces(tmp_path: Path):
     result = _search(tmp_path, ["tuner.max_trials=3"])
     run_dir = result.run_dir
-    rows = read_summary(run_dir / "trials.csv")
+    rows = read_csv(run_dir / "trials.csv")
     assert [r["trial_id"] for r in rows] == ["0", "1", "2"]
     assert (run_dir / "trials.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert {r["status"] for r in rows} == {"COMPLETED"}
@@ -317,7 +317,7 @@ def test_failed_trials_are_recorded_and_the_search_goes_on(tmp_path: Path):
             "tuner.max_consecutive_failed_trials=6",
         ],
     )
-    rows = read_summary(result.run_dir / "trials.csv")
+    rows = read_csv(result.run_dir / "trials.csv")
     assert len(rows) == 6
     by_mode = {}
     for row in rows:
@@ -350,7 +350,7 @@ def test_the_search_stops_after_consecutive_failures(tmp_path: Path):
             "tuner.max_consecutive_failed_trials=2",
         ],
     )
-    rows = read_summary(result.run_dir / "trials.csv")
+    rows = read_csv(result.run_dir / "trials.csv")
     assert [r["status"] for r in rows] == ["FAILED", "FAILED"]
     assert all(r["reason"] for r in rows)
     assert result.stop_reason is not None
@@ -364,7 +364,7 @@ def test_a_search_resumes_without_rerunning_finished_trials(tmp_path: Path):
         r["trial_id"]: json.loads((first.run_dir / r["run_dir"] / "result.json").read_text())[
             "started"
         ]
-        for r in read_summary(first.run_dir / "trials.csv")
+        for r in read_csv(first.run_dir / "trials.csv")
     }
     # As if killed between keras-tuner's two saves at the end of trial 0: its state still
     # lists the finished trial as ongoing.
@@ -373,7 +373,7 @@ def test_a_search_resumes_without_rerunning_finished_trials(tmp_path: Path):
     state["ongoing_trials"] = {"tuner0": "0"}
     state_file.write_text(json.dumps(state))
     second = _search(tmp_path, ["tuner.max_trials=2"])
-    rows = read_summary(second.run_dir / "trials.csv")
+    rows = read_csv(second.run_dir / "trials.csv")
     assert [r["trial_id"] for r in rows] == ["0", "1"]
     for trial_id, when in started.items():
         record = json.loads((second.run_dir / f"trials/trial_{trial_id}/result.json").read_text())
@@ -383,7 +383,7 @@ def test_a_search_resumes_without_rerunning_finished_trials(tmp_path: Path):
         _search(tmp_path, ["tuner.max_trials=5", "optimizer=sgd"])
     # ... unless the search starts afresh.
     fresh = _search(tmp_path, ["tuner.max_trials=1", "optimizer=sgd", "tuner.overwrite=true"])
-    rows = read_summary(fresh.run_dir / "trials.csv")
+    rows = read_csv(fresh.run_dir / "trials.csv")
     assert [r["trial_id"] for r in rows] == ["0"]
     assert "optimizer=sgd" in fresh.best["overrides"]
 
@@ -399,7 +399,7 @@ def test_hyperband_trials_get_their_epoch_budget(tmp_path: Path):
             "tuner.hyperband_iterations=2",
         ],
     )
-    rows = read_summary(result.run_dir / "trials.csv")
+    rows = read_csv(result.run_dir / "trials.csv")
     assert 2 <= len(rows) <= 4
     for row in rows:
         metrics = json.loads((result.run_dir / row["run_dir"] / "metrics.json").read_text())
@@ -577,7 +577,7 @@ def _tune_and_reproduce(tmp_path: Path, overrides: list[str], *, timeout: float 
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "reproduce it with: python -m kdist.train" in done.stdout
-    rows = read_summary(run_dir / "trials.csv")
+    rows = read_csv(run_dir / "trials.csv")
     best = yaml.safe_load((run_dir / "best.yaml").read_text())
     again = tmp_path / "again"
     train = run_module(
@@ -646,7 +646,7 @@ def test_a_killed_search_resumes_without_rerunning_finished_trials(tmp_path: Pat
         while time.monotonic() < deadline and process.poll() is None:
             if (run_dir / "trials.csv").is_file():
                 finished = [
-                    r for r in read_summary(run_dir / "trials.csv") if r["status"] == "COMPLETED"
+                    r for r in read_csv(run_dir / "trials.csv") if r["status"] == "COMPLETED"
                 ]
                 if len(finished) >= 2:
                     break
@@ -662,7 +662,7 @@ def test_a_killed_search_resumes_without_rerunning_finished_trials(tmp_path: Pat
     }
     done = run_module("kdist.tune", args, cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = read_summary(run_dir / "trials.csv")
+    rows = read_csv(run_dir / "trials.csv")
     assert [r["trial_id"] for r in rows] == ["0", "1", "2", "3"]
     assert {r["status"] for r in rows} == {"COMPLETED"}
     for trial_id, when in started.items():
@@ -725,7 +725,7 @@ def test_launch_runs_a_distributed_search_on_both_workers(tmp_path: Path, monkey
         output=output,
     )
     assert code == 0, output.getvalue()[-4000:]
-    rows = read_summary(run_dir / "trials.csv")
+    rows = read_csv(run_dir / "trials.csv")
     assert len(rows) == 4 and {r["status"] for r in rows} == {"COMPLETED"}
     assert {r["tuner_id"] for r in rows} == {"chief", "worker1"}
     for row in rows:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import keras
+
+from kdist.fileio import atomic_directory, atomic_path
 
 __all__ = ["BestModelExport", "save_model_files"]
 
@@ -22,21 +22,11 @@ def save_model_files(model: keras.Model, directory: Path, *, saved_model: bool =
     Each file is written under a temporary name and renamed into place, so a reader
     never sees a half-written model.
     """
-    directory.mkdir(parents=True, exist_ok=True)
-    partial = directory / ".model.partial.keras"
-    model.save(partial)
-    os.replace(partial, directory / "model.keras")
+    with atomic_path(directory / "model.keras") as partial:
+        model.save(partial)
     if saved_model:
-        staging = directory / ".saved_model.partial"
-        shutil.rmtree(staging, ignore_errors=True)
-        model.export(str(staging), format="tf_saved_model", verbose=False)
-        target = directory / "saved_model"
-        old = directory / ".saved_model.old"
-        shutil.rmtree(old, ignore_errors=True)
-        if target.exists():
-            os.replace(target, old)
-        os.replace(staging, target)
-        shutil.rmtree(old, ignore_errors=True)
+        with atomic_directory(directory / "saved_model") as staging:
+            model.export(str(staging), format="tf_saved_model", verbose=False)
 
 
 class BestModelExport(keras.callbacks.Callback):

@@ -18,6 +18,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import II
 
+from kdist.config.groups import GROUPS
+
 __all__ = [
     "AdamConfig",
     "AdamWConfig",
@@ -137,7 +139,7 @@ class TransformerConfig:
 
 @dataclass
 class WideDeepConfig:
-    _target_: str = "kdist.models.wide_and_deep.wide_deep"
+    _target_: str = "kdist.models.wide_deep"
     num_buckets: int = 20_000
     embedding_dim: int = 16
     units: list[int] = field(default_factory=lambda: [64])
@@ -445,7 +447,9 @@ class TrainConfig:
     run_dir: str | None = None
 
 
-_GROUP_SCHEMAS: dict[str, dict[str, type]] = {
+# The schemas of each option, by group; `_GROUP_SCHEMAS` puts them in the order of
+# `kdist.config.groups.GROUPS` and fails at import when a group has none.
+_OPTION_SCHEMAS: dict[str, dict[str, type]] = {
     "strategy": {
         "base_auto": AutoStrategyConfig,
         "base_one_device": OneDeviceStrategyConfig,
@@ -471,6 +475,7 @@ _GROUP_SCHEMAS: dict[str, dict[str, type]] = {
         "base_hyperband": HyperbandTunerConfig,
     },
 }
+_GROUP_SCHEMAS = {group: _OPTION_SCHEMAS[group] for group in GROUPS}
 
 _registered = False
 

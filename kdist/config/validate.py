@@ -16,7 +16,16 @@ from typing import Any
 from hydra.utils import get_method
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from kdist.config.constants import (
+    FLIP_MODES,
+    HYDRA_KEYS,
+    LR_SCHEDULES,
+    MODEL_INJECTED_KEYS,
+    OPTIMIZER_KDIST_KEYS,
+    RESNET_VARIANTS,
+)
 from kdist.config.errors import ConfigError
+from kdist.config.groups import TRAIN_GROUPS
 
 __all__ = [
     "check_batch_size",
@@ -29,23 +38,13 @@ __all__ = [
     "validate",
 ]
 
-# Keys Hydra's `instantiate` consumes itself.
-_HYDRA_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
-
 CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_device")
 SHARD_POLICIES = ("auto", "file", "data", "off")
 LR_SCALING = ("none", "linear", "sqrt")
 MIXED_PRECISION = (None, "mixed_float16", "mixed_bfloat16")
 TENSORBOARD_UPDATE_FREQ = ("epoch", "batch")
-# Keys of the optimizer node that kdist consumes before building the Keras optimizer.
-OPTIMIZER_KDIST_KEYS = ("lr_scaling", "schedule", "warmup_steps", "decay_steps", "alpha")
-LR_SCHEDULES = (None, "cosine")
-RESNET_VARIANTS = ("resnet20", "resnet32", "resnet44", "resnet56", "resnet110", "resnet50")
-FLIP_MODES = (None, "horizontal", "vertical", "horizontal_and_vertical")
 # Callables that would deserialize a model without Keras safe mode (or turn it off).
 UNSAFE_LOADERS = ("load_model", "load_model_from_hdf5", "enable_unsafe_deserialization")
-# Arguments kdist gives a model callable from the data.
-MODEL_INJECTED_KEYS = ("input_shape", "num_classes")
 # More logical devices than this is a typo, not a plan: TensorFlow creates each one (and
 # logs it) before the first step, which takes minutes at 1000. 64 covers any real GPU split.
 MAX_LOGICAL_DEVICES = 64
@@ -169,7 +168,7 @@ def check_target_keys(
     injected = set(injected)
     for name in node:
         name = str(name)
-        if name in _HYDRA_KEYS or name in ignore:
+        if name in HYDRA_KEYS or name in ignore:
             continue
         if name in injected:
             raise ConfigError(f"{key}.{name}", "is set by kdist from the data; remove it")
@@ -276,7 +275,7 @@ def validate(cfg: DictConfig) -> None:
     Raises:
         ConfigError: for the first problem found, naming the key.
     """
-    for group in ("strategy", "model", "data", "optimizer", "trainer", "runtime", "callbacks"):
+    for group in TRAIN_GROUPS:
         if OmegaConf.select(cfg, group) is None:
             raise ConfigError(group, "is missing", hint=f"select an option, e.g. {group}=...")
 

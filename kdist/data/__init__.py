@@ -1,36 +1,32 @@
-"""Data sources (`_target_` in `conf/data/*.yaml`) and the input pipeline builder."""
+"""Data sources (`_target_` in `conf/data/*.yaml`) and the input pipeline builder.
+
+Only what users call is exported here: the source functions a config names, the `Source`
+base class for custom sources, the TFRecord writers and `make_dataset_fn`. The classes
+behind each source live in the module named after it (`kdist.data.csv_source`, ...);
+kdist's own modules import from those submodules.
+"""
 
 from kdist.data.builtin import digits, synthetic
-from kdist.data.csv import CsvSource, csv
-from kdist.data.files import FileSource
-from kdist.data.image_dir import ImageDirSource, image_dir
+from kdist.data.csv_source import csv
+from kdist.data.image_dir_source import image_dir
 from kdist.data.keras_datasets import keras_dataset
-from kdist.data.npz import npz
-from kdist.data.pipeline import DatasetFn, make_dataset_fn, resolve_shard_policy, steps_per_epoch
+from kdist.data.npz_source import npz
+from kdist.data.pipeline import make_dataset_fn
 from kdist.data.source import ArraySource, Source
-from kdist.data.synthetic_text import TokenSource, synthetic_text
-from kdist.data.tfds import TfdsSource, tfds
-from kdist.data.tfrecord import TFRecordSource, tfrecord
+from kdist.data.synthetic_text_source import synthetic_text
+from kdist.data.tfds_source import tfds
 from kdist.data.tfrecord_io import write_manifest, write_tfrecords
+from kdist.data.tfrecord_source import tfrecord
 
 __all__ = [
     "ArraySource",
-    "CsvSource",
-    "DatasetFn",
-    "FileSource",
-    "ImageDirSource",
     "Source",
-    "TFRecordSource",
-    "TfdsSource",
-    "TokenSource",
     "csv",
     "digits",
     "image_dir",
     "keras_dataset",
     "make_dataset_fn",
     "npz",
-    "resolve_shard_policy",
-    "steps_per_epoch",
     "synthetic",
     "synthetic_text",
     "tfds",

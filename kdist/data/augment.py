@@ -11,8 +11,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from kdist.config.constants import FLIP_MODES
 from kdist.config.errors import ConfigError
-from kdist.config.validate import FLIP_MODES
 
 __all__ = ["FLIP_MODES", "augment", "check_augment", "is_enabled"]
 

@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from kdist.config.errors import ConfigError
 from kdist.data.files import expand_files
+from kdist.fileio import atomic_path, write_text_atomic
 
 __all__ = [
     "MANIFEST_NAME",
@@ -124,12 +125,6 @@ def _feature(value: np.ndarray, spec: FeatureSpec) -> tf.train.Feature:
     return tf.train.Feature(int64_list=tf.train.Int64List(value=flat.astype(np.int64)))
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    temporary.write_text(text)
-    os.replace(temporary, path)
-
-
 def write_tfrecords(
     directory: str | os.PathLike[str],
     splits: Mapping[str, tuple[np.ndarray, np.ndarray]],
@@ -196,8 +191,10 @@ def write_tfrecords(
         entries = []
         for index, part in enumerate(np.array_split(np.arange(len(x)), int(count))):
             name = f"{split}-{index:05d}-of-{int(count):05d}.tfrecord"
-            temporary = out / f".{name}.tmp-{os.getpid()}"
-            with tf.io.TFRecordWriter(str(temporary), options) as writer:
+            with (
+                atomic_path(out / name) as partial,
+                tf.io.TFRecordWriter(str(partial), options) as writer,
+            ):
                 for i in part:
                     example = tf.train.Example(
                         features=tf.train.Features(
@@ -210,7 +207,6 @@ def write_tfrecords(
                         )
                     )
                     writer.write(example.SerializeToString())
-            os.replace(temporary, out / name)
             entries.append(
                 {"file": name, "records": len(part), "bytes": (out / name).stat().st_size}
             )
@@ -230,7 +226,7 @@ def write_tfrecords(
         "splits": manifest_splits,
     }
     path = out / MANIFEST_NAME
-    _atomic_write_text(path, json.dumps(manifest, indent=2) + "\n")
+    write_text_atomic(path, json.dumps(manifest, indent=2) + "\n")
     return path
 
 
@@ -300,7 +296,7 @@ def write_manifest(
     }
     # Parse it back so a bad feature spec fails now, not at training time.
     path = base / MANIFEST_NAME
-    _atomic_write_text(path, json.dumps(manifest, indent=2) + "\n")
+    write_text_atomic(path, json.dumps(manifest, indent=2) + "\n")
     read_manifest(str(path))
     return path
 

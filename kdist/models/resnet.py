@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import keras
 
-from kdist.config.validate import RESNET_VARIANTS as VARIANTS
+from kdist.config.constants import RESNET_VARIANTS as VARIANTS
 
 __all__ = ["CIFAR_DEPTHS", "VARIANTS", "resnet"]
 

@@ -33,7 +33,7 @@ from kdist.compiling import resolve_objective
 from kdist.config.build import instantiate
 from kdist.config.errors import ConfigError
 from kdist.config.validate import check_choice, check_positive, check_target_keys
-from kdist.sweep import write_text_atomic
+from kdist.fileio import write_text_atomic
 
 __all__ = [
     "KDIST_TUNER_KEYS",

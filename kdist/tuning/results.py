@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from kdist.sweep import plot_table, write_csv, write_text_atomic
+from kdist.fileio import write_csv_atomic, write_text_atomic
+from kdist.sweep import plot_table
 from kdist.tuning.oracles import TrialStatus, reason
 from kdist.tuning.plan import TrialPlan
 
@@ -132,7 +133,7 @@ def _columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 def write_tables(oracle: Any, *, plan: TrialPlan, run_dir: Path) -> list[dict[str, Any]]:
     """Rewrite `trials.csv` and `best.yaml` in `run_dir` from the oracle's trials."""
     rows = trial_rows(oracle, plan=plan, trials_dir=run_dir / "trials")
-    write_csv(run_dir / "trials.csv", rows, _columns(rows))
+    write_csv_atomic(run_dir / "trials.csv", rows, _columns(rows))
     direction = str(getattr(oracle.objective, "direction", "") or "") or None
     plot_table(run_dir / "trials.csv", direction=direction)
     write_best(run_dir / "best.yaml", oracle, plan=plan, run_dir=run_dir)

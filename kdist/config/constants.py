@@ -1,0 +1,27 @@
+"""Names that the config checks and the code they configure share.
+
+Models, data and optimizers import these, and `kdist.config.validate` checks configs
+against them; this module imports nothing (no TensorFlow, no Hydra), so importing a
+model does not import the config checks.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "FLIP_MODES",
+    "HYDRA_KEYS",
+    "LR_SCHEDULES",
+    "MODEL_INJECTED_KEYS",
+    "OPTIMIZER_KDIST_KEYS",
+    "RESNET_VARIANTS",
+]
+
+# Keys Hydra's `instantiate` consumes itself.
+HYDRA_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
+# Keys of the optimizer node that kdist consumes before building the Keras optimizer.
+OPTIMIZER_KDIST_KEYS = ("lr_scaling", "schedule", "warmup_steps", "decay_steps", "alpha")
+LR_SCHEDULES = (None, "cosine")
+RESNET_VARIANTS = ("resnet20", "resnet32", "resnet44", "resnet56", "resnet110", "resnet50")
+FLIP_MODES = (None, "horizontal", "vertical", "horizontal_and_vertical")
+# Arguments kdist gives a model callable from the data.
+MODEL_INJECTED_KEYS = ("input_shape", "num_classes")

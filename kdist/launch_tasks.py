@@ -1,0 +1,276 @@
+"""The processes of a local cluster: what each task runs, starting and stopping them.
+
+`plan_tasks` gives each task of one start its command and environment (TF_CONFIG on
+loopback ports, GPUs); `start` runs them with their output prefixed by their name;
+`stop` ends them (SIGTERM, then SIGKILL). `kdist.supervisor` decides when.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from kdist.cluster import scratch_prefix, tf_config_for
+from kdist.config.errors import ConfigError
+from kdist.sandbox import Guardian
+
+__all__ = [
+    "Task",
+    "clean_temp_leftovers",
+    "exit_status",
+    "free_ports",
+    "given_run_dir",
+    "plan_tasks",
+    "port_race",
+    "signal_group",
+    "start",
+    "stop",
+]
+
+_PORT_RACE_MARKERS = ("Address already in use", "Failed to add port", "address in use")
+
+
+@dataclass
+class Task:
+    """One process of the cluster: its role, command, environment and output tail."""
+
+    role: str
+    index: int
+    command: list[str]
+    env: dict[str, str]
+    trains: bool
+    process: subprocess.Popen | None = None
+    tail: deque = field(default_factory=lambda: deque(maxlen=40))
+    reader: threading.Thread | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.role} {self.index}"
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct ports free on `host` right now.
+
+    Another process may still take one before the task binds it
+    (tensorflow/tensorflow#46602); `run` retries a launch that fails that way.
+    """
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.bind((host, 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    except OSError as error:
+        raise ConfigError(
+            "--host",
+            f"cannot listen on this address ({error.strerror or error})",
+            value=host,
+            hint="give an address of this machine, e.g. 127.0.0.1",
+        ) from None
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _run_dir_key(overrides: Sequence[str]) -> str:
+    multirun = any(arg in ("-m", "--multirun") for arg in overrides)
+    return "hydra.sweep.dir" if multirun else "hydra.run.dir"
+
+
+def with_run_dir(overrides: Sequence[str], run_dir: Path) -> list[str]:
+    given = list(overrides)
+    key = _run_dir_key(given)
+    if not any(arg.lstrip("+").startswith(f"{key}=") for arg in given):
+        given.append(f"{key}={run_dir}")
+    return given
+
+
+def given_run_dir(overrides: Sequence[str]) -> Path | None:
+    """The run directory the overrides set (`hydra.run.dir=X`), which the tasks use."""
+    key = _run_dir_key(overrides)
+    for arg in reversed(list(overrides)):
+        if arg.lstrip("+").startswith(f"{key}="):
+            return Path(arg.split("=", 1)[1].strip("'\""))
+    return None
+
+
+def clean_temp_leftovers(run_dir: Path) -> list[Path]:
+    """Remove `*_temp*` leftovers of interrupted saves in `run_dir`'s checkpoint folders.
+
+    A save cut short (a full disk, a kill) leaves e.g. `backup/ckpt-20_temp`; training
+    skips it on restore, but it takes disk space until the next save. Returns what was
+    removed.
+    """
+    removed = []
+    for folder in ("backup", "checkpoints"):
+        for entry in sorted((run_dir / folder).glob("*_temp*")):
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            removed.append(entry)
+    return removed
+
+
+def plan_tasks(
+    *,
+    workers: int,
+    ps: int,
+    module: str,
+    overrides: Sequence[str],
+    host: str,
+    run_dir: Path,
+    base_env: dict[str, str],
+    devices: dict[tuple[str, int], str] | None = None,
+    evaluator: bool = False,
+) -> list[Task]:
+    """The tasks of one start: command and environment (TF_CONFIG, GPUs) of each.
+
+    `devices` maps `(task type, index)` to that task's `CUDA_VISIBLE_DEVICES`
+    (`kdist.gpus.plan_gpus`); tasks not in it keep `base_env`'s. With `evaluator`, a
+    sidecar evaluator (`kdist.evaluate watch=true`, one process, no cluster) watches the
+    run directory beside the training tasks.
+    """
+    devices = devices or {}
+    tasks: list[Task] = []
+    if evaluator:
+        env = {**base_env}
+        env.pop("TF_CONFIG", None)
+        if ("evaluator", 0) in devices:
+            env["CUDA_VISIBLE_DEVICES"] = devices[("evaluator", 0)]
+        # This launch writes the run folder it reads, so its config is trusted.
+        command = [
+            sys.executable,
+            "-u",
+            "-m",
+            "kdist.evaluate",
+            f"run_dir={run_dir}",
+            "watch=true",
+            "poll_seconds=2",
+            "trust_run_dir=true",
+        ]
+        tasks.append(Task("evaluator", 0, command, env, trains=False))
+
+    def env_of(role: str, index: int, tf_config: str) -> dict[str, str]:
+        env = {**base_env, "TF_CONFIG": tf_config}
+        if (role, index) in devices:
+            env["CUDA_VISIBLE_DEVICES"] = devices[(role, index)]
+        return env
+
+    ports = free_ports(workers + ps + (1 if ps else 0), host)
+    addresses = [f"{host}:{port}" for port in ports]
+    python = [sys.executable, "-u", "-m"]
+    job_args = with_run_dir(overrides, run_dir)
+    if ps == 0:
+        cluster = {"worker": addresses}
+        for i in range(workers):
+            env = env_of("worker", i, tf_config_for(cluster, "worker", i))
+            tasks.append(Task("worker", i, [*python, module, *job_args], env, trains=True))
+        return tasks
+    # Parameter-server training: the chief coordinates and runs `module`; workers and
+    # parameter servers are plain TensorFlow servers (`kdist.server`).
+    cluster = {
+        "chief": addresses[:1],
+        "worker": addresses[1 : 1 + workers],
+        "ps": addresses[1 + workers :],
+    }
+    for i in range(ps):
+        env = env_of("ps", i, tf_config_for(cluster, "ps", i))
+        tasks.append(Task("ps", i, [*python, "kdist.server"], env, trains=False))
+    for i in range(workers):
+        env = env_of("worker", i, tf_config_for(cluster, "worker", i))
+        tasks.append(Task("worker", i, [*python, "kdist.server"], env, trains=False))
+    env = env_of("chief", 0, tf_config_for(cluster, "chief", 0))
+    tasks.append(Task("chief", 0, [*python, module, *job_args], env, trains=True))
+    return tasks
+
+
+def exit_status(code: int) -> int:
+    """A process killed by signal N reports -N; shells report 128 + N."""
+    return 128 - code if code < 0 else code
+
+
+def port_race(task: Task) -> bool:
+    """Whether `task` failed because a port was taken between choosing and binding it."""
+    text = "".join(task.tail)
+    return any(marker in text for marker in _PORT_RACE_MARKERS)
+
+
+def _pump(task: Task, output: IO[str], lock: threading.Lock) -> None:
+    assert task.process is not None and task.process.stdout is not None
+    for line in task.process.stdout:
+        task.tail.append(line)
+        with lock:
+            output.write(f"[{task.name}] {line}")
+            output.flush()
+
+
+def start(
+    tasks: list[Task], output: IO[str], lock: threading.Lock, guardian: Guardian, run_dir: Path
+) -> None:
+    """Start every task, its output prefixed with its name on `output`."""
+    for task in tasks:
+        task.tail.clear()
+        task.process = subprocess.Popen(
+            task.command,
+            env=task.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+            # Its own process group, so stopping a task also stops anything it started.
+            start_new_session=True,
+            # Into the private network, and SIGKILL when the launcher dies.
+            preexec_fn=guardian.preexec(),
+        )
+        guardian.watch(task.process.pid, [scratch_prefix(run_dir, task.role, task.index)])
+        task.reader = threading.Thread(target=_pump, args=(task, output, lock), daemon=True)
+        task.reader.start()
+        with lock:
+            output.write(f"[launch] {task.name} pid {task.process.pid}\n")
+            output.flush()
+
+
+def signal_group(process: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)
+
+
+def stop(tasks: list[Task], grace_seconds: float) -> None:
+    """SIGTERM every running task, then SIGKILL what is left after `grace_seconds`."""
+    running = [t.process for t in tasks if t.process is not None and t.process.poll() is None]
+    for process in running:
+        signal_group(process, signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    for process in running:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for task in tasks:
+        if task.process is not None:
+            # The group may still hold children even when the leader has exited.
+            signal_group(task.process, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                task.process.wait(timeout=10)
+            if task.reader is not None:
+                task.reader.join(timeout=5)
+            if task.process.stdout is not None and (
+                task.reader is None or not task.reader.is_alive()
+            ):
+                task.process.stdout.close()
