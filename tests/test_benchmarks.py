@@ -236,9 +236,9 @@ def test_profile_steps_only_profiles_on_the_chief(monkeypatch):
     """Other tasks' profiles would be thrown away (and two profiling processes crashed)."""
     import tensorflow as tf
 
-    from kdist.callbacks import factory
+    from kdist.callbacks import profile
 
-    monkeypatch.setattr(factory.chief, "is_chief", lambda strategy=None: False)
+    monkeypatch.setattr(profile.chief, "is_chief", lambda strategy=None: False)
     started = []
     monkeypatch.setattr(tf.profiler.experimental, "start", lambda logdir: started.append(logdir))
     profiler = ProfileSteps(log_dir="unused", first=1, last=2)
