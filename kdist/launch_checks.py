@@ -23,7 +23,7 @@ def _job_config(overrides: Sequence[str]) -> Any:
     """
     from hydra._internal.utils import get_args_parser
 
-    from kdist.config import compose
+    from kdist.config.compose import compose
 
     args, _ = get_args_parser().parse_known_args(list(overrides))
     if args.multirun:

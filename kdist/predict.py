@@ -39,6 +39,7 @@ import numpy as np
 from kdist.config.errors import ConfigError, exit_with
 from kdist.config.trust import TRUST_FLAG
 from kdist.evaluate import experiment_with_run_model, in_one_process, load_trusted_config
+from kdist.fileio import atomic_path
 from kdist.runtime import quiet_tensorflow
 
 __all__ = ["main", "predict_run"]
@@ -83,9 +84,8 @@ def predict_run(
         if isinstance(predictions, Mapping)
         else {"predictions": predictions}
     )
-    partial = destination.with_name(destination.name + ".partial.npz")
-    np.savez(partial, **arrays)
-    os.replace(partial, destination)
+    with atomic_path(destination) as partial:
+        np.savez(partial, **arrays)
     return destination
 
 

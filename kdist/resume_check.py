@@ -23,6 +23,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from kdist.config.errors import ConfigError
+from kdist.fileio import write_text_atomic
 
 __all__ = ["ALLOW_KEY", "MAY_CHANGE", "changed_keys", "check_resume", "save_config"]
 
@@ -133,8 +134,4 @@ def save_config(run_dir: str | os.PathLike[str], cfg: DictConfig) -> None:
     """Save the resolved config beside the checkpoints (the chief, as training starts)."""
     text = OmegaConf.to_yaml(cfg, resolve=True)
     for name in FOLDERS:
-        folder = Path(run_dir) / name
-        folder.mkdir(parents=True, exist_ok=True)
-        partial = folder / f"{CONFIG_NAME}.partial"
-        partial.write_text(text)
-        os.replace(partial, folder / CONFIG_NAME)
+        write_text_atomic(Path(run_dir) / name / CONFIG_NAME, text)

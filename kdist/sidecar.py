@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kdist.config.errors import ConfigError
+from kdist.fileio import read_csv
 
 __all__ = ["watch"]
 
@@ -148,8 +149,7 @@ def watch(
 def _evaluated_steps(path: Path) -> set[int]:
     if not path.is_file():
         return set()
-    with path.open(newline="") as handle:
-        return {int(float(row["step"])) for row in csv.DictReader(handle) if row.get("step")}
+    return {int(float(row["step"])) for row in read_csv(path) if row.get("step")}
 
 
 def _append_row(path: Path, record: dict[str, Any]) -> None:

@@ -27,8 +27,9 @@ from kdist import resume_check, run_lock
 from kdist.cli import requested_log_level
 from kdist.cluster import ClusterInfo
 from kdist.cluster import resolve as resolve_cluster
-from kdist.config import ConfigError, compose, exit_with, format_hydra_error, register, validate
-from kdist.config.validate import check_run_dir
+from kdist.config import ConfigError, exit_with, register
+from kdist.config.compose import compose, format_hydra_error
+from kdist.config.validate import check_run_dir, validate
 from kdist.exit_codes import EXIT_CHECKPOINT, EXIT_INTERRUPTED, EXIT_PS_UNAVAILABLE
 from kdist.runtime import quiet_tensorflow
 

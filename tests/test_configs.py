@@ -9,7 +9,7 @@ from helpers import REPO, compose, option_overrides
 
 import kdist
 from kdist import callbacks as kdist_callbacks
-from kdist.config import validate
+from kdist.config.validate import validate
 
 CONF = REPO / "kdist" / "conf"
 GROUPS = ("strategy", "model", "data", "optimizer", "trainer", "runtime", "callbacks")
