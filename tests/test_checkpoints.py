@@ -11,6 +11,7 @@ import csv
 import json
 import logging
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,8 @@ from helpers import REPO, compose, run_module
 from omegaconf import OmegaConf
 
 import kdist
-from kdist.callbacks.checkpoint import CheckpointError, restore_latest
+from kdist.callbacks import checkpoint as checkpoint_module
+from kdist.callbacks.checkpoint import CheckpointError, PeriodicCheckpoint, restore_latest
 from kdist.callbacks.guards import NonFiniteLossError
 from kdist.data import ArraySource, make_dataset_fn
 
@@ -245,6 +247,63 @@ def test_periodic_checkpoints_keep_the_newest(tmp_path: Path):
     assert not helper._async_save_thread.is_alive()
     kept = sorted(int(p.stem.split("-")[1]) for p in tmp_path.glob("checkpoints/*.index"))
     assert kept == [44, 48]
+    # kdist's own writer thread ends with training too.
+    assert not [t for t in threading.enumerate() if t.name == "kdist-checkpoint-writer"]
+
+
+def _saver(exp: kdist.Experiment, directory: Path) -> PeriodicCheckpoint:
+    saver = PeriodicCheckpoint(
+        checkpoint=exp.checkpoint, state=exp.state, directory=directory, every_n_steps=0, keep=2
+    )
+    saver.set_model(exp.model)
+    return saver
+
+
+def test_an_asynchronous_save_holds_the_state_of_its_step_not_a_later_one(tmp_path: Path):
+    exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)
+    exp.build_model()
+    assert exp.runner is not None and exp.model is not None
+    saver = _saver(exp, tmp_path / "async")
+    assert saver.asynchronous
+    exp.runner.train_steps(3)
+    at_3 = _weights(exp.model)
+    path = saver.save(3, wait=False)
+    assert path == str(tmp_path / "async" / "ckpt-3")
+    exp.runner.train_steps(4)  # at once: the write may still be in progress
+    saver.sync()
+    assert tf.train.get_checkpoint_state(str(tmp_path / "async")).model_checkpoint_path == path
+    exp.checkpoint.restore(path).assert_existing_objects_matched()
+    assert _max_diff(_weights(exp.model), at_3) == 0.0
+    assert int(exp.state.steps.numpy()) == 3
+    assert int(exp.model.optimizer.iterations.numpy()) == 3
+    saver.on_train_end()
+
+
+def test_a_failed_asynchronous_write_is_an_error_on_the_training_thread(
+    tmp_path: Path, monkeypatch
+):
+    exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)
+    exp.build_model()
+    assert exp.runner is not None
+    saver = _saver(exp, tmp_path / "async")
+    exp.runner.train_steps(1)
+    saver.save(1)  # traces the writer's functions
+
+    def fail(self, prefix: str) -> None:
+        raise OSError(f"disk full writing {prefix}")
+
+    monkeypatch.setattr(checkpoint_module._HostWriter, "write", fail)
+    saver.save(2, wait=False)
+    with pytest.raises(CheckpointError, match=r"disk full writing .*ckpt-2"):
+        saver.sync()
+    assert not (tmp_path / "async" / "ckpt-2.index").exists()
+    assert tf.train.get_checkpoint_state(str(tmp_path / "async")).model_checkpoint_path.endswith(
+        "ckpt-1"
+    )
+    monkeypatch.undo()
+    saver.save(3)  # the writer goes on after an error
+    assert (tmp_path / "async" / "ckpt-3.index").exists()
+    saver.on_train_end()
 
 
 # -- NaN guard -----------------------------------------------------------------------------

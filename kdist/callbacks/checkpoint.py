@@ -230,9 +230,10 @@ def _enable_async_copies() -> None:
 class _HostWriter:
     """Asynchronous saves of one `tf.train.Checkpoint`: host copies, then a traced write.
 
-    `snapshot` runs on the training thread: it waits for the previous write, copies every
-    variable to host memory with TensorFlow's async-checkpoint copy function (one traced
-    call) and checks the weights are finite. A writer thread then runs queued jobs (a
+    `snapshot` runs on the training thread: it waits until the previous write has read
+    the host copies (not for its state file and clean-up), copies every variable to host
+    memory with TensorFlow's async-checkpoint copy function (one traced call) and checks
+    the weights are finite. A writer thread then runs queued jobs (a
     `tf.train.CheckpointManager.save` whose write is `write`, a traced
     `tf.train.Checkpoint.write` of the copies), one at a time, in order. Savers that share
     the checkpoint (periodic checkpoints and backups) share its writer, so a copy is
@@ -251,6 +252,9 @@ class _HostWriter:
         self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        # Set while no queued write still has to read the host copies.
+        self._copies_free = threading.Event()
+        self._copies_free.set()
 
     def _initialize(self, weights: list[Any]) -> None:
         # TensorFlow's helper builds the host copies (the object map of its underlying
@@ -282,23 +286,34 @@ class _HostWriter:
         self._write_fn = write
 
     def snapshot(self, weights: list[Any]) -> bool:
-        """Copy the variables to host memory; returns whether `weights` are all finite."""
-        self.sync()
+        """Copy the variables to host memory; returns whether `weights` are all finite.
+
+        The copies then belong to the next job `submit` queues: call it next.
+        """
+        self._copies_free.wait()
+        self._raise_error()
         if self._snapshot_fn is None:
             self._initialize(weights)
         return bool(self._snapshot_fn().numpy())
 
     def write(self, prefix: str) -> None:
-        """Write the host copies to `prefix` (on the writer thread)."""
-        self._write_fn(tf.constant(prefix))
+        """Write the host copies to `prefix` (on the writer thread), then release them."""
+        try:
+            self._write_fn(tf.constant(prefix))
+        finally:
+            self._copies_free.set()
 
     def submit(self, job: Callable[[], None]) -> None:
-        """Run `job` on the writer thread, after the jobs before it."""
+        """Run `job` on the writer thread, after the jobs before it.
+
+        `job` must call `write` once (the host copies stay taken until it does or ends).
+        """
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="kdist-checkpoint-writer")
             self._thread.daemon = True  # a kill at exit leaves the previous one usable
             self._thread.start()
             atexit.register(self.stop)
+        self._copies_free.clear()
         self._jobs.put(job)
 
     def _run(self) -> None:
@@ -311,15 +326,19 @@ class _HostWriter:
             except BaseException as error:  # raised on the training thread by `sync`
                 self._error = error
             finally:
+                self._copies_free.set()
                 self._jobs.task_done()
+
+    def _raise_error(self) -> None:
+        error, self._error = self._error, None
+        if error is not None:
+            raise CheckpointError(f"an asynchronous checkpoint save failed: {error}") from error
 
     def sync(self) -> None:
         """Wait until every queued write is complete; raise the writer's error, if any."""
         if self._thread is not None:
             self._jobs.join()
-        error, self._error = self._error, None
-        if error is not None:
-            raise CheckpointError(f"an asynchronous checkpoint save failed: {error}") from error
+        self._raise_error()
 
     def stop(self) -> None:
         """Finish the queued writes and end the writer thread (a later save restarts it)."""
