@@ -71,11 +71,11 @@ def summary_table(results: dict[str, Any]) -> list[str]:
 
 
 def _breakdown(rows: list[dict[str, Any]]) -> list[str]:
-    """The group's `outside_breakdown_ms` detail (one untimed fit), once, as a line."""
+    """The group's `outside_breakdown_ms` detail (one untimed fit), once: parts >= 0.5 ms."""
     for row in rows:
         parts = (row.get("details") or {}).get("outside_breakdown_ms")
         if parts:
-            shown = "; ".join(f"{name} {value:g}" for name, value in parts.items())
+            shown = "; ".join(f"{name} {value:g}" for name, value in parts.items() if value >= 0.5)
             return [f"- Where one more fit's time went, hooks timed (ms): {shown}", ""]
     return []
 
