@@ -170,6 +170,7 @@ def test_hook_timer_times_each_hook_of_the_lists_made_while_active(tmp_path: Pat
     callbacks.on_train_begin()
     for epoch in range(3):
         callbacks.on_epoch_end(epoch, {})
+    callbacks.on_train_end()
     after.on_epoch_end(0, {})  # made after: not timed
     assert timer.calls["_Slow.on_epoch_end"] == 3
     assert timer.calls["CSVLogger.on_epoch_end"] == 3
