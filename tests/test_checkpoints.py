@@ -8,10 +8,12 @@ equal an uninterrupted run.
 from __future__ import annotations
 
 import csv
+import gc
 import json
 import logging
 import os
 import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -277,6 +279,22 @@ def test_an_asynchronous_save_holds_the_state_of_its_step_not_a_later_one(tmp_pa
     assert int(exp.state.steps.numpy()) == 3
     assert int(exp.model.optimizer.iterations.numpy()) == 3
     saver.on_train_end()
+
+
+def test_the_writer_does_not_keep_a_finished_run_alive(tmp_path: Path):
+    # A tuner runs many trials in one process: each trial's model must be freed.
+    exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)
+    exp.build_model()
+    assert exp.runner is not None
+    saver = _saver(exp, tmp_path / "async")
+    exp.runner.train_steps(1)
+    saver.save(1)
+    saver.on_train_end()
+    checkpoint = weakref.ref(exp.checkpoint)
+    assert checkpoint() in checkpoint_module._WRITERS
+    del exp, saver
+    gc.collect()
+    assert checkpoint() is None
 
 
 def test_a_failed_asynchronous_write_is_an_error_on_the_training_thread(

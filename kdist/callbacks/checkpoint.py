@@ -245,7 +245,8 @@ class _HostWriter:
     """
 
     def __init__(self, checkpoint: tf.train.Checkpoint):
-        self._checkpoint = checkpoint
+        # Weak: `_WRITERS` keeps a writer only as long as its checkpoint lives.
+        self._checkpoint = weakref.ref(checkpoint)
         self._helper: Any = None
         self._snapshot_fn: Any = None
         self._write_fn: Any = None
@@ -259,7 +260,9 @@ class _HostWriter:
     def _initialize(self, weights: list[Any]) -> None:
         # TensorFlow's helper builds the host copies (the object map of its underlying
         # `Checkpoint`) and makes the first copy; its own writing thread is not used.
-        self._helper = self._checkpoint._async_checkpointer()
+        checkpoint = self._checkpoint()
+        assert checkpoint is not None  # a saver of it is calling
+        self._helper = checkpoint._async_checkpointer()
         if not self._helper._initialized:
             self._helper._ensure_initialized()
             _stop_helper_thread(self._helper)
