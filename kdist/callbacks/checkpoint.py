@@ -438,8 +438,9 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         keep: how many checkpoints to keep.
         strategy: the run's strategy (for the chief-only rule). Defaults to `None`.
         save_at_end: also save when training ends. Defaults to `True`.
-        asynchronous: write periodic saves in TensorFlow's background thread where the
-            strategy allows it (see `_supports_async`). Defaults to `True`.
+        asynchronous: copy to host memory on the training thread and write in a
+            background thread (`_HostWriter`) where the strategy allows it (see
+            `_supports_async`). Defaults to `True`.
     """
 
     def __init__(
