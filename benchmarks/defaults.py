@@ -10,14 +10,21 @@ step calls is reported too.
 Work that `fit` hands to a background thread and does not wait for (the final
 `curves.png`) is waited for between rounds, outside the timings, and its duration is
 kept in the details, so one round's leftovers never slow the next one.
+
+Where the time outside the step calls goes: after the timed rounds, one more `fit` of
+the default side runs with every callback hook timed (`HookTimer`); the details keep
+the milliseconds of each hook in that fit, the step calls, and what is left (the
+controller's loop, building the callbacks, writing `metrics.json` and `config.yaml`).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import shutil
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from benchmarks.context import Context
@@ -25,11 +32,83 @@ from benchmarks.harness import Case, Comparison, Target, interleave, load_averag
 from benchmarks.jobs import HandWrittenLoop, Job, KdistJob, kdist_overrides
 from benchmarks.overhead import StepTimer
 
-__all__ = ["GROUP", "run"]
+__all__ = ["GROUP", "HookTimer", "run"]
 
 GROUP = "7. the default job: default callbacks"
 
 DEFAULT, MINIMAL, LOOP = "kdist, callbacks=default", "kdist, callbacks=minimal", "hand-written"
+
+
+_HOOKS = (
+    "on_train_begin",
+    "on_epoch_begin",
+    "on_train_batch_begin",
+    "on_train_batch_end",
+    "on_test_begin",
+    "on_test_end",
+    "on_epoch_end",
+    "on_train_end",
+)
+
+
+class HookTimer:
+    """Times every hook of every callback of the `CallbackList`s made while active.
+
+    Use as a context manager around one `fit`; `seconds` maps `"Class.hook"` to the
+    seconds spent in it (all its calls), `calls` to how often it ran.
+    """
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = collections.defaultdict(float)
+        self.calls: dict[str, int] = collections.defaultdict(int)
+
+    def _wrap(self, callback: Any, hook: str) -> None:
+        method: Callable[..., Any] = getattr(callback, hook)
+        key = f"{type(callback).__name__}.{hook}"
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.seconds[key] += time.perf_counter() - started
+                self.calls[key] += 1
+
+        setattr(callback, hook, timed)
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[HookTimer]:
+        import keras
+
+        original = keras.callbacks.CallbackList.__init__
+        timer = self
+
+        def init(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            for callback in self.callbacks:
+                for hook in _HOOKS:
+                    timer._wrap(callback, hook)
+
+        # Restored in `finally`; mypy does not allow assigning to a method.
+        keras.callbacks.CallbackList.__init__ = init  # type: ignore[method-assign]
+        try:
+            yield self
+        finally:
+            keras.callbacks.CallbackList.__init__ = original  # type: ignore[method-assign]
+
+    def breakdown(self, wall: float, inside: float) -> dict[str, float]:
+        """Milliseconds: the fit, its step calls, each hook, and the rest outside."""
+        hooks = sum(self.seconds.values())
+        out = {
+            "fit": wall,
+            "step calls": inside,
+            "outside the step calls": wall - inside,
+            "callback hooks": hooks,
+            "rest (controller loop, building callbacks, writing outputs)": wall - inside - hooks,
+        }
+        ranked = sorted(self.seconds.items(), key=lambda item: -item[1])
+        out.update({f"{key} ({self.calls[key]}x)": value for key, value in ranked})
+        return {key: round(value * 1000.0, 2) for key, value in out.items()}
 
 
 class _Kdist:
@@ -109,6 +188,11 @@ def run(ctx: Context) -> list[Comparison]:
     )
     load = {"before": before, "after": load_average()}
     walls, inside = default.walls[-rounds:], default.inside[-rounds:]
+    hooks = HookTimer()
+    with hooks.active():
+        default.fit()  # not a timed round: the hook timers add their own cost
+    breakdown = hooks.breakdown(default.walls.pop(), default.inside.pop())
+    default.background.pop()
     details = {
         "model": job.model,
         "global_batch_size": job.global_batch_size,
@@ -120,6 +204,7 @@ def run(ctx: Context) -> list[Comparison]:
         "wall_seconds": walls,
         "step_call_seconds": inside,
         "background_after_fit_seconds": default.background[-rounds:],
+        "outside_breakdown_ms": breakdown,
     }
     title = (
         f"MLP 784-128-10, batch 32, 32 steps/call, {job.epochs} epochs of "

@@ -70,6 +70,16 @@ def summary_table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _breakdown(rows: list[dict[str, Any]]) -> list[str]:
+    """The group's `outside_breakdown_ms` detail (one untimed fit), once: parts >= 0.5 ms."""
+    for row in rows:
+        parts = (row.get("details") or {}).get("outside_breakdown_ms")
+        if parts:
+            shown = "; ".join(f"{name} {value:g}" for name, value in parts.items() if value >= 0.5)
+            return [f"- Where one more fit's time went, hooks timed (ms): {shown}", ""]
+    return []
+
+
 def markdown(
     results: dict[str, Any], notes: dict[str, str] | None = None, findings: str = ""
 ) -> str:
@@ -139,6 +149,7 @@ def markdown(
             text = row.get("note") or notes.get(row["id"])
             if text:
                 lines += [f"- `{row['id']}`: {text}", ""]
+        lines += _breakdown(rows)
     skipped = {k: v for k, v in results.get("suites", {}).items() if v != "done"}
     if skipped:
         lines += ["## Suites not run", ""]

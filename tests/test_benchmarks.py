@@ -10,12 +10,16 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import keras
 import pytest
 from helpers import REPO, compose
 
 import kdist
+from benchmarks import report
+from benchmarks.defaults import HookTimer
 from benchmarks.harness import Case, Target, interleave, summarize
 from benchmarks.probes import parse
 from kdist.callbacks.profile import ProfileSteps, profile_range
@@ -150,6 +154,33 @@ def test_interleave_alternates_the_order_and_ratios_are_per_round():
         target=Target(">=", 6.0),
     )
     assert throughput.a["best"] == 6.0 and throughput.met is False
+
+
+class _Slow(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        time.sleep(0.02)
+
+
+def test_hook_timer_times_each_hook_of_the_lists_made_while_active(tmp_path: Path):
+    path = tmp_path / "history.csv"
+    timer = HookTimer()
+    with timer.active():
+        callbacks = keras.callbacks.CallbackList([_Slow(), keras.callbacks.CSVLogger(str(path))])
+    after = keras.callbacks.CallbackList([_Slow()])
+    callbacks.on_train_begin()
+    for epoch in range(3):
+        callbacks.on_epoch_end(epoch, {})
+    callbacks.on_train_end()
+    after.on_epoch_end(0, {})  # made after: not timed
+    assert timer.calls["_Slow.on_epoch_end"] == 3
+    assert timer.calls["CSVLogger.on_epoch_end"] == 3
+    assert 0.06 <= timer.seconds["_Slow.on_epoch_end"] < 1.0
+    parts = timer.breakdown(wall=1.0, inside=0.5)
+    assert parts["outside the step calls"] == 500.0
+    assert parts["callback hooks"] == pytest.approx(sum(timer.seconds.values()) * 1000, abs=0.02)
+    assert list(parts)[5] == "_Slow.on_epoch_end (3x)"  # the costliest hook first
+    (line, _) = report._breakdown([{"details": {"outside_breakdown_ms": parts}}])
+    assert "; _Slow.on_epoch_end (3x) 6" in line  # rendered under the group's table
 
 
 def test_probe_lines_are_parsed_per_task():

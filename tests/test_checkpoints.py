@@ -8,9 +8,13 @@ equal an uninterrupted run.
 from __future__ import annotations
 
 import csv
+import gc
 import json
 import logging
 import os
+import threading
+import time
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +24,8 @@ from helpers import REPO, compose, run_module
 from omegaconf import OmegaConf
 
 import kdist
+from kdist.callbacks import checkpoint as checkpoint_module
+from kdist.callbacks.checkpoint import PeriodicCheckpoint
 from kdist.callbacks.guards import NonFiniteLossError
 from kdist.data import ArraySource, make_dataset_fn
 from kdist.engine.state import CheckpointError, restore_latest
@@ -245,6 +251,86 @@ def test_periodic_checkpoints_keep_the_newest(tmp_path: Path):
     assert not helper._async_save_thread.is_alive()
     kept = sorted(int(p.stem.split("-")[1]) for p in tmp_path.glob("checkpoints/*.index"))
     assert kept == [44, 48]
+    # kdist's own writer thread ends with training too.
+    assert not [t for t in threading.enumerate() if t.name == "kdist-checkpoint-writer"]
+
+
+def _saver(exp: kdist.Experiment, directory: Path) -> PeriodicCheckpoint:
+    assert exp.controller is not None
+    return PeriodicCheckpoint(
+        model=exp.controller.model,
+        checkpoint=exp.controller.checkpoint,
+        state=exp.controller.state,
+        directory=directory,
+        every_n_steps=0,
+        keep=2,
+    )
+
+
+def test_an_asynchronous_save_holds_the_state_of_its_step_not_a_later_one(tmp_path: Path):
+    exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)
+    exp.build_model()
+    assert exp.runner is not None and exp.model is not None
+    saver = _saver(exp, tmp_path / "async")
+    assert saver.asynchronous
+    exp.runner.train_steps(3)
+    at_3 = _weights(exp.model)
+    path = saver.save(3, wait=False)
+    assert path == str(tmp_path / "async" / "ckpt-3")
+    exp.runner.train_steps(4)  # at once: the write may still be in progress
+    saver.sync()
+    assert tf.train.get_checkpoint_state(str(tmp_path / "async")).model_checkpoint_path == path
+    exp.controller.checkpoint.restore(path).assert_existing_objects_matched()
+    assert _max_diff(_weights(exp.model), at_3) == 0.0
+    assert int(exp.controller.state.steps.numpy()) == 3
+    assert int(exp.model.optimizer.iterations.numpy()) == 3
+    saver.finish(3)
+
+
+def test_the_writer_does_not_keep_a_finished_run_alive(tmp_path: Path):
+    # A tuner runs many trials in one process: each trial's model must be freed.
+    exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)
+    exp.build_model()
+    assert exp.runner is not None
+    saver = _saver(exp, tmp_path / "async")
+    exp.runner.train_steps(1)
+    saver.save(1)
+    saver.finish(1)
+    checkpoint = weakref.ref(exp.controller.checkpoint)
+    assert checkpoint() in checkpoint_module._WRITERS
+    del exp, saver
+    deadline = time.monotonic() + 5.0  # threads that just ended may still hold frames
+    while checkpoint() is not None and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.05)
+    assert checkpoint() is None
+
+
+def test_a_failed_asynchronous_write_is_an_error_on_the_training_thread(
+    tmp_path: Path, monkeypatch
+):
+    exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)
+    exp.build_model()
+    assert exp.runner is not None
+    saver = _saver(exp, tmp_path / "async")
+    exp.runner.train_steps(1)
+    saver.save(1)  # traces the writer's functions
+
+    def fail(self, prefix: str) -> None:
+        raise OSError(f"disk full writing {prefix}")
+
+    monkeypatch.setattr(checkpoint_module._HostWriter, "write", fail)
+    saver.save(2, wait=False)
+    with pytest.raises(CheckpointError, match=r"disk full writing .*ckpt-2"):
+        saver.sync()
+    assert not (tmp_path / "async" / "ckpt-2.index").exists()
+    assert tf.train.get_checkpoint_state(str(tmp_path / "async")).model_checkpoint_path.endswith(
+        "ckpt-1"
+    )
+    monkeypatch.undo()
+    saver.save(3)  # the writer goes on after an error
+    assert (tmp_path / "async" / "ckpt-3.index").exists()
+    saver.finish(3)
 
 
 # -- NaN guard -----------------------------------------------------------------------------

@@ -8,28 +8,37 @@ points the `checkpoint` state file at it, so a checkpoint is visible only when c
 
 Saving is asynchronous where TensorFlow supports it (one process, eager variables:
 no strategy, `OneDeviceStrategy`, `MirroredStrategy`): the training thread copies the
-variables to host memory and goes on, a TensorFlow thread writes the files, and the
-state file is updated by that thread only once the files are complete
-(`CheckpointOptions(experimental_enable_async_checkpoint=True)`), so the guarantee above
-holds unchanged. Multi-worker runs save synchronously (see `_supports_async`).
+variables to host memory (TensorFlow's async-checkpoint copies, one traced call) and goes
+on; a writer thread writes the copies with a traced `tf.train.Checkpoint.write` (the
+object graph is walked once, when it is traced) and only then updates the state file
+and removes old checkpoints (`tf.train.CheckpointManager`), so the guarantee above holds
+unchanged. Multi-worker runs save synchronously (see `_supports_async`).
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
+import queue
 import shutil
 import threading
 import time
+import weakref
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import keras
 import tensorflow as tf
 
 from kdist.callbacks.guards import NonFiniteWeightsError
 from kdist.cluster import chief
-from kdist.engine.state import TrainingState, clean_leftovers, state_file_readable
+from kdist.engine.state import (
+    CheckpointError,
+    TrainingState,
+    clean_leftovers,
+    state_file_readable,
+)
 
 __all__ = ["PeriodicCheckpoint"]
 
@@ -85,6 +94,180 @@ def _enable_async_copies() -> None:
         Variable._copy_trackable_to_cpu = _copy_keras_variable_to_cpu
 
 
+class _HostWriter:
+    """Asynchronous saves of one `tf.train.Checkpoint`: host copies, then a traced write.
+
+    `snapshot` runs on the training thread: it waits until the previous write has read
+    the host copies (not for its state file and clean-up), copies every variable to host
+    memory with TensorFlow's async-checkpoint copy function (one traced call) and checks
+    the weights are finite. A writer thread then runs queued jobs (a
+    `tf.train.CheckpointManager.save` whose write is `write`, a traced
+    `tf.train.Checkpoint.write` of the copies), one at a time, in order. Savers that share
+    the checkpoint (periodic checkpoints and backups) share its writer, so a copy is
+    never overwritten while it is written. An error in the writer thread is raised by
+    the next `snapshot` or `sync`.
+
+    Args:
+        checkpoint: the checkpoint whose variables are saved.
+    """
+
+    def __init__(self, checkpoint: tf.train.Checkpoint):
+        # Weak: `_WRITERS` keeps a writer only as long as its checkpoint lives.
+        self._checkpoint = weakref.ref(checkpoint)
+        self._helper: Any = None
+        self._snapshot_fn: Any = None
+        self._write_fn: Any = None
+        self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        # Set while no queued write still has to read the host copies.
+        self._copies_free = threading.Event()
+        self._copies_free.set()
+
+    def _initialize(self, weights: list[Any]) -> None:
+        # TensorFlow's helper builds the host copies (the object map of its underlying
+        # `Checkpoint`) and makes the first copy; its own writing thread is not used.
+        checkpoint = self._checkpoint()
+        assert checkpoint is not None  # a saver of it is calling
+        self._helper = checkpoint._async_checkpointer()
+        if not self._helper._initialized:
+            self._helper._ensure_initialized()
+            _stop_helper_thread(self._helper)
+        helper = self._helper
+        floating = [w for w in weights if tf.as_dtype(w.dtype).is_floating]
+
+        @tf.function
+        def snapshot() -> tf.Tensor:
+            helper._copy_to_cpu()
+            checks = [tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(w))) for w in floating]
+            return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
+
+        host_checkpoint = helper.checkpointer()
+
+        # Everything on the helper's device (as its own thread does): one data file.
+        device = helper._default_device
+
+        @tf.function
+        def write(prefix: tf.Tensor) -> tf.Tensor:
+            with tf.device(device):
+                return host_checkpoint.write(prefix)
+
+        self._snapshot_fn = snapshot
+        self._write_fn = write
+
+    def snapshot(self, weights: list[Any]) -> bool:
+        """Copy the variables to host memory; returns whether `weights` are all finite.
+
+        The copies then belong to the next job `submit` queues: call it next.
+        """
+        self._copies_free.wait()
+        self._raise_error()
+        if self._snapshot_fn is None:
+            self._initialize(weights)
+        return bool(self._snapshot_fn().numpy())
+
+    def write(self, prefix: str) -> None:
+        """Write the host copies to `prefix` (on the writer thread), then release them."""
+        try:
+            self._write_fn(tf.constant(prefix))
+        finally:
+            self._copies_free.set()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run `job` on the writer thread, after the jobs before it.
+
+        `job` must call `write` once (the host copies stay taken until it does or ends).
+        """
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="kdist-checkpoint-writer")
+            self._thread.daemon = True  # a kill at exit leaves the previous one usable
+            self._thread.start()
+            atexit.register(self.stop)
+        self._copies_free.clear()
+        self._jobs.put(job)
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                if job is None:
+                    return
+                job()
+            except BaseException as error:  # raised on the training thread by `sync`
+                self._error = error
+            finally:
+                self._copies_free.set()
+                self._jobs.task_done()
+
+    def _raise_error(self) -> None:
+        error, self._error = self._error, None
+        if error is not None:
+            raise CheckpointError(f"an asynchronous checkpoint save failed: {error}") from error
+
+    def sync(self) -> None:
+        """Wait until every queued write is complete; raise the writer's error, if any."""
+        if self._thread is not None:
+            self._jobs.join()
+        self._raise_error()
+
+    def stop(self) -> None:
+        """Finish the queued writes and end the writer thread (a later save restarts it)."""
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            self._jobs.put(None)
+            thread.join()
+            atexit.unregister(self.stop)
+        self._thread = None
+
+
+_WRITERS: weakref.WeakKeyDictionary[Any, _HostWriter] = weakref.WeakKeyDictionary()
+
+
+def _writer_for(checkpoint: tf.train.Checkpoint) -> _HostWriter:
+    """The one `_HostWriter` of `checkpoint` (shared by every saver of it)."""
+    if checkpoint not in _WRITERS:
+        _WRITERS[checkpoint] = _HostWriter(checkpoint)
+    return _WRITERS[checkpoint]
+
+
+def _stop_helper_thread(helper: Any) -> None:
+    """Stop TensorFlow's async checkpoint thread of `helper` (kdist writes on its own).
+
+    TensorFlow starts the thread when its helper initializes and registers it with
+    `atexit`, which would hold the model, the optimizer and their host copies for the
+    rest of the process (every trial of a tuner). Uses private attributes of TensorFlow
+    2.21's `AsyncCheckpointHelper`.
+    """
+    thread = getattr(helper, "_async_save_thread", None)
+    if thread is None or not thread.is_alive():
+        return
+    helper._join_async_save_thread()
+    helper._queue.task_done()  # the stop item: a later `sync` must not wait for it
+    atexit.unregister(helper._join_async_save_thread)
+
+
+class _TracedWrites:
+    """What `tf.train.CheckpointManager` uses of a checkpoint, writing through `writer`.
+
+    The manager numbers the checkpoint, calls `_write`, then (through the write
+    callbacks) records it in the state file and removes the oldest ones: all of it
+    on the writer thread, after the files are complete.
+    """
+
+    def __init__(self, checkpoint: tf.train.Checkpoint, writer: _HostWriter):
+        self.save_counter = checkpoint.save_counter
+        self._writer = writer
+
+    def _write(self, file_prefix: str, options: Any = None) -> str:
+        self._writer.write(file_prefix)
+        for callback in getattr(options, "experimental_write_callbacks", None) or []:
+            callback(file_prefix)
+        return file_prefix
+
+    def sync(self) -> None:
+        """Nothing to wait for: the manager runs on the writer thread."""
+
+
 def _supports_async(strategy: Any) -> bool:
     """Whether `strategy`'s variables can be saved by TensorFlow's async checkpoint thread.
 
@@ -126,8 +309,9 @@ class PeriodicCheckpoint:
         keep: how many checkpoints to keep.
         strategy: the run's strategy (for the chief-only rule). Defaults to `None`.
         save_at_end: also save when training ends. Defaults to `True`.
-        asynchronous: write periodic saves in TensorFlow's background thread where the
-            strategy allows it (see `_supports_async`). Defaults to `True`.
+        asynchronous: copy to host memory on the training thread and write in a
+            background thread (`_HostWriter`) where the strategy allows it (see
+            `_supports_async`). Defaults to `True`.
     """
 
     def __init__(
@@ -163,13 +347,10 @@ class PeriodicCheckpoint:
                 self.directory.parent, strategy, f"ckpt-{self.directory.name}"
             )
         self.asynchronous = bool(asynchronous) and _supports_async(strategy)
-        self._options = (
-            tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)
-            if self.asynchronous
-            else None
-        )
+        self._writer: _HostWriter | None = None
         if self.asynchronous:
             _enable_async_copies()
+            self._writer = _writer_for(checkpoint)
         self._manager: tf.train.CheckpointManager | None = None
         self._last_saved = -1
 
@@ -182,8 +363,13 @@ class PeriodicCheckpoint:
                     aside = self._write_dir / f"checkpoint.unreadable-{int(time.time())}"
                     log.warning("moving the unreadable checkpoint state file to %s", aside)
                     (self._write_dir / "checkpoint").rename(aside)
+            # Asynchronous: the manager runs on the writer thread and writes the host
+            # copies (its bookkeeping after the files are complete, as before).
+            target: Any = self.checkpoint
+            if self._writer is not None:
+                target = _TracedWrites(self.checkpoint, self._writer)
             self._manager = tf.train.CheckpointManager(
-                self.checkpoint, str(self._write_dir), max_to_keep=self.keep
+                target, str(self._write_dir), max_to_keep=self.keep
             )
         return self._manager
 
@@ -195,68 +381,53 @@ class PeriodicCheckpoint:
             wait: return only when the files are complete and the state file names
                 them (a preemption save, the end of training). Defaults to `True`;
                 `False` lets an asynchronous save finish in the background.
+
+        Raises:
+            NonFiniteWeightsError: when the weights are not finite (nothing is saved).
         """
         if steps == self._last_saved:
             if wait:
                 self.sync()
             return None
-        if not _all_finite(list(self.model.weights)):
-            raise NonFiniteWeightsError(
-                f"the weights are not finite after step {steps} (the training loss did "
-                "not show it); stopped without saving this state (the last backup holds "
-                "finite weights)"
-            )
+        # Recorded first: the training state is one of the variables saved.
         self.state.advance_to(steps)
-        # A save that is waited for is written on this thread: handing it to the async
-        # thread would only add the host copy.
-        options = None if wait else self._options
-        if options is None:
-            self.sync()  # the async thread must not write while this thread does
-        else:
-            self._start_async_thread()
-        path = self._ensure_manager().save(checkpoint_number=steps, options=options)
+        path = self._save_async(steps) if self._writer is not None else self._save_now(steps)
         self._last_saved = steps
         if wait:
             self.sync()
         return path
 
-    def _helper(self) -> Any:
-        # TensorFlow keeps its async checkpoint helper on the `tf.train.Checkpoint`
-        # (private attributes of TensorFlow 2.21's `Checkpoint` and
-        # `AsyncCheckpointHelper`, used by `_stop_async_thread` and `_start_async_thread`).
-        return getattr(self.checkpoint, "_async_checkpointer_impl", None)
+    def _refuse_non_finite(self, steps: int) -> NoReturn:
+        raise NonFiniteWeightsError(
+            f"the weights are not finite after step {steps} (the training loss did "
+            "not show it); stopped without saving this state (the last backup holds "
+            "finite weights)"
+        )
 
-    def _stop_async_thread(self) -> None:
-        """Stop TensorFlow's async checkpoint thread when training ends.
+    def _save_now(self, steps: int) -> str:
+        """A synchronous save (multi-worker strategies): every worker takes part."""
+        if not _all_finite(list(self.model.weights)):
+            self._refuse_non_finite(steps)
+        return str(self._ensure_manager().save(checkpoint_number=steps))
 
-        TensorFlow starts the thread once per `tf.train.Checkpoint` and registers it with
-        `atexit`, which would hold the model, the optimizer and their host copies for
-        the rest of the process (every trial of a tuner). Stopped, the helper lives only
-        as long as the checkpoint; a later `fit` restarts its thread and keeps its host
-        copies and traced copy function.
-        """
-        helper = self._helper()
-        thread = getattr(helper, "_async_save_thread", None)
-        if thread is None or not thread.is_alive():
-            return
-        helper._join_async_save_thread()
-        helper._queue.task_done()  # the stop item: a later `sync` must not wait for it
-        atexit.unregister(helper._join_async_save_thread)
-
-    def _start_async_thread(self) -> None:
-        """Restart the thread `_stop_async_thread` stopped (a second `fit`)."""
-        helper = self._helper()
-        thread = getattr(helper, "_async_save_thread", None)
-        if thread is None or thread.is_alive():
-            return
-        helper._async_save_thread = threading.Thread(target=helper._async_save, daemon=True)
-        helper._async_save_thread.start()
-        atexit.register(helper._join_async_save_thread)
+    def _save_async(self, steps: int) -> str:
+        """Copy to host memory here; write, record and sweep on the writer thread."""
+        assert self._writer is not None
+        if not self._writer.snapshot(list(self.model.weights)):
+            self._refuse_non_finite(steps)
+        manager = self._ensure_manager()
+        self._writer.submit(lambda: manager.save(checkpoint_number=steps))
+        # The name CheckpointManager gives it (`<directory>/ckpt-<steps>`).
+        return str(self._write_dir / f"ckpt-{steps}")
 
     def sync(self) -> None:
-        """Wait until an asynchronous save in progress is complete."""
-        if self.asynchronous:
-            self.checkpoint.sync()
+        """Wait until an asynchronous save in progress is complete.
+
+        Raises:
+            CheckpointError: when an asynchronous save failed.
+        """
+        if self._writer is not None:
+            self._writer.sync()
 
     def after_steps(self, steps: int) -> None:
         """A call of the runner ended at global step `steps`: save on multiples of N."""
@@ -273,7 +444,10 @@ class PeriodicCheckpoint:
         if self.save_at_end and steps:
             self.save(steps)
         self.sync()
-        self._stop_async_thread()
+        if self._writer is not None:
+            # A tuner runs many trials in one process: no thread holds a finished
+            # run's model (a later `fit` starts it again).
+            self._writer.stop()
         if not self._is_chief:
             shutil.rmtree(self._write_dir, ignore_errors=True)
 
