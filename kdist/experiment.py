@@ -127,6 +127,8 @@ class Experiment:
         )
         self._check_objective(list(model.get_metrics_result()))
         self.model, self.optimizer = model, model.optimizer
+        if self.is_chief:  # the config as resolved (batch, objective), before training
+            outputs.write_config(self.output_dir, cfg)
         self.controller = Controller(
             self.runner,
             model=model,
@@ -138,8 +140,7 @@ class Experiment:
         return model
 
     def _controller(self) -> Controller:
-        """The controller, once `build_model` has made it (called here if needed)."""
-        if self.controller is None:
+        if self.controller is None:  # `build_model` makes it
             self.build_model()
         assert self.controller is not None
         return self.controller
@@ -150,8 +151,7 @@ class Experiment:
         Returns:
             The global step to continue from (0 when there is nothing to restore).
         """
-        controller = self._controller()
-        step = controller.restore(
+        step = self._controller().restore(
             self.run_dir / "backup", self.run_dir / "checkpoints", clean=self.is_chief
         )
         if step and self.is_chief:
@@ -198,10 +198,10 @@ class Experiment:
         outputs.write(
             self.output_dir,
             self.run_dir,
+            run,
             metrics=summary,
             cfg=self.cfg,
             model=controller.model,
-            best_model=self.best_model,
         )
         return self.result.history
 

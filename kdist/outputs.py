@@ -17,13 +17,14 @@ from typing import Any
 import keras
 from omegaconf import OmegaConf
 
-from kdist.callbacks.best_model import BestModelExport, save_model_files
+from kdist.callbacks.best_model import save_model_files
+from kdist.callbacks.factory import RunCallbacks
 from kdist.cluster import chief
 from kdist.engine.controller import FitResult
 from kdist.engine.sharded import savable_model
 from kdist.fileio import write_text_atomic
 
-__all__ = ["summary", "trim_history", "write"]
+__all__ = ["summary", "trim_history", "write", "write_config"]
 
 log = logging.getLogger(__name__)
 
@@ -67,25 +68,36 @@ def summary(
     }
 
 
+def write_config(output_dir: Path, cfg: Any) -> None:
+    """`config.yaml`, the resolved config, outside a Hydra app (which writes `.hydra/`).
+
+    Written when the run is set up, so a run that fails still says how it was configured.
+    """
+    if not (output_dir / ".hydra").exists():
+        write_text_atomic(output_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+
+
 def write(
     output_dir: Path,
     run_dir: Path,
+    callbacks: RunCallbacks,
     *,
     metrics: dict[str, Any],
     cfg: Any,
     model: keras.Model,
-    best_model: BestModelExport | None,
 ) -> None:
-    """Write `metrics.json`, the config and the model into `output_dir`, and log a line.
+    """Write `metrics.json` and the model into `output_dir`, and log a line.
 
     Args:
         output_dir: the run directory on the chief, a scratch folder elsewhere (removed).
         run_dir: the run directory.
         metrics: the summary (see `summary`); the best model's epoch is added.
-        cfg: the train config (saved as `config.yaml` outside a Hydra app).
+        cfg: the train config.
         model: the trained model (exported unless the best-model callback did).
-        best_model: the best-model callback, if the run has one.
+        callbacks: the run's callbacks: the best-model export, if any, and `curves.png`,
+            whose last drawing starts here, in the background, after everything else.
     """
+    best_model = callbacks.best_model
     if best_model is not None and best_model.best is not None:
         metrics["best_model"] = {
             "monitor": best_model.monitor,
@@ -93,14 +105,13 @@ def write(
             "epoch": (best_model.best_epoch or 0) + 1,
         }
     write_text_atomic(output_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    if not (output_dir / ".hydra").exists():
-        # Outside a Hydra app, keep the resolved config beside the outputs too.
-        write_text_atomic(output_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     if "best_model" not in metrics and cfg.callbacks.save_model:
         # model.keras to evaluate or fine-tune, saved_model/ (serving_default) to serve.
         saved_model = bool(cfg.callbacks.get("saved_model", True))
         save_model_files(savable_model(model), output_dir, saved_model=saved_model)
     chief.cleanup_dir(output_dir, run_dir)
+    if callbacks.curves is not None:
+        callbacks.curves.draw_final()
     shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics["validation"].items()) or "none"
     log.info(
         "trained %d steps in %.1f s (%.0f examples/s); validation: %s",

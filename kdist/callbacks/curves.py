@@ -65,6 +65,9 @@ class Curves(keras.callbacks.Callback):
         title: a title over the panels. Defaults to `None`.
         history: epochs recorded before this training started (a resumed run's earlier
             epochs, e.g. read from `history.csv`). Defaults to `()`.
+        draw_at_end: start the last drawing in `on_train_end`. Defaults to `True`;
+            `False` leaves it to the owner of the run, who calls `draw_final` once its
+            own end-of-training work is done (so the drawing does not compete with it).
 
     Raises:
         ValueError: for a negative `min_interval`.
@@ -77,8 +80,10 @@ class Curves(keras.callbacks.Callback):
         min_interval: float = 60.0,
         title: str | None = None,
         history: Sequence[Mapping[str, float]] = (),
+        draw_at_end: bool = True,
     ):
         super().__init__()
+        self.draw_at_end = draw_at_end
         self._earlier = [dict(r) for r in history]
         if min_interval < 0:
             raise ValueError(f"`min_interval` ({min_interval}) must be >= 0.")
@@ -106,6 +111,11 @@ class Curves(keras.callbacks.Callback):
             self._draw_in_background()
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        if self.draw_at_end:
+            self.draw_final()
+
+    def draw_final(self) -> None:
+        """Draw every recorded epoch in the background (`fit` does not wait for it)."""
         if self.records:
             self._draw_in_background()
 

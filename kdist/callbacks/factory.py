@@ -137,6 +137,7 @@ class RunCallbacks:
     callbacks: list[keras.callbacks.Callback] = field(default_factory=list)
     savers: list[PeriodicCheckpoint] = field(default_factory=list)
     best_model: BestModelExport | None = None
+    curves: Curves | None = None
 
 
 def _savers(
@@ -232,7 +233,9 @@ def build_run(
     if node.get("curves", True) and is_chief:
         history = output_dir / "history.csv"
         earlier = read_csv_numbers(history) if resuming and history.exists() else []
-        run.callbacks.append(Curves(path=output_dir / "curves.png", history=earlier))
+        # Its last drawing starts once the run's files are written (`kdist.outputs`).
+        run.curves = Curves(path=output_dir / "curves.png", history=earlier, draw_at_end=False)
+        run.callbacks.append(run.curves)
     if verbose != 0:
         # Keras adds no bar of its own when a ProgbarLogger is in the list.
         run.callbacks.append(ProgressBar(examples_per_step=int(cfg.trainer.global_batch_size)))
