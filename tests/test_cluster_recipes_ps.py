@@ -7,6 +7,7 @@ import os
 import shlex
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import yaml
 from helpers import REPO, compose
@@ -112,11 +113,7 @@ def test_slurm_script_gives_each_node_its_role(tmp_path: Path):
     hosts = ["node1", "node2", "node3", "node4", "node5"]
     result = _dry_run(tmp_path, hosts, KDIST_NUM_PS="2")
     assert result.returncode == 0, result.stderr
-    tasks = {}
-    for line in result.stdout.splitlines():
-        config, command = line.removeprefix("TF_CONFIG=").split(" COMMAND=")
-        info = parse_tf_config(config)
-        tasks[(info.task_type, info.task_index)] = (info, command)
+    tasks = {key: (info, command) for key, (info, command, _) in _tasks(result).items()}
     assert set(tasks) == {("chief", 0), ("ps", 0), ("ps", 1), ("worker", 0), ("worker", 1)}
     cluster = tasks[("chief", 0)][0].cluster
     assert cluster == {
@@ -133,6 +130,32 @@ def test_slurm_script_gives_each_node_its_role(tmp_path: Path):
     for key, (_, command) in tasks.items():
         if key[0] != "chief":
             assert command == "python -m kdist.server"
+
+
+def _tasks(result: subprocess.CompletedProcess) -> dict[tuple[str, int], tuple[Any, str, str]]:
+    """(task type, index) -> (its TF_CONFIG, its command, its CUDA_VISIBLE_DEVICES)."""
+    tasks = {}
+    for line in result.stdout.splitlines():
+        gpus, rest = line.removeprefix("GPUS=").split(" TF_CONFIG=", 1)
+        config, command = rest.split(" COMMAND=")
+        info = parse_tf_config(config)
+        tasks[(info.task_type, info.task_index)] = (info, command, gpus)
+    return tasks
+
+
+def test_slurm_parameter_servers_hide_the_gpus_of_their_task(tmp_path: Path):
+    hosts = ["node1", "node2", "node3", "node4"]
+    given = _tasks(_dry_run(tmp_path, hosts, CUDA_VISIBLE_DEVICES="0,1"))
+    assert {key: gpus for key, (_, _, gpus) in given.items()} == {
+        ("chief", 0): "0,1",
+        ("ps", 0): "",
+        ("worker", 0): "0,1",
+        ("worker", 1): "0,1",
+    }
+    again = tmp_path / "again"
+    again.mkdir()
+    asked = _tasks(_dry_run(again, hosts, CUDA_VISIBLE_DEVICES="0,1", KDIST_PS_GPUS="1"))
+    assert asked[("ps", 0)][2] == "0,1"
 
 
 def test_slurm_script_needs_enough_nodes(tmp_path: Path):
