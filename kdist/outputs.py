@@ -7,8 +7,6 @@ run resumes. Written by the chief only: callers pass the chief's output folder.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 from pathlib import Path
@@ -22,7 +20,7 @@ from kdist.callbacks.factory import RunCallbacks
 from kdist.cluster import chief
 from kdist.engine.controller import FitResult
 from kdist.engine.sharded import savable_model
-from kdist.fileio import write_text_atomic
+from kdist.fileio import read_csv, write_csv_atomic, write_text_atomic
 
 __all__ = ["summary", "trim_history", "write", "write_config"]
 
@@ -129,14 +127,7 @@ def trim_history(output_dir: Path, epoch: int) -> None:
     appear twice.
     """
     path = output_dir / "history.csv"
-    if not path.exists():
-        return
-    with path.open(newline="") as handle:
-        rows = list(csv.reader(handle))
-    if not rows:
-        return
-    kept = [rows[0], *(row for row in rows[1:] if row and int(row[0]) < epoch)]
+    rows = read_csv(path) if path.exists() else []
+    kept = [row for row in rows if int(row["epoch"]) < epoch]
     if len(kept) != len(rows):
-        buffer = io.StringIO()
-        csv.writer(buffer).writerows(kept)
-        write_text_atomic(path, buffer.getvalue())
+        write_csv_atomic(path, kept, list(rows[0]))
