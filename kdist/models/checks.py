@@ -17,7 +17,8 @@ def check_dropout(dropout: float) -> None:
         raise ValueError(f"`dropout` ({dropout}) must be in [0, 1).")
 
 
-def check_positive(name: str, value: int) -> None:
-    """Raise `ValueError`, naming the argument `name`, unless `value` is at least 1."""
+def check_positive(name: str, value: int) -> int:
+    """`value` as an `int`; `ValueError`, naming the argument `name`, unless it is at least 1."""
     if value < 1:
         raise ValueError(f"`{name}` ({value}) must be a positive integer.")
+    return int(value)

@@ -26,8 +26,7 @@ class PositionEmbedding(keras.layers.Layer):
 
     def __init__(self, sequence_length: int, **kwargs: Any):
         super().__init__(**kwargs)
-        check_positive("sequence_length", sequence_length)
-        self.sequence_length = int(sequence_length)
+        self.sequence_length = check_positive("sequence_length", sequence_length)
 
     def build(self, input_shape: Sequence[int | None]) -> None:
         self.position_embeddings = self.add_weight(

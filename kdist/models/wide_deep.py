@@ -29,8 +29,7 @@ class FieldBuckets(keras.layers.Layer):
 
     def __init__(self, num_buckets: int, **kwargs: Any):
         super().__init__(**kwargs)
-        check_positive("num_buckets", num_buckets)
-        self.num_buckets = int(num_buckets)
+        self.num_buckets = check_positive("num_buckets", num_buckets)
 
     def call(self, ids: Any) -> Any:
         ids = keras.ops.cast(ids, "int64")
