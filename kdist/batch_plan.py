@@ -8,6 +8,7 @@ from typing import Any
 from omegaconf import open_dict, read_write
 
 from kdist.config.errors import ConfigError
+from kdist.data.pipeline import check_batch_split
 from kdist.engine.controller import Schedule
 
 __all__ = ["global_batch_size", "schedule"]
@@ -48,14 +49,7 @@ def global_batch_size(cfg: Any, num_replicas: int) -> int:
             trainer.global_batch_size,
         )
     batch = int(trainer.global_batch_size)
-    if batch % num_replicas:
-        lower = max(num_replicas, batch - batch % num_replicas)
-        raise ConfigError(
-            "trainer.global_batch_size",
-            f"is not divisible by the {num_replicas} replicas",
-            value=batch,
-            hint=f"use a multiple of {num_replicas}, e.g. {lower}",
-        )
+    check_batch_split(batch, num_replicas)
     accumulate = int(trainer.get("accumulate_steps", 1))
     if accumulate > 1 and batch % (accumulate * num_replicas):
         raise ConfigError(

@@ -10,6 +10,10 @@ Each takes what `model.compile` takes, from the config:
   built-in classifiers (which output logits) need.
 
 The checks here run before TensorFlow is imported; the builders import Keras.
+
+It stays one file (over 400 lines) because the checks, the builders and the objective
+read the same config forms through the same helpers (`_plain`, `_check_one`/`_build_one`
+on one `kind`), so a form added here is checked and built alike.
 """
 
 from __future__ import annotations

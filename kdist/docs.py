@@ -8,6 +8,10 @@ or above a key in the YAML, the comment beside or above the field in the schema,
 `Args:` entry of the kdist callable the node names. A test checks that the committed
 `docs/` equals what this module generates (`make docs` rewrites it).
 
+It stays one file (over 400 lines): reading the configs, flattening an option and
+rendering are private steps of one generator, whose public surface is `generate`,
+`check`, `write` and `main`.
+
 Example:
 
 ```bash
@@ -320,21 +324,25 @@ _HYDRA_NOTES = {
 }
 
 
-def _option_rows(group: str, entry: Traversable) -> tuple[list[str], str | None, list[_Row]]:
-    text = entry.read_text()
-    header, comments = _yaml_comments(text)
-    schema = _schema_for(group, text)
-    loaded = OmegaConf.create(text) if text.strip() else OmegaConf.create()
+def _own_values(loaded: Any, schema: type | None) -> dict[Any, Any]:
+    """A config file's own keys (no defaults list, no `hydra`), over its schema's defaults."""
     body = {
         k: v
         for k, v in OmegaConf.to_container(loaded, resolve=False).items()  # type: ignore[union-attr]
         if k not in ("defaults", "hydra")
     }
-    if schema is not None:
-        merged = OmegaConf.merge(OmegaConf.structured(schema), body)
-        values = OmegaConf.to_container(merged, resolve=False)
-    else:
-        values = body
+    if schema is None:
+        return body
+    merged = OmegaConf.merge(OmegaConf.structured(schema), body)
+    return OmegaConf.to_container(merged, resolve=False)  # type: ignore[return-value]
+
+
+def _option_rows(group: str, entry: Traversable) -> tuple[list[str], str | None, list[_Row]]:
+    text = entry.read_text()
+    header, comments = _yaml_comments(text)
+    schema = _schema_for(group, text)
+    loaded = OmegaConf.create(text) if text.strip() else OmegaConf.create()
+    values = _own_values(loaded, schema)
     return (
         header,
         (schema.__name__ if schema else None),
@@ -413,17 +421,11 @@ def _primary_configs(root: Traversable, groups: set[str]) -> list[str]:
             ]
             lines += ["Defaults list: " + ", ".join(f"`{s}`" for s in shown) + ".", ""]
         schema = _schema_for("", text)
-        body = {
-            k: v
-            for k, v in OmegaConf.to_container(loaded, resolve=False).items()  # type: ignore[union-attr]
-            if k not in ("defaults", "hydra")
-        }
+        values = _own_values(loaded, schema)
         if schema is not None:
-            merged = OmegaConf.merge(OmegaConf.structured(schema), body)
-            values = OmegaConf.to_container(merged, resolve=False)
             # The groups have their own pages.
-            body = {k: v for k, v in values.items() if k not in groups}  # type: ignore[union-attr]
-        rows = _rows(body, schema=schema, yaml_comments=comments)
+            values = {k: v for k, v in values.items() if k not in groups}
+        rows = _rows(values, schema=schema, yaml_comments=comments)
         if rows:
             lines += ["Its own keys:", "", *_table(rows)]
     return lines

@@ -42,7 +42,6 @@ import ipaddress
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
@@ -203,14 +202,6 @@ def run(
                 worker_counts=range(workers, policy.min_workers - 1, -1),
                 replicas_per_worker=gpus_per_worker or 1,
             )
-    output = output or sys.stdout
-    lock = threading.Lock()
-
-    def say(message: str) -> None:
-        with lock:
-            output.write(f"[launch] {message}\n")
-            output.flush()
-
     # The tasks use the overrides' folder when there is one: report and clean that one.
     launch = Launch(
         module=module,
@@ -223,16 +214,14 @@ def run(
         base_env=_base_env(),
         evaluator=evaluator,
         devices_for=devices_for,
-        output=output,
-        lock=lock,
-        say=say,
+        output=output or sys.stdout,
         grace_seconds=grace_seconds,
         restart_grace_seconds=restart_grace_seconds,
         timeout=timeout,
         ps_min_workers=min_workers if ps and min_workers else 1,
     )
     free_ports(1, host)  # a `host` this machine cannot listen on: one line, before any task
-    guardian = _guardian(host, isolate, say)
+    guardian = _guardian(host, isolate, launch.say)
     try:
         return supervise(launch, policy, guardian)
     finally:
@@ -359,26 +348,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"--workers ({args.workers}) must be a positive integer")
     if args.ps < 0 or args.max_restarts < 0:
         parser.error("--ps and --max-restarts must be >= 0")
+    # Every option but --no-isolation is the `run` keyword of the same name.
+    options = vars(args)
+    isolate = False if options.pop("no_isolation") else None
     # Stopping the launcher stops its tasks (they run in their own process groups).
     signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
-        code = run(
-            args.workers,
-            rest,
-            ps=args.ps,
-            module=args.module,
-            max_restarts=args.max_restarts,
-            host=args.host,
-            run_dir=args.run_dir,
-            timeout=args.timeout,
-            isolate=False if args.no_isolation else None,
-            gpus=args.gpus,
-            gpus_per_worker=args.gpus_per_worker,
-            ps_gpus=args.ps_gpus,
-            evaluator=args.evaluator,
-            min_workers=args.min_workers,
-            grow_after=args.grow_after,
-        )
+        code = run(options.pop("workers"), rest, isolate=isolate, **options)
     except ConfigError as error:
         exit_with(error)
     raise SystemExit(code)

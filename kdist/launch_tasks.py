@@ -24,7 +24,7 @@ from typing import IO
 
 from kdist.cluster import scratch_prefix, tf_config_for
 from kdist.config.errors import ConfigError
-from kdist.sandbox import Guardian
+from kdist.sandbox import Guardian, start_in_own_group
 
 __all__ = [
     "Task",
@@ -227,16 +227,12 @@ def start(
     """Start every task, its output prefixed with its name on `output`."""
     for task in tasks:
         task.tail.clear()
-        task.process = subprocess.Popen(
+        # Its own process group, so stopping a task also stops anything it started.
+        task.process = start_in_own_group(
             task.command,
             env=task.env,
-            stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            text=True,
-            bufsize=1,
-            # Its own process group, so stopping a task also stops anything it started.
-            start_new_session=True,
             # Into the private network, and SIGKILL when the launcher dies.
             preexec_fn=guardian.preexec(),
         )

@@ -9,15 +9,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kdist import models, optimizers
-from kdist.compiling import (
-    build_loss,
-    build_loss_weights,
-    build_metrics,
-    check_output_names,
-    is_sparse_classification_loss,
-    loss_names,
-)
+from kdist import compiling, models, optimizers
 from kdist.config.errors import ConfigError
 from kdist.data.checks import check_label_range
 from kdist.data.pipeline import run_dataset_fn
@@ -38,7 +30,7 @@ def check_targets(trainer: Any, source: Source) -> None:
             ids the model has no output for.
     """
     loss = trainer.get("loss")
-    if not is_sparse_classification_loss(loss) or not isinstance(source, ArraySource):
+    if not compiling.is_sparse_classification_loss(loss) or not isinstance(source, ArraySource):
         return
     targets = source.arrays("train")[1]
     if isinstance(targets, dict):
@@ -47,7 +39,7 @@ def check_targets(trainer: Any, source: Source) -> None:
         raise ConfigError(
             "trainer.loss",
             f"needs integer class ids, but the targets are {targets.dtype}",
-            value=loss_names(loss)[0],
+            value=compiling.loss_names(loss)[0],
             hint="for float targets use a regression loss, e.g. trainer.loss=mse "
             "trainer.metrics=[mae]",
         )
@@ -121,7 +113,7 @@ def compiled_model(
         if model.compiled and model.optimizer is not None:
             log.info("keeping %s's own compile (loss, metrics, optimizer)", model.name)
             return model
-        check_output_names(model, cfg.trainer)
+        compiling.check_output_names(model, cfg.trainer)
         model.compile(
             optimizer=optimizers.build(
                 cfg.optimizer,
@@ -129,9 +121,9 @@ def compiled_model(
                 mixed_precision=cfg.runtime.mixed_precision,
                 total_steps=total_steps,
             ),
-            loss=build_loss(cfg.trainer.get("loss")),
-            loss_weights=build_loss_weights(cfg.trainer.get("loss_weights")),
-            metrics=build_metrics(cfg.trainer.get("metrics"), cfg.trainer.get("loss")),
+            loss=compiling.build_loss(cfg.trainer.get("loss")),
+            loss_weights=compiling.build_loss_weights(cfg.trainer.get("loss_weights")),
+            metrics=compiling.build_metrics(cfg.trainer.get("metrics"), cfg.trainer.get("loss")),
         )
     return model
 

@@ -28,10 +28,11 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from kdist.exit_codes import EXIT_FAILED
 
-__all__ = ["Guardian", "die_with_parent", "isolation_support"]
+__all__ = ["Guardian", "die_with_parent", "isolation_support", "start_in_own_group"]
 
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
@@ -115,6 +116,23 @@ def isolation_support() -> str | None:
     return lines[-1] if lines else f"probe exited with status {probe.returncode}"
 
 
+def start_in_own_group(command: Sequence[str], **popen_args: Any) -> subprocess.Popen:
+    """Start `command` in its own process group, its stdout read line by line as text.
+
+    A signal to the group then reaches anything the child started too.
+
+    Args:
+        command: the program and its arguments.
+        **popen_args: further `subprocess.Popen` arguments (`stdin`, `stderr`, `env`, ...).
+
+    Returns:
+        The started process.
+    """
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, text=True, bufsize=1, start_new_session=True, **popen_args
+    )
+
+
 class Guardian:
     """The guardian process of one launch: a private network (optional) and cleanup.
 
@@ -135,15 +153,7 @@ class Guardian:
         command = [sys.executable, "-m", "kdist.sandbox"]
         if isolate:
             command.append("--net")
-        self._process = subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            bufsize=1,
-            start_new_session=True,
-        )
+        self._process = start_in_own_group(command, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
         assert self._process.stdout is not None
         ready = self._process.stdout.readline().strip()
         if ready != "ready":

@@ -253,17 +253,23 @@ class Launch:
     evaluator: bool
     devices_for: Callable[[int], dict[tuple[str, int], str]]
     output: IO[str]
-    lock: threading.Lock
-    say: Callable[[str], None]
     grace_seconds: float
     restart_grace_seconds: float
     timeout: float | None
     ps_min_workers: int = 1
     # `time.monotonic()` at which the launch gives up, from `timeout`.
     deadline: float | None = field(init=False)
+    # Held while a line goes to `output`: the tasks' output threads write there too.
+    lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.deadline = time.monotonic() + self.timeout if self.timeout else None
+
+    def say(self, message: str) -> None:
+        """Write one `[launch]` line to `output`."""
+        with self.lock:
+            self.output.write(f"[launch] {message}\n")
+            self.output.flush()
 
 
 def supervise(launch: Launch, policy: ElasticPolicy, guardian: Guardian) -> int:

@@ -46,6 +46,11 @@ class ClusterInfo:
         """E.g. `"worker 1"`, for messages."""
         return f"{self.task_type or 'local'} {self.task_index}"
 
+    @property
+    def addresses(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """The cluster as a sorted, hashable tuple, e.g. for a cache key."""
+        return tuple(sorted((job, tuple(a)) for job, a in self.cluster.items()))
+
     def resolver(self) -> Any:
         """The TensorFlow cluster resolver for this cluster, or `None` when alone."""
         if self.source == "none":

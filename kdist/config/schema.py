@@ -8,6 +8,10 @@ composes the config, naming the key, before TensorFlow is imported.
 Nodes that point at a callable with `_target_` whose keyword arguments are open-ended
 (the data source, a user's model) are typed `Any` here; `kdist.config.validate` checks
 their keys against the callable's signature instead.
+
+It stays one file (over 400 lines): `_OPTION_SCHEMAS` and `_GROUP_SCHEMAS`, at the end,
+register every group's schemas as one table next to the dataclasses they name, and a
+section per group keeps it easy to skim.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import II
+from omegaconf import II, MISSING
 
 from kdist.config.groups import GROUPS
 
@@ -74,16 +78,23 @@ class MirroredStrategyConfig:
 
 
 @dataclass
-class MultiWorkerMirroredStrategyConfig:
-    _target_: str = "kdist.strategies.multi_worker_mirrored"
-    communication: str = "auto"
-    timeout_seconds: float | None = None
+class _ClusterStrategyConfig:
+    """The keys of every multi-process strategy: where its cluster comes from."""
+
+    _target_: str = MISSING
     cluster: str = "auto"
     port_base: int = 8888
 
 
 @dataclass
-class ParameterServerStrategyConfig:
+class MultiWorkerMirroredStrategyConfig(_ClusterStrategyConfig):
+    _target_: str = "kdist.strategies.multi_worker_mirrored"
+    communication: str = "auto"
+    timeout_seconds: float | None = None
+
+
+@dataclass
+class ParameterServerStrategyConfig(_ClusterStrategyConfig):
     _target_: str = "kdist.strategies.parameter_server"
     # Optimizer steps per function the chief schedules on a worker.
     steps_per_schedule: int = 8
@@ -91,8 +102,6 @@ class ParameterServerStrategyConfig:
     min_shard_bytes: int | None = None
     max_shard_bytes: int | None = None
     max_shards: int | None = None
-    cluster: str = "auto"
-    port_base: int = 8888
 
 
 # --- model ------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from kdist.config.constants import FLIP_MODES
 from kdist.config.errors import ConfigError
+from kdist.config.validate import check_choice
 
 __all__ = ["FLIP_MODES", "augment", "check_augment", "is_enabled"]
 
@@ -37,13 +38,7 @@ def check_augment(augment_cfg: Any, input_shape: Sequence[int]) -> tuple[str | N
     """
     flip = augment_cfg.get("random_flip")
     padding = int(augment_cfg.get("random_crop_padding") or 0)
-    if flip not in FLIP_MODES:
-        raise ConfigError(
-            "data.augment.random_flip",
-            "is not a valid choice",
-            value=flip,
-            hint="use one of: null, horizontal, vertical, horizontal_and_vertical",
-        )
+    check_choice("data.augment.random_flip", flip, FLIP_MODES)
     if padding < 0:
         raise ConfigError("data.augment.random_crop_padding", "must be >= 0", value=padding)
     if len(tuple(input_shape)) != 3:

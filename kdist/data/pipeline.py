@@ -19,6 +19,7 @@ from kdist.data.source import Source
 __all__ = [
     "DatasetFn",
     "build_source",
+    "check_batch_split",
     "make_dataset_fn",
     "resolve_shard_policy",
     "run_dataset_fn",
@@ -28,6 +29,22 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
+
+
+def check_batch_split(global_batch_size: int, replicas: int) -> None:
+    """Check that `global_batch_size` splits evenly over `replicas`.
+
+    Raises:
+        ConfigError: naming `trainer.global_batch_size`, with the nearest multiple below.
+    """
+    if global_batch_size % replicas:
+        lower = max(replicas, global_batch_size - global_batch_size % replicas)
+        raise ConfigError(
+            "trainer.global_batch_size",
+            f"is not divisible by the {replicas} replicas",
+            value=global_batch_size,
+            hint=f"use a multiple of {replicas}, e.g. {lower}",
+        )
 
 
 def steps_per_epoch(source: Source, global_batch_size: int, requested: int | None) -> int:
@@ -152,15 +169,7 @@ def make_dataset_fn(
         raise ConfigError("data.source", "has no training examples")
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        replicas = context.num_replicas_in_sync
-        if global_batch_size % replicas:
-            lower = max(replicas, global_batch_size - global_batch_size % replicas)
-            raise ConfigError(
-                "trainer.global_batch_size",
-                f"is not divisible by the {replicas} replicas",
-                value=global_batch_size,
-                hint=f"use a multiple of {replicas}, e.g. {lower}",
-            )
+        check_batch_split(global_batch_size, context.num_replicas_in_sync)
         batch = context.get_per_replica_batch_size(global_batch_size)
         pipelines, index = context.num_input_pipelines, context.input_pipeline_id
         mode = resolve_shard_policy(policy, source, pipelines, split)

@@ -6,6 +6,9 @@ inside a record header short with no error at all. kdist writes a manifest besid
 shards (`manifest.json`: the feature spec and, per split, each file's record count and
 size) and checks every file against it, so both cases fail naming the file.
 
+It stays one file (over 400 lines): the writer and the reader share the manifest format
+(`FeatureSpec`, `Shard`, `Manifest`), which must change on both sides at once.
+
 Example:
 
 ```python

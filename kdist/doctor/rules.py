@@ -37,6 +37,24 @@ def _minor(text: str | None) -> tuple[int, int] | None:
     return (version.major, version.minor) if version else None
 
 
+def _installed_before(
+    package: str, first: str, problem: str
+) -> Callable[[Mapping[str, Any]], str | None]:
+    """A rule's `find`: `package` is installed in a version before `first`.
+
+    The message is the package, its version and `problem`.
+    """
+    floor = Version(first)
+
+    def find(facts: Mapping[str, Any]) -> str | None:
+        version = _version(facts["versions"].get(package))
+        if version is None or version >= floor:
+            return None
+        return f"{package} {version} {problem}"
+
+    return find
+
+
 def _several_tensorflows(facts: Mapping[str, Any]) -> str | None:
     found = [d for d in TF_DISTRIBUTIONS if facts["versions"].get(d)]
     if len(found) < 2:
@@ -47,13 +65,6 @@ def _several_tensorflows(facts: Mapping[str, Any]) -> str | None:
     )
 
 
-def _keras_2(facts: Mapping[str, Any]) -> str | None:
-    version = _version(facts["versions"].get("keras"))
-    if version is None or version.major >= 3:
-        return None
-    return f"keras {version} is Keras 2; kdist needs Keras 3: pip install 'keras>=3.15,<4'"
-
-
 def _other_backend(facts: Mapping[str, Any]) -> str | None:
     backend = facts.get("backend")
     if backend in (None, "tensorflow"):
@@ -62,13 +73,6 @@ def _other_backend(facts: Mapping[str, Any]) -> str | None:
         f"Keras runs on the {backend} backend; kdist trains with TensorFlow: set "
         "KERAS_BACKEND=tensorflow (or the backend in ~/.keras/keras.json)"
     )
-
-
-def _old_tuner(facts: Mapping[str, Any]) -> str | None:
-    version = _version(facts["versions"].get("keras-tuner"))
-    if version is None or version >= Version("1.4"):
-        return None
-    return f"keras-tuner {version} predates Keras 3: pip install 'keras-tuner>=1.4.7'"
 
 
 def _legacy_keras(facts: Mapping[str, Any]) -> str | None:
@@ -107,9 +111,22 @@ def _unseen_gpu(facts: Mapping[str, Any]) -> str | None:
 
 RULES: tuple[Rule, ...] = (
     Rule("several TensorFlow packages", "FAIL", _several_tensorflows),
-    Rule("Keras 2", "FAIL", _keras_2),
+    Rule(
+        "Keras 2",
+        "FAIL",
+        # 3.dev0: the first Keras 3 release, pre-releases included.
+        _installed_before(
+            "keras", "3.dev0", "is Keras 2; kdist needs Keras 3: pip install 'keras>=3.15,<4'"
+        ),
+    ),
     Rule("Keras backend not TensorFlow", "FAIL", _other_backend),
-    Rule("keras-tuner before 1.4", "FAIL", _old_tuner),
+    Rule(
+        "keras-tuner before 1.4",
+        "FAIL",
+        _installed_before(
+            "keras-tuner", "1.4", "predates Keras 3: pip install 'keras-tuner>=1.4.7'"
+        ),
+    ),
     Rule("TF_USE_LEGACY_KERAS", "warn", _legacy_keras),
     Rule("TensorBoard/TensorFlow mismatch", "warn", _tensorboard_mismatch),
     Rule("GPU not seen by TensorFlow", "warn", _unseen_gpu),

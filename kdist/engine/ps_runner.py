@@ -168,14 +168,7 @@ class ParameterServerRunner(StepRunner):
         return self.coordinator.create_per_worker_dataset(per_worker_dataset_fn)
 
     def _make_train_function(self) -> Callable[..., Any]:
-        strategy, replica_step = self.strategy, self.replica_train_step
-
-        @tf.function
-        def train_function(iterator: Any, num_steps: tf.Tensor) -> None:
-            for _ in tf.range(num_steps):
-                strategy.run(replica_step, args=self.update_args(iterator))
-
-        return train_function
+        return tf.function(self.run_train_steps)
 
     def _make_eval_function(self) -> Callable[[Any], Logs]:
         replica_step = self.replica_test_step

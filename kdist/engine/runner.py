@@ -245,6 +245,11 @@ class StepRunner(Runner):
             return (next(iterator),)
         return ([next(iterator) for _ in range(self.accumulate_steps)],)
 
+    def run_train_steps(self, iterator: Any, num_steps: tf.Tensor) -> None:
+        """Run `num_steps` updates on `iterator`'s batches, inside the train function."""
+        for _ in tf.range(num_steps):
+            self.strategy.run(self.replica_train_step, args=self.update_args(iterator))
+
     def _make_replica_test_step(self, jit_compile: bool) -> Callable[[Any], None]:
         model = self.model
 

@@ -38,12 +38,9 @@ class StandardRunner(StepRunner):
         self._last_logs: Logs | None = None
 
     def _make_train_function(self) -> Callable[..., Logs]:
-        strategy, replica_step = self.strategy, self.replica_train_step
-
         @tf.function
         def train_function(iterator: Any, num_steps: tf.Tensor) -> Logs:
-            for _ in tf.range(num_steps):
-                strategy.run(replica_step, args=self.update_args(iterator))
+            self.run_train_steps(iterator, num_steps)
             return self.metric_results()
 
         return train_function

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import keras
 
+from kdist.models.checks import check_dropout, check_num_classes
+
 __all__ = ["mlp"]
 
 
@@ -35,10 +37,8 @@ def mlp(
     model = kdist.models.mlp(input_shape=(8, 8, 1), num_classes=10, units=[64, 64])
     ```
     """
-    if num_classes < 2:
-        raise ValueError(f"`num_classes` ({num_classes}) must be at least 2.")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"`dropout` ({dropout}) must be in [0, 1).")
+    check_num_classes(num_classes)
+    check_dropout(dropout)
     inputs = keras.Input(shape=tuple(input_shape), name="inputs")
     x = keras.layers.Flatten()(inputs)
     for i, width in enumerate(units):

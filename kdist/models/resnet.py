@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import keras
 
 from kdist.config.constants import RESNET_VARIANTS as VARIANTS
+from kdist.models.checks import check_num_classes, check_positive
 
 __all__ = ["CIFAR_DEPTHS", "VARIANTS", "resnet"]
 
@@ -104,10 +105,8 @@ def resnet(
         raise ValueError(f"`variant` ({variant!r}) must be one of {', '.join(VARIANTS)}.")
     if len(shape) != 3:
         raise ValueError(f"`input_shape` ({shape}) must be (height, width, channels) for resnet.")
-    if num_classes < 2:
-        raise ValueError(f"`num_classes` ({num_classes}) must be at least 2.")
-    if width < 1:
-        raise ValueError(f"`width` ({width}) must be a positive integer.")
+    check_num_classes(num_classes)
+    check_positive("width", width)
     if weight_decay < 0:
         raise ValueError(f"`weight_decay` ({weight_decay}) must be >= 0.")
     inputs = keras.Input(shape=shape, name="inputs")

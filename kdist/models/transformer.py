@@ -8,6 +8,8 @@ from typing import Any
 import keras
 from keras import ops
 
+from kdist.models.checks import check_dropout, check_num_classes, check_positive
+
 __all__ = ["PaddingMask", "PositionEmbedding", "transformer"]
 
 
@@ -24,9 +26,7 @@ class PositionEmbedding(keras.layers.Layer):
 
     def __init__(self, sequence_length: int, **kwargs: Any):
         super().__init__(**kwargs)
-        if sequence_length < 1:
-            raise ValueError(f"`sequence_length` ({sequence_length}) must be a positive integer.")
-        self.sequence_length = int(sequence_length)
+        self.sequence_length = check_positive("sequence_length", sequence_length)
 
     def build(self, input_shape: Sequence[int | None]) -> None:
         self.position_embeddings = self.add_weight(
@@ -147,8 +147,7 @@ def transformer(
             f"`input_shape` ({shape}) must be (sequence_length,) for transformer: it reads "
             "token ids (e.g. data=synthetic_text), not images or feature vectors."
         )
-    if num_classes < 2:
-        raise ValueError(f"`num_classes` ({num_classes}) must be at least 2.")
+    check_num_classes(num_classes)
     if vocab_size < 2:
         raise ValueError(f"`vocab_size` ({vocab_size}) must be at least 2.")
     if embed_dim < 1 or num_heads < 1 or embed_dim % num_heads:
@@ -159,8 +158,7 @@ def transformer(
         raise ValueError(
             f"`num_layers` ({num_layers}) and `ff_dim` ({ff_dim}) must be positive integers."
         )
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"`dropout` ({dropout}) must be in [0, 1).")
+    check_dropout(dropout)
     inputs = keras.Input(shape=shape, dtype="int32", name="tokens")
     # Explicit masks: Keras's implicit mask propagation stops at MultiHeadAttention.
     attention_mask = (

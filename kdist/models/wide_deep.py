@@ -7,6 +7,8 @@ from typing import Any
 
 import keras
 
+from kdist.models.checks import check_dropout, check_num_classes, check_positive
+
 __all__ = ["FieldBuckets", "wide_deep"]
 
 # Distinct fields map the same raw id to different buckets: id + field * stride (a prime).
@@ -27,9 +29,7 @@ class FieldBuckets(keras.layers.Layer):
 
     def __init__(self, num_buckets: int, **kwargs: Any):
         super().__init__(**kwargs)
-        if num_buckets < 1:
-            raise ValueError(f"`num_buckets` ({num_buckets}) must be a positive integer.")
-        self.num_buckets = int(num_buckets)
+        self.num_buckets = check_positive("num_buckets", num_buckets)
 
     def call(self, ids: Any) -> Any:
         ids = keras.ops.cast(ids, "int64")
@@ -82,12 +82,9 @@ def wide_deep(
     shape = tuple(int(d) for d in input_shape)
     if len(shape) != 1:
         raise ValueError(f"`input_shape` ({shape}) must be (num_fields,) for wide_deep.")
-    if num_classes < 2:
-        raise ValueError(f"`num_classes` ({num_classes}) must be at least 2.")
-    if embedding_dim < 1:
-        raise ValueError(f"`embedding_dim` ({embedding_dim}) must be a positive integer.")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"`dropout` ({dropout}) must be in [0, 1).")
+    check_num_classes(num_classes)
+    check_positive("embedding_dim", embedding_dim)
+    check_dropout(dropout)
     inputs = keras.Input(shape=shape, dtype="int32", name="inputs")
     buckets = FieldBuckets(num_buckets, name="buckets")(inputs)
     wide = keras.layers.Embedding(num_buckets, num_classes, name="wide_embedding")(buckets)

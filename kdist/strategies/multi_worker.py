@@ -9,6 +9,8 @@ import tensorflow as tf
 
 from kdist import cluster as kdist_cluster
 from kdist.config.errors import ConfigError
+from kdist.config.validate import check_choice
+from kdist.strategies.shared import check_nccl, reuse
 
 __all__ = ["multi_worker_mirrored"]
 
@@ -52,20 +54,11 @@ def multi_worker_mirrored(
         ConfigError: naming `strategy.communication`, `strategy.timeout_seconds`,
             TF_CONFIG or a SLURM variable.
     """
-    if communication not in _IMPLEMENTATIONS:
-        raise ConfigError(
-            "strategy.communication",
-            "is not a valid choice",
-            value=communication,
-            hint="use one of: auto, ring, nccl",
-        )
-    if communication == "nccl" and not tf.config.list_physical_devices("GPU"):
-        raise ConfigError(
-            "strategy.communication",
-            "NCCL needs GPUs and this machine has none",
-            value=communication,
-            hint="use auto or ring",
-        )
+    check_choice("strategy.communication", communication, _IMPLEMENTATIONS)
+    # Physical devices: listing logical ones would start TensorFlow before the cluster is set.
+    check_nccl(
+        "strategy.communication", communication, tf.config.list_physical_devices, "use auto or ring"
+    )
     if timeout_seconds is not None and timeout_seconds <= 0:
         raise ConfigError(
             "strategy.timeout_seconds", "must be a positive number or null", value=timeout_seconds
@@ -95,16 +88,16 @@ def multi_worker_mirrored(
         info.source,
         info.task_type,
         info.task_index,
-        tuple(sorted((job, tuple(a)) for job, a in info.cluster.items())),
+        info.addresses,
     )
-    if key in _built:
-        return _built[key]
-    if _built:
-        raise ConfigError(
-            "strategy",
-            "this process already runs a different multi-worker cluster",
-            hint="TensorFlow allows one per process; start a new process",
-        )
+    reused = reuse(
+        _built,
+        key,
+        conflict="this process already runs a different multi-worker cluster",
+        hint="TensorFlow allows one per process; start a new process",
+    )
+    if reused is not None:
+        return reused
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=_IMPLEMENTATIONS[communication], timeout_seconds=timeout_seconds
     )

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from kdist import cluster as kdist_cluster
 from kdist.config.errors import ConfigError
+from kdist.strategies.shared import reuse
 
 __all__ = ["parameter_server", "partitioner"]
 
@@ -169,16 +170,17 @@ def parameter_server(
         max_shard_bytes,
         max_shards,
         info.source,
-        tuple(sorted((job, tuple(a)) for job, a in info.cluster.items())),
+        info.addresses,
     )
-    if key in _built:
-        return _built[key]
-    if _built:
-        raise ConfigError(
-            "strategy",
-            "this process already coordinates a different parameter-server cluster or partitioning",
-            hint="TensorFlow connects a process to one cluster; start a new process",
-        )
+    reused = reuse(
+        _built,
+        key,
+        conflict="this process already coordinates a different parameter-server cluster or "
+        "partitioning",
+        hint="TensorFlow connects a process to one cluster; start a new process",
+    )
+    if reused is not None:
+        return reused
     strategy = tf.distribute.ParameterServerStrategy(
         info.resolver(), variable_partitioner=variable_partitioner
     )

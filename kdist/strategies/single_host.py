@@ -8,6 +8,8 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from kdist.config.errors import ConfigError
+from kdist.config.validate import check_choice
+from kdist.strategies.shared import check_nccl
 
 __all__ = ["auto", "mirrored", "one_device"]
 
@@ -93,21 +95,14 @@ def mirrored(
         ConfigError: naming `strategy.devices` or `strategy.cross_device_ops`.
     """
     names = _check_devices("strategy.devices", list(devices)) if devices else _local_devices()
-    if cross_device_ops not in _CROSS_DEVICE_OPS:
-        raise ConfigError(
-            "strategy.cross_device_ops",
-            "is not a valid choice",
-            value=cross_device_ops,
-            hint=f"use one of: {', '.join(_CROSS_DEVICE_OPS)}",
-        )
+    check_choice("strategy.cross_device_ops", cross_device_ops, _CROSS_DEVICE_OPS)
     ops_class = _CROSS_DEVICE_OPS[cross_device_ops]
-    if cross_device_ops == "nccl" and not tf.config.list_logical_devices("GPU"):
-        raise ConfigError(
-            "strategy.cross_device_ops",
-            "NCCL needs GPUs and this machine has none",
-            value=cross_device_ops,
-            hint="use auto or reduction_to_one_device",
-        )
+    check_nccl(
+        "strategy.cross_device_ops",
+        cross_device_ops,
+        tf.config.list_logical_devices,
+        "use auto or reduction_to_one_device",
+    )
     ops = ops_class() if ops_class is not None else None
     _fresh_collective_keys()
     return tf.distribute.MirroredStrategy(devices=names, cross_device_ops=ops)
