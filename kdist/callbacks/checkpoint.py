@@ -13,6 +13,10 @@ on; a writer thread writes the copies with a traced `tf.train.Checkpoint.write` 
 object graph is walked once, when it is traced) and only then updates the state file
 and removes old checkpoints (`tf.train.CheckpointManager`), so the guarantee above holds
 unchanged. Multi-worker runs save synchronously (see `_supports_async`).
+
+It stays one file (over 400 lines): the saver and its writer thread share one protocol
+over the host copies (a snapshot waits until the previous write has read them), which
+must change on both sides at once.
 """
 
 from __future__ import annotations
