@@ -191,9 +191,9 @@ class KillDuringAsyncSave:
 
         original = checkpoint.PeriodicCheckpoint.save
 
-        def save(self, steps=None, *, wait=True):
+        def save(self, steps, *, wait=True):
             path = original(self, steps, wait=wait)
-            if path is None or wait or self.steps != step or self.directory.name != "backup":
+            if path is None or wait or steps != step or self.directory.name != "backup":
                 return path
             temporary = self.directory / f"ckpt-{step}_temp"
             deadline = time.monotonic() + timeout
