@@ -17,7 +17,13 @@ import kdist
 from kdist.config.errors import ConfigError
 from kdist.data import make_dataset_fn
 from kdist.data.pipeline import resolve_shard_policy
-from kdist.data.tfrecord_io import checked_records, read_manifest, scan_file, write_manifest
+from kdist.data.tfrecord_io import (
+    READ_BATCH,
+    checked_records,
+    read_manifest,
+    scan_file,
+    write_manifest,
+)
 from kdist.data.tfrecord_io import write_tfrecords as write
 
 # Each record: 8-byte length, 4-byte length CRC, payload, 4-byte payload CRC.
@@ -287,3 +293,143 @@ def test_fewer_files_than_workers(tmp_path: Path):
     memory = compose(["data.shard_policy=file", "trainer.verbose=0", f"run_dir={tmp_path}"])
     with pytest.raises(ConfigError, match="file sharding needs a file-based source"):
         kdist.Experiment(memory).build_model()
+
+
+# --- the checked read: order, resume, errors in files of several READ_BATCH blocks --------
+
+
+def _write_sized(root: Path, sizes: list[int], **kwargs) -> list[Path]:
+    """Files of `sizes` records whose ids run on from file to file; returns their paths.
+
+    `write` splits as evenly as it can (larger files first): `sizes` must be such a split.
+    """
+    write(root, {"train": _ids(sum(sizes))}, num_shards=len(sizes), **kwargs)
+    manifest = read_manifest(str(root / "manifest.json"))
+    assert [s.records for s in manifest.splits["train"]] == sizes
+    return [Path(s.path) for s in manifest.splits["train"]]
+
+
+def _stream_ids(dataset, count: int) -> list[int]:
+    ids: list[int] = []
+    for x, *_ in dataset:
+        ids.extend(int(v) for v in np.reshape(x.numpy(), (-1, x.shape[-1]))[:, 0])
+        if len(ids) >= count:
+            break
+    return ids[:count]
+
+
+def test_files_are_read_a_block_of_records_of_each_in_turn(tmp_path: Path):
+    block = READ_BATCH
+    sizes = [2 * block + 20, 2 * block + 19, 2 * block + 19]
+    _write_sized(tmp_path / "d", sizes)
+    starts = [0, sizes[0], sizes[0] + sizes[1]]
+    source = kdist.data.tfrecord(path=str(tmp_path / "d"))
+    ids = [int(x.numpy()[0]) for x, _ in source.dataset("train")]
+    # Three files, at most four read at once: a block of each in turn, the short last
+    # blocks at the end.
+    expected = []
+    for index in range(3):
+        for file, start in enumerate(starts):
+            expected += list(
+                range(start + index * block, start + min(sizes[file], (index + 1) * block))
+            )
+    assert ids == expected
+    # The same order on every read, with or without the checks.
+    assert [int(x.numpy()[0]) for x, _ in source.dataset("train")] == ids
+    off = kdist.data.tfrecord(path=str(tmp_path / "d"), integrity="off")
+    assert sorted(int(x.numpy()[0]) for x, _ in off.dataset("train")) == list(range(sum(sizes)))
+
+
+def test_a_resumed_stream_continues_exactly_where_it_stopped(tmp_path: Path):
+    _write_sized(tmp_path / "d", [280] * 5)
+    source = kdist.data.tfrecord(path=str(tmp_path / "d"))
+    cfg = compose(["data=tfrecord", f"data.source.path={tmp_path / 'd'}", "data.cache=false"])
+    cfg.data.shuffle_buffer = 500
+
+    def stream(skip: int, count: int) -> list[int]:
+        fn = make_dataset_fn(
+            source, "train", cfg.data, global_batch_size=8, seed=3, skip_examples=skip
+        )
+        return _stream_ids(fn(tf.distribute.InputContext()), count)
+
+    full = stream(0, 3200)  # more than two passes over the 1,400 examples
+    assert sorted(full[:1400]) == list(range(1400)) and full[:1400] != list(range(1400))
+    assert stream(0, 3200) == full  # the same seed, the same order
+    for skip in (8, 1000, 1400 + 296):
+        assert stream(skip, 800) == full[skip : skip + 800]
+
+
+def test_a_corrupt_record_past_the_first_block_names_the_file(tmp_path: Path):
+    (victim,) = _write_sized(tmp_path / "d", [READ_BATCH * 2 + 50])
+    offsets = _record_offsets(victim)
+    data = bytearray(victim.read_bytes())
+    data[offsets[300] + 20] ^= 0xFF  # record 301's payload: 300 records are readable
+    victim.write_bytes(bytes(data))
+    source = kdist.data.tfrecord(path=str(tmp_path / "d"))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"{victim}.*read 300 of the 562"):
+        for _ in source.dataset("train"):
+            pass
+
+
+def test_the_count_check_at_block_boundaries(tmp_path: Path):
+    whole, other = _write_sized(tmp_path / "d", [READ_BATCH * 2] * 2)
+    # Cut exactly after the first block: every batch read is full, the end comes early.
+    cut = tmp_path / "cut.tfrecord"
+    cut.write_bytes(whole.read_bytes()[: _record_offsets(whole)[READ_BATCH]])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"{cut}.*read {READ_BATCH} of"):
+        for _ in checked_records([str(other), str(cut)], [2 * READ_BATCH] * 2):
+            pass
+    # A file with more records than listed fails too, and one with exactly its count
+    # (a multiple of the block) passes.
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"{whole}.*of the {READ_BATCH + 7}"):
+        for _ in checked_records([str(whole)], [READ_BATCH + 7]):
+            pass
+    assert sum(1 for _ in checked_records([str(whole)], [2 * READ_BATCH])) == 2 * READ_BATCH
+    assert list(checked_records([], [])) == []
+
+
+@pytest.mark.parametrize("compression", ["GZIP", "ZLIB"])
+def test_compressed_files_are_read_and_checked(tmp_path: Path, compression: str):
+    files = _write_sized(tmp_path / "d", [READ_BATCH + 10] * 2, compression=compression)
+    source = kdist.data.tfrecord(path=str(tmp_path / "d"))
+    ids = sorted(int(x.numpy()[0]) for x, _ in source.dataset("train"))
+    assert ids == list(range(2 * READ_BATCH + 20))
+    # A cut compressed file reads short (or fails inside the decompressor): named either way.
+    cut = tmp_path / f"cut.{compression.lower()}"
+    data = files[0].read_bytes()
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=str(cut)):
+        for _ in checked_records([str(cut)], [READ_BATCH + 10], compression=compression):
+            pass
+
+
+@pytest.mark.parametrize("integrity", ["strict", "tolerant", "off"])
+def test_image_features_are_decoded_per_record(tmp_path: Path, integrity: str):
+    folder = tmp_path / "png"
+    folder.mkdir()
+    images = np.random.default_rng(0).integers(0, 255, (6, 5, 4, 3)).astype(np.uint8)
+    with tf.io.TFRecordWriter(str(folder / "train.rec")) as writer:
+        for i, image in enumerate(images):
+            png = tf.io.encode_png(image).numpy()
+            feature = {
+                "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[png])),
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 2])),
+            }
+            example = tf.train.Example(features=tf.train.Features(feature=feature))
+            writer.write(example.SerializeToString())
+    write_manifest(
+        folder,
+        {"train": "train.rec"},
+        features={
+            "image": {"shape": [5, 4, 3], "dtype": "uint8", "encoding": "image"},
+            "label": {"shape": [], "dtype": "int64"},
+        },
+        feature_key="image",
+        label_key="label",
+        num_classes=2,
+    )
+    source = kdist.data.tfrecord(path=str(folder), integrity=integrity)
+    read = list(source.dataset("train"))
+    assert [int(y) for _, y in read] == [0, 1, 0, 1, 0, 1]
+    for (x, _), image in zip(read, images, strict=True):
+        np.testing.assert_allclose(x.numpy(), image / 255.0, rtol=1e-6)

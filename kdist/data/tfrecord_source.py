@@ -15,9 +15,10 @@ from kdist.data.tfrecord_io import (
     MANIFEST_NAME,
     READ_BATCH,
     Manifest,
-    checked_records,
+    check_batch,
     parse_fn,
     read_manifest,
+    record_batches,
     scan_file,
 )
 
@@ -194,37 +195,53 @@ class TFRecordSource(FileSource):
         return sum(self._counts[f] for f in files)
 
     def read(self, split: str, files: Sequence[str]) -> tf.data.Dataset:
+        """The examples of `files`, one by one, in a fixed order.
+
+        With integrity checks (`strict`, `tolerant`) the files are read as
+        `record_batches` gives them: four at a time, `READ_BATCH` consecutive records
+        of each in turn. `list` and `raw` features are then checked, parsed
+        (`tf.io.parse_example`) and converted a batch at a time, in one function, and
+        unbatched once; image features are decoded one record at a time. Examples come
+        out singly, so shuffling, sharding and a resumed run's skip stay per example.
+        With `integrity=off` the files are read one after the other.
+        """
         compression = self.manifest.compression
         # Files that tolerant mode found empty or missing are skipped.
         files = [f for f in files if self._counts[f] > 0]
+        auto = tf.data.AUTOTUNE
         if self.integrity == "off":
             records = tf.data.TFRecordDataset(list(files), compression_type=compression or "")
-        else:
-            records = checked_records(
-                list(files), [self._counts[f] for f in files], compression=compression
-            )
-        scale = self.scale
-        if self._parse_batch is not None:
-            # Batch, parse the batch, unbatch: examples come out one by one in the same
-            # order as before, so shuffling, sharding and a resumed run's skip stay per
-            # example, while parsing runs once per `READ_BATCH` records.
-            parse_batch = self._parse_batch
+            if self._parse_batch is None:
+                return records.map(self._example, num_parallel_calls=auto, deterministic=True)
+            batches = records.batch(READ_BATCH)
+            return batches.map(
+                self._examples, num_parallel_calls=auto, deterministic=True
+            ).unbatch()
+        batches = record_batches(
+            list(files), [self._counts[f] for f in files], compression=compression
+        )
+        if self._parse_batch is None:
+            checked = batches.map(check_batch, num_parallel_calls=auto, deterministic=True)
+            return checked.unbatch().map(self._example, num_parallel_calls=auto, deterministic=True)
 
-            def examples(batch: tf.Tensor) -> tuple[Any, ...]:
-                x, *rest = parse_batch(batch)
-                return (model_tensor(x, scale), *rest)
+        def checked_examples(records: tf.Tensor, first: tf.Tensor, file: Any) -> Any:
+            # The count check and the parse in one function: TensorFlow instantiates
+            # each function of a pipeline again on every pass over the data.
+            return self._examples(check_batch(records, first, file))
 
-            parsed = records.batch(READ_BATCH).map(
-                examples, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-            )
-            return parsed.unbatch()
-        parse = self._parse
+        parsed = batches.map(checked_examples, num_parallel_calls=auto, deterministic=True)
+        return parsed.unbatch()
 
-        def example(record: tf.Tensor) -> tuple[Any, ...]:
-            x, *rest = parse(record)
-            return (model_tensor(x, scale), *rest)
+    def _examples(self, records: tf.Tensor) -> tuple[Any, ...]:
+        """A batch of `(features, target[, weight])` from a vector of records."""
+        assert self._parse_batch is not None
+        x, *rest = self._parse_batch(records)
+        return (model_tensor(x, self.scale), *rest)
 
-        return records.map(example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    def _example(self, record: tf.Tensor) -> tuple[Any, ...]:
+        """One `(features, target[, weight])` from a record."""
+        x, *rest = self._parse(record)
+        return (model_tensor(x, self.scale), *rest)
 
 
 def tfrecord(
