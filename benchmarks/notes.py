@@ -13,15 +13,29 @@ NOTES: dict[str, str] = {
     "input/mlp_k32_files": (
         "Before issue 14: 1.82 (CPU 2.5), with `integrity=strict` at 11k examples/s "
         "alone (a `scan` per record with an assertion and a formatted message) and "
-        "`parse_single_example` per record. Now each file is counted a batch of 256 "
-        "records at a time (the message is built only when a count is wrong) and "
-        "records are parsed 256 at a time with `tf.io.parse_example`, then unbatched "
-        "(the same order, so shuffling, sharding and a resumed run's skip stay per "
-        "example). Two spot checks, 3 rounds at a load of 3-4: 0.994 (CPU 1.25) and 1.256 "
-        "(CPU 1.27); the pipeline alone: strict 0.61 and 0.51 of in-memory, off 1.02 and "
-        "0.66: the per-file unbatch and the interleave of single records (kept so the "
-        "order of examples, and so a resumed run's position, is unchanged) are what is "
-        "left."
+        "`parse_single_example` per record. Then each file was counted 256 records at a "
+        "time and records were parsed 256 at a time with `tf.io.parse_example`, but files "
+        "were still interleaved one record at a time (unbatch, interleave, batch again, "
+        "parse, unbatch): 1.463 (CPU 1.446) in the last `make bench`. A profile of that "
+        "read showed, besides the per-record stages, every file's `TFRecordDataset` (a "
+        "`flat_map` around the reader op) and its map, filter and scan functions "
+        "instantiated again for every file on every pass over the data (grappler and "
+        "oneDNN's layout pass each time). Now each file is read by the `TFRecordDataset` "
+        "op itself (no function per file), files are interleaved 256 records of each in "
+        "turn, the count check is a stateless test per batch (only a file's last batch may "
+        "be short and must end at its count) done in the same function as the parse, and "
+        "examples are unbatched once: still deterministic and per example for shuffling, "
+        "sharding and a resumed run's skip, in a different order than before. "
+        "`--only input` alternated with the previous code, 3 runs each at a load of "
+        "2.2-4.1: 1.188, 1.175, 1.192 (CPU 1.170, 1.195, 1.164) against 1.178, 0.970, "
+        "1.397 (CPU 1.464, 1.346, 1.270); both reads in one process, 21 interleaved "
+        "rounds: CPU ratio 1.397 before, 1.246 now. What is left is reading the records: "
+        "TensorFlow's reader checks a CRC-32C per record in software (absl's portable "
+        "code in the pip build: about a third of the reader's time in a profile), copies "
+        "each record twice (read buffer, then the batch) and `parse_example` copies the "
+        "floats once more: 3-4 us of CPU per 3 KB example, against about 25 us of CPU per "
+        "example for this 32-example step, on 2 cores that other jobs also use. Only the "
+        "cache (`data.cache=true`, the default) removes it."
     ),
     "defaults/default_vs_loop": (
         "Saves (13 per fit: a backup every 100 steps, a checkpoint every epoch, one more "
@@ -130,8 +144,9 @@ engine, equivalence and checkpoint tests pass):
    compiled reset takes 0.3-0.6 ms. The epoch's training metrics are now the ones the
    last train call returned instead of a second eager read of the (mirrored) variables.
 
-**Not engine-bound.** TFRecord input without the cache is limited by kdist's per-record
-parsing and integrity checks (a fix is described under the table); the local clusters
+**Not engine-bound.** TFRecord input without the cache is limited by reading the records
+(TensorFlow's reader checks a CRC-32C per record, in software; see the note under the
+table); the local clusters
 are limited by running every task on the same 2 cores (notes under the table): the same
 clusters running TensorFlow's tutorial loops instead of kdist reach 0.50 (2 workers) and
 0.56 (parameter server) of one process, and kdist is 1.05x and 1.10x as fast as those
