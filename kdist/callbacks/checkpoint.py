@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import queue
 import shutil
 import threading
@@ -111,22 +112,34 @@ class _HostWriter:
     never overwritten while it is written. An error in the writer thread is raised by
     the next `snapshot` or `sync`.
 
+    The savers of one run save the same state: when one of them saves a step another
+    has just saved (the last backup and the last checkpoint of a run), its job links
+    the other's files instead of copying and writing them again (`newest`, `link`).
+
     Args:
         checkpoint: the checkpoint whose variables are saved.
+        prepare: called with the step (an int64 tensor) inside the traced snapshot,
+            before the copies are made: the savers record the step in the run's
+            `TrainingState` there, in the same call.
     """
 
-    def __init__(self, checkpoint: tf.train.Checkpoint):
+    def __init__(self, checkpoint: tf.train.Checkpoint, prepare: Callable[[tf.Tensor], None]):
         # Weak: `_WRITERS` keeps a writer only as long as its checkpoint lives.
         self._checkpoint = weakref.ref(checkpoint)
+        self._prepare = prepare
         self._helper: Any = None
         self._snapshot_fn: Any = None
         self._write_fn: Any = None
-        self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self._jobs: queue.Queue[tuple[Callable[[], None], bool] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         # Set while no queued write still has to read the host copies.
         self._copies_free = threading.Event()
         self._copies_free.set()
+        # The step and path of the newest save written from the copies, in this `fit`.
+        self.newest: tuple[int, str] | None = None
+        # The savers using it (weak: a failed `fit`'s savers never call `detach`).
+        self._users: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def _initialize(self, weights: list[Any]) -> None:
         # TensorFlow's helper builds the host copies (the object map of its underlying
@@ -140,8 +153,11 @@ class _HostWriter:
         helper = self._helper
         floating = [w for w in weights if tf.as_dtype(w.dtype).is_floating]
 
+        prepare = self._prepare
+
         @tf.function
-        def snapshot() -> tf.Tensor:
+        def snapshot(steps: tf.Tensor) -> tf.Tensor:
+            prepare(steps)
             helper._copy_to_cpu()
             checks = [tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(w))) for w in floating]
             return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
@@ -159,16 +175,17 @@ class _HostWriter:
         self._snapshot_fn = snapshot
         self._write_fn = write
 
-    def snapshot(self, weights: list[Any]) -> bool:
-        """Copy the variables to host memory; returns whether `weights` are all finite.
+    def snapshot(self, weights: list[Any], steps: int) -> bool:
+        """Record `steps` (`prepare`) and copy the variables to host memory, in one call.
 
-        The copies then belong to the next job `submit` queues: call it next.
+        Returns whether `weights` are all finite. The copies then belong to the next job
+        `submit` queues: call it next.
         """
         self._copies_free.wait()
         self._raise_error()
         if self._snapshot_fn is None:
             self._initialize(weights)
-        return bool(self._snapshot_fn().numpy())
+        return bool(self._snapshot_fn(tf.constant(steps, tf.int64)).numpy())
 
     def write(self, prefix: str) -> None:
         """Write the host copies to `prefix` (on the writer thread), then release them."""
@@ -177,30 +194,34 @@ class _HostWriter:
         finally:
             self._copies_free.set()
 
-    def submit(self, job: Callable[[], None]) -> None:
+    def submit(self, job: Callable[[], None], *, copies: bool = True) -> None:
         """Run `job` on the writer thread, after the jobs before it.
 
-        `job` must call `write` once (the host copies stay taken until it does or ends).
+        With `copies`, `job` must call `write` once (the host copies stay taken until it
+        does or ends); without, it must not (it links files written before, see `link`).
         """
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="kdist-checkpoint-writer")
             self._thread.daemon = True  # a kill at exit leaves the previous one usable
             self._thread.start()
             atexit.register(self.stop)
-        self._copies_free.clear()
-        self._jobs.put(job)
+        if copies:
+            self._copies_free.clear()
+        self._jobs.put((job, copies))
 
     def _run(self) -> None:
         while True:
-            job = self._jobs.get()
+            item = self._jobs.get()
             try:
-                if job is None:
+                if item is None:
                     return
-                job()
+                item[0]()
             except BaseException as error:  # raised on the training thread by `sync`
-                self._error = error
+                if self._error is None:  # the first one: a later link fails because of it
+                    self._error = error
             finally:
-                self._copies_free.set()
+                if item is not None and item[1]:
+                    self._copies_free.set()
                 self._jobs.task_done()
 
     def _raise_error(self) -> None:
@@ -214,6 +235,21 @@ class _HostWriter:
             self._jobs.join()
         self._raise_error()
 
+    def attach(self, saver: Any) -> None:
+        """`saver` uses this writer (until it calls `detach`); made for a new `fit`.
+
+        The steps of one `fit` only grow, so a step saved twice in it is the same
+        state; a new `fit` (which may restore an earlier step) links nothing older.
+        """
+        self._users.add(saver)
+        self.newest = None
+
+    def detach(self, saver: Any) -> None:
+        """`saver` is done: the last one to leave finishes the writes and ends the thread."""
+        self._users.discard(saver)
+        if not self._users:
+            self.stop()
+
     def stop(self) -> None:
         """Finish the queued writes and end the writer thread (a later save restarts it)."""
         thread = self._thread
@@ -222,16 +258,40 @@ class _HostWriter:
             thread.join()
             atexit.unregister(self.stop)
         self._thread = None
+        self.newest = None
 
 
 _WRITERS: weakref.WeakKeyDictionary[Any, _HostWriter] = weakref.WeakKeyDictionary()
 
 
-def _writer_for(checkpoint: tf.train.Checkpoint) -> _HostWriter:
+def _writer_for(
+    checkpoint: tf.train.Checkpoint, prepare: Callable[[tf.Tensor], None]
+) -> _HostWriter:
     """The one `_HostWriter` of `checkpoint` (shared by every saver of it)."""
     if checkpoint not in _WRITERS:
-        _WRITERS[checkpoint] = _HostWriter(checkpoint)
+        _WRITERS[checkpoint] = _HostWriter(checkpoint, prepare)
     return _WRITERS[checkpoint]
+
+
+def _link(source: str, prefix: str) -> None:
+    """Make checkpoint `prefix` the same files as checkpoint `source` (hard links).
+
+    The data files first and the index last, as TensorFlow's own write: a checkpoint
+    is found by its index, so a kill in between leaves no partial one in view. Copies
+    where the folders cannot share a link (another filesystem).
+    """
+    files = sorted(
+        Path(source).parent.glob(f"{Path(source).name}.*"), key=lambda f: f.suffix == ".index"
+    )
+    if not any(f.suffix == ".index" for f in files):
+        raise CheckpointError(f"checkpoint {source} has no index file to link")
+    for file in files:
+        target = Path(f"{prefix}{file.name[len(Path(source).name) :]}")
+        target.unlink(missing_ok=True)
+        try:
+            os.link(file, target)
+        except OSError:
+            shutil.copyfile(file, target)
 
 
 def _stop_helper_thread(helper: Any) -> None:
@@ -261,9 +321,14 @@ class _TracedWrites:
     def __init__(self, checkpoint: tf.train.Checkpoint, writer: _HostWriter):
         self.save_counter = checkpoint.save_counter
         self._writer = writer
+        # Set (on the writer thread) while a save links these files instead of writing.
+        self.link_from: str | None = None
 
     def _write(self, file_prefix: str, options: Any = None) -> str:
-        self._writer.write(file_prefix)
+        if self.link_from is not None:
+            _link(self.link_from, file_prefix)
+        else:
+            self._writer.write(file_prefix)
         for callback in getattr(options, "experimental_write_callbacks", None) or []:
             callback(file_prefix)
         return file_prefix
@@ -354,7 +419,9 @@ class PeriodicCheckpoint:
         self._writer: _HostWriter | None = None
         if self.asynchronous:
             _enable_async_copies()
-            self._writer = _writer_for(checkpoint)
+            self._writer = _writer_for(checkpoint, state.record)
+            self._writer.attach(self)
+        self._target: _TracedWrites | None = None
         self._manager: tf.train.CheckpointManager | None = None
         self._last_saved = -1
 
@@ -371,7 +438,7 @@ class PeriodicCheckpoint:
             # copies (its bookkeeping after the files are complete, as before).
             target: Any = self.checkpoint
             if self._writer is not None:
-                target = _TracedWrites(self.checkpoint, self._writer)
+                target = self._target = _TracedWrites(self.checkpoint, self._writer)
             self._manager = tf.train.CheckpointManager(
                 target, str(self._write_dir), max_to_keep=self.keep
             )
@@ -393,8 +460,6 @@ class PeriodicCheckpoint:
             if wait:
                 self.sync()
             return None
-        # Recorded first: the training state is one of the variables saved.
-        self.state.advance_to(steps)
         path = self._save_async(steps) if self._writer is not None else self._save_now(steps)
         self._last_saved = steps
         if wait:
@@ -410,19 +475,43 @@ class PeriodicCheckpoint:
 
     def _save_now(self, steps: int) -> str:
         """A synchronous save (multi-worker strategies): every worker takes part."""
+        # Recorded first: the training state is one of the variables saved.
+        self.state.advance_to(steps)
         if not _all_finite(list(self.model.weights)):
             self._refuse_non_finite(steps)
         return str(self._ensure_manager().save(checkpoint_number=steps))
 
     def _save_async(self, steps: int) -> str:
-        """Copy to host memory here; write, record and sweep on the writer thread."""
-        assert self._writer is not None
-        if not self._writer.snapshot(list(self.model.weights)):
-            self._refuse_non_finite(steps)
-        manager = self._ensure_manager()
-        self._writer.submit(lambda: manager.save(checkpoint_number=steps))
+        """Copy to host memory here; write, record and sweep on the writer thread.
+
+        A step another saver of the checkpoint has just saved is not copied again: the
+        job links its files once they are complete (the writer runs jobs in order).
+        """
+        writer = self._writer
+        assert writer is not None
         # The name CheckpointManager gives it (`<directory>/ckpt-<steps>`).
-        return str(self._write_dir / f"ckpt-{steps}")
+        path = str(self._write_dir / f"ckpt-{steps}")
+        manager = self._ensure_manager()
+        target = self._target
+        assert target is not None
+        newest = writer.newest
+        if newest is not None and newest[0] == steps and newest[1] != path:
+            source = newest[1]
+
+            def link() -> None:
+                target.link_from = source
+                try:
+                    manager.save(checkpoint_number=steps)
+                finally:
+                    target.link_from = None
+
+            writer.submit(link, copies=False)
+            return path
+        if not writer.snapshot(list(self.model.weights), steps):
+            self._refuse_non_finite(steps)
+        writer.submit(lambda: manager.save(checkpoint_number=steps))
+        writer.newest = (steps, path)
+        return path
 
     def sync(self) -> None:
         """Wait until an asynchronous save in progress is complete.
@@ -450,8 +539,8 @@ class PeriodicCheckpoint:
         self.sync()
         if self._writer is not None:
             # A tuner runs many trials in one process: no thread holds a finished
-            # run's model (a later `fit` starts it again).
-            self._writer.stop()
+            # run's model (the last saver to finish stops it; a later `fit` starts it).
+            self._writer.detach(self)
         if not self._is_chief:
             shutil.rmtree(self._write_dir, ignore_errors=True)
 
