@@ -306,6 +306,41 @@ def test_the_writer_does_not_keep_a_finished_run_alive(tmp_path: Path):
     assert checkpoint() is None
 
 
+def test_a_save_does_not_wait_while_the_one_before_it_is_written(tmp_path: Path, monkeypatch):
+    # Two sets of host copies: the second save copies into the other set while the
+    # first set is still being written, and each checkpoint holds its own step.
+    exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)
+    exp.build_model()
+    assert exp.runner is not None and exp.model is not None
+    saver = _saver(exp, tmp_path / "async")
+    saver.keep = 3
+    exp.runner.train_steps(1)
+    saver.save(1)  # traces the first set's functions
+    release = threading.Event()
+    write = checkpoint_module._HostWriter.write
+
+    def held(self, prefix: str) -> None:
+        if prefix.endswith("ckpt-2"):
+            assert release.wait(10), "the test never released the write of ckpt-2"
+        write(self, prefix)
+
+    monkeypatch.setattr(checkpoint_module._HostWriter, "write", held)
+    exp.runner.train_steps(1)
+    at_2 = _weights(exp.model)
+    saver.save(2, wait=False)
+    exp.runner.train_steps(1)
+    at_3 = _weights(exp.model)
+    saver.save(3, wait=False)  # would wait for ckpt-2's write with one set of copies
+    assert not (tmp_path / "async" / "ckpt-2.index").exists()
+    release.set()
+    saver.sync()
+    for steps, expected in ((2, at_2), (3, at_3)):
+        exp.controller.checkpoint.restore(str(tmp_path / "async" / f"ckpt-{steps}"))
+        assert _max_diff(_weights(exp.model), expected) == 0.0
+        assert int(exp.controller.state.steps.numpy()) == steps
+    saver.finish(3)
+
+
 def test_a_step_two_savers_save_is_written_once_and_linked(tmp_path: Path):
     # The last backup and the last checkpoint of a run are the same state: the second
     # saver links the first one's files instead of copying and writing them again.

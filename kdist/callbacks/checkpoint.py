@@ -99,18 +99,71 @@ def _enable_async_copies() -> None:
         Variable._copy_trackable_to_cpu = _copy_keras_variable_to_cpu
 
 
+# Two sets of host copies (a save need not wait while the one before it is written)
+# when one set is at most this large; one set otherwise.
+DOUBLE_BUFFER_BYTES = 256 * 2**20
+
+
+class _Copies:
+    """One set of host copies of a checkpoint's variables and its two traced functions.
+
+    `snapshot(steps)` runs `prepare(steps)`, copies every variable into this set and
+    returns whether the `floating` weights are all finite; `write(prefix)` writes the
+    set with `tf.train.Checkpoint.write`. `free` is set while no queued job still has
+    to read the set.
+    """
+
+    def __init__(self, helper: Any, prepare: Callable[[tf.Tensor], None], floating: list[Any]):
+        if not helper._initialized:
+            helper._ensure_initialized()  # builds the copies and makes the first one
+            _stop_helper_thread(helper)  # kdist writes on its own thread
+        self.helper = helper
+        self.free = threading.Event()
+        self.free.set()
+
+        @tf.function
+        def snapshot(steps: tf.Tensor) -> tf.Tensor:
+            prepare(steps)
+            helper._copy_to_cpu()
+            checks = [tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(w))) for w in floating]
+            return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
+
+        host_checkpoint = helper.checkpointer()
+        # Everything on the helper's device (as its own thread does): one data file.
+        device = helper._default_device
+
+        @tf.function
+        def write(prefix: tf.Tensor) -> tf.Tensor:
+            with tf.device(device):
+                return host_checkpoint.write(prefix)
+
+        self.snapshot = snapshot
+        self.write = write
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the host copies."""
+        return sum(
+            int(v.shape.num_elements() or 0) * tf.as_dtype(v.dtype).size
+            for v in self.helper._object_map.values()
+            if isinstance(v, tf.Variable) and tf.as_dtype(v.dtype) != tf.string
+        )
+
+
 class _HostWriter:
     """Asynchronous saves of one `tf.train.Checkpoint`: host copies, then a traced write.
 
-    `snapshot` runs on the training thread: it waits until the previous write has read
-    the host copies (not for its state file and clean-up), copies every variable to host
+    `snapshot` runs on the training thread: it takes a set of host copies no queued
+    write still reads (waiting only when none is free), copies every variable to host
     memory with TensorFlow's async-checkpoint copy function (one traced call) and checks
-    the weights are finite. A writer thread then runs queued jobs (a
-    `tf.train.CheckpointManager.save` whose write is `write`, a traced
-    `tf.train.Checkpoint.write` of the copies), one at a time, in order. Savers that share
-    the checkpoint (periodic checkpoints and backups) share its writer, so a copy is
-    never overwritten while it is written. An error in the writer thread is raised by
-    the next `snapshot` or `sync`.
+    the weights are finite. There are two sets when one is at most
+    `DOUBLE_BUFFER_BYTES`, so a save soon after another (a checkpoint at the end of an
+    epoch, a few steps after a backup) does not wait for the first one's write. A
+    writer thread runs queued jobs (a `tf.train.CheckpointManager.save` whose write is
+    `write`, a traced `tf.train.Checkpoint.write` of the set), one at a time, in order.
+    Savers that share the checkpoint (periodic checkpoints and backups) share its
+    writer, so a set is never overwritten while it is written. An error in the writer
+    thread is raised by the next `snapshot` or `sync`.
 
     The savers of one run save the same state: when one of them saves a step another
     has just saved (the last backup and the last checkpoint of a run), its job links
@@ -127,53 +180,48 @@ class _HostWriter:
         # Weak: `_WRITERS` keeps a writer only as long as its checkpoint lives.
         self._checkpoint = weakref.ref(checkpoint)
         self._prepare = prepare
-        self._helper: Any = None
-        self._snapshot_fn: Any = None
-        self._write_fn: Any = None
-        self._jobs: queue.Queue[tuple[Callable[[], None], bool] | None] = queue.Queue()
+        # The sets of host copies, the least recently taken first.
+        self._copies: list[_Copies] = []
+        self._taken: _Copies | None = None  # by `snapshot`, for the next `submit`
+        self._writing: _Copies | None = None  # the set of the job running
+        self._jobs: queue.Queue[tuple[Callable[[], None], _Copies | None] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        # Set while no queued write still has to read the host copies.
-        self._copies_free = threading.Event()
-        self._copies_free.set()
         # The step and path of the newest save written from the copies, in this `fit`.
         self.newest: tuple[int, str] | None = None
         # The savers using it (weak: a failed `fit`'s savers never call `detach`).
         self._users: weakref.WeakSet[Any] = weakref.WeakSet()
 
-    def _initialize(self, weights: list[Any]) -> None:
-        # TensorFlow's helper builds the host copies (the object map of its underlying
-        # `Checkpoint`) and makes the first copy; its own writing thread is not used.
+    def _add_copies(self, weights: list[Any]) -> _Copies:
         checkpoint = self._checkpoint()
         assert checkpoint is not None  # a saver of it is calling
-        self._helper = checkpoint._async_checkpointer()
-        if not self._helper._initialized:
-            self._helper._ensure_initialized()
-            _stop_helper_thread(self._helper)
-        helper = self._helper
+        from tensorflow.python.checkpoint import async_checkpoint_helper
+
+        # The first set is TensorFlow's helper of the checkpoint; another is a helper
+        # of its own over the same objects.
+        helper = (
+            checkpoint._async_checkpointer()
+            if not self._copies
+            else async_checkpoint_helper.AsyncCheckpointHelper(
+                tf.train.Checkpoint, **checkpoint._kwargs
+            )
+        )
         floating = [w for w in weights if tf.as_dtype(w.dtype).is_floating]
+        copies = _Copies(helper, self._prepare, floating)
+        self._copies.append(copies)
+        return copies
 
-        prepare = self._prepare
-
-        @tf.function
-        def snapshot(steps: tf.Tensor) -> tf.Tensor:
-            prepare(steps)
-            helper._copy_to_cpu()
-            checks = [tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(w))) for w in floating]
-            return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
-
-        host_checkpoint = helper.checkpointer()
-
-        # Everything on the helper's device (as its own thread does): one data file.
-        device = helper._default_device
-
-        @tf.function
-        def write(prefix: tf.Tensor) -> tf.Tensor:
-            with tf.device(device):
-                return host_checkpoint.write(prefix)
-
-        self._snapshot_fn = snapshot
-        self._write_fn = write
+    def _free_copies(self, weights: list[Any]) -> _Copies:
+        for copies in self._copies:
+            if copies.free.is_set():
+                return copies
+        if not self._copies or (
+            len(self._copies) == 1 and self._copies[0].nbytes <= DOUBLE_BUFFER_BYTES
+        ):
+            return self._add_copies(weights)
+        oldest = self._copies[0]  # taken first, so written first
+        oldest.free.wait()
+        return oldest
 
     def snapshot(self, weights: list[Any], steps: int) -> bool:
         """Record `steps` (`prepare`) and copy the variables to host memory, in one call.
@@ -181,33 +229,37 @@ class _HostWriter:
         Returns whether `weights` are all finite. The copies then belong to the next job
         `submit` queues: call it next.
         """
-        self._copies_free.wait()
         self._raise_error()
-        if self._snapshot_fn is None:
-            self._initialize(weights)
-        return bool(self._snapshot_fn(tf.constant(steps, tf.int64)).numpy())
+        copies = self._free_copies(weights)
+        self._raise_error()  # a write that failed while this waited
+        self._copies.remove(copies)
+        self._copies.append(copies)  # now the most recently taken
+        copies.free.clear()
+        self._taken = copies
+        return bool(copies.snapshot(tf.constant(steps, tf.int64)).numpy())
 
     def write(self, prefix: str) -> None:
-        """Write the host copies to `prefix` (on the writer thread), then release them."""
-        try:
-            self._write_fn(tf.constant(prefix))
-        finally:
-            self._copies_free.set()
+        """Write the running job's host copies to `prefix` (on the writer thread)."""
+        assert self._writing is not None
+        self._writing.write(tf.constant(prefix))
 
     def submit(self, job: Callable[[], None], *, copies: bool = True) -> None:
         """Run `job` on the writer thread, after the jobs before it.
 
-        With `copies`, `job` must call `write` once (the host copies stay taken until it
-        does or ends); without, it must not (it links files written before, see `link`).
+        With `copies`, `job` writes the set the last `snapshot` took, with one call of
+        `write` (the set stays taken until the job ends); without, it must not call it
+        (it links files written before, see `_link`).
         """
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="kdist-checkpoint-writer")
             self._thread.daemon = True  # a kill at exit leaves the previous one usable
             self._thread.start()
             atexit.register(self.stop)
+        taken = None
         if copies:
-            self._copies_free.clear()
-        self._jobs.put((job, copies))
+            taken, self._taken = self._taken, None
+            assert taken is not None, "`submit` a write right after its `snapshot`"
+        self._jobs.put((job, taken))
 
     def _run(self) -> None:
         while True:
@@ -215,13 +267,15 @@ class _HostWriter:
             try:
                 if item is None:
                     return
+                self._writing = item[1]
                 item[0]()
             except BaseException as error:  # raised on the training thread by `sync`
                 if self._error is None:  # the first one: a later link fails because of it
                     self._error = error
             finally:
-                if item is not None and item[1]:
-                    self._copies_free.set()
+                if item is not None and item[1] is not None:
+                    self._writing = None
+                    item[1].free.set()
                 self._jobs.task_done()
 
     def _raise_error(self) -> None:
