@@ -137,8 +137,10 @@ class _Copies:
             with tf.device(device):
                 return host_checkpoint.write(prefix)
 
-        self.snapshot = snapshot
-        self.write = write
+        # Traced now, called as concrete functions: no argument matching per call
+        # (about 0.1 ms of the training thread per save).
+        self.snapshot = snapshot.get_concrete_function(tf.TensorSpec([], tf.int64))
+        self.write = write.get_concrete_function(tf.TensorSpec([], tf.string))
 
     @property
     def nbytes(self) -> int:
