@@ -306,6 +306,108 @@ def test_the_writer_does_not_keep_a_finished_run_alive(tmp_path: Path):
     assert checkpoint() is None
 
 
+def test_a_save_does_not_wait_while_the_one_before_it_is_written(tmp_path: Path, monkeypatch):
+    # Two sets of host copies: the second save copies into the other set while the
+    # first set is still being written, and each checkpoint holds its own step.
+    exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)
+    exp.build_model()
+    assert exp.runner is not None and exp.model is not None
+    saver = _saver(exp, tmp_path / "async")
+    saver.keep = 3
+    exp.runner.train_steps(1)
+    saver.save(1)  # traces the first set's functions
+    release = threading.Event()
+    write = checkpoint_module._HostWriter.write
+
+    def held(self, prefix: str) -> None:
+        if prefix.endswith("ckpt-2"):
+            assert release.wait(10), "the test never released the write of ckpt-2"
+        write(self, prefix)
+
+    monkeypatch.setattr(checkpoint_module._HostWriter, "write", held)
+    exp.runner.train_steps(1)
+    at_2 = _weights(exp.model)
+    saver.save(2, wait=False)
+    exp.runner.train_steps(1)
+    at_3 = _weights(exp.model)
+    saver.save(3, wait=False)  # would wait for ckpt-2's write with one set of copies
+    assert not (tmp_path / "async" / "ckpt-2.index").exists()
+    release.set()
+    saver.sync()
+    for steps, expected in ((2, at_2), (3, at_3)):
+        exp.controller.checkpoint.restore(str(tmp_path / "async" / f"ckpt-{steps}"))
+        assert _max_diff(_weights(exp.model), expected) == 0.0
+        assert int(exp.controller.state.steps.numpy()) == steps
+    saver.finish(3)
+
+
+def test_a_step_two_savers_save_is_written_once_and_linked(tmp_path: Path):
+    # The last backup and the last checkpoint of a run are the same state: the second
+    # saver links the first one's files instead of copying and writing them again.
+    exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)
+    exp.build_model()
+    assert exp.runner is not None and exp.model is not None
+    first, second = _saver(exp, tmp_path / "first"), _saver(exp, tmp_path / "second")
+    exp.runner.train_steps(3)
+    at_3 = _weights(exp.model)
+    first.save(3, wait=False)
+    second.save(3, wait=False)
+    first.finish(3)
+    second.finish(3)
+    for name in ("index", "data-00000-of-00001"):
+        a, b = tmp_path / "first" / f"ckpt-3.{name}", tmp_path / "second" / f"ckpt-3.{name}"
+        assert os.stat(a).st_ino == os.stat(b).st_ino  # one file, two names
+    state = tf.train.get_checkpoint_state(str(tmp_path / "second"))
+    assert state.model_checkpoint_path.endswith("ckpt-3")
+    exp.runner.train_steps(2)
+    assert restore_latest(exp.controller.checkpoint, tmp_path / "second").endswith("ckpt-3")
+    assert _max_diff(_weights(exp.model), at_3) == 0.0
+    assert int(exp.controller.state.steps.numpy()) == 3
+    # Removing the first one's files (its `keep`) leaves the second one whole.
+    for file in (tmp_path / "first").glob("ckpt-3.*"):
+        file.unlink()
+    assert restore_latest(exp.controller.checkpoint, tmp_path / "second").endswith("ckpt-3")
+
+
+def test_a_new_fit_links_nothing_saved_before_it(tmp_path: Path):
+    # A step saved in an earlier `fit` may hold other weights (a restore went back):
+    # savers made for a new `fit` write their own files.
+    exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)
+    exp.build_model()
+    assert exp.runner is not None
+    first = _saver(exp, tmp_path / "first")
+    exp.runner.train_steps(3)
+    first.save(3, wait=False)
+    second = _saver(exp, tmp_path / "second")  # attaching starts a new fit's savers
+    second.save(3)
+    first.finish(3)
+    second.finish(3)
+    a, b = tmp_path / "first" / "ckpt-3.index", tmp_path / "second" / "ckpt-3.index"
+    assert os.stat(a).st_ino != os.stat(b).st_ino
+
+
+def test_a_link_to_a_failed_write_is_an_error(tmp_path: Path, monkeypatch):
+    exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)
+    exp.build_model()
+    assert exp.runner is not None
+    first, second = _saver(exp, tmp_path / "first"), _saver(exp, tmp_path / "second")
+    exp.runner.train_steps(1)
+    first.save(1)  # traces the writer's functions
+
+    def fail(self, prefix: str) -> None:
+        raise OSError(f"disk full writing {prefix}")
+
+    monkeypatch.setattr(checkpoint_module._HostWriter, "write", fail)
+    first.save(2, wait=False)
+    second.save(2, wait=False)
+    with pytest.raises(CheckpointError, match="disk full"):
+        second.sync()
+    assert not list((tmp_path / "second").glob("ckpt-2.*"))
+    monkeypatch.undo()
+    first.finish(2)
+    second.finish(2)
+
+
 def test_a_failed_asynchronous_write_is_an_error_on_the_training_thread(
     tmp_path: Path, monkeypatch
 ):

@@ -59,6 +59,17 @@ def test_callback_hooks_are_called_in_keras_order(tiny, tmp_path: Path):
     assert isinstance(history, __import__("keras").callbacks.History)
 
 
+def test_no_test_hooks_without_validation_data(tiny):
+    # As Keras's `fit` without validation data: no `on_test_*` calls, no `val_` logs.
+    cfg = compose([*tiny, "trainer.epochs=2", "trainer.validation=false"])
+    exp = kdist.Experiment(cfg)
+    recorder = make_recorder()
+    exp.fit(callbacks=[recorder])
+    assert recorder.count("epoch_end") == 2
+    assert recorder.count("test_begin") == recorder.count("test_end") == 0
+    assert all(not any(k.startswith("val_") for k in logs) for logs in recorder.epoch_logs)
+
+
 def test_validation_freq_and_final_validation(tiny):
     cfg = compose([*tiny, "trainer.epochs=3", "trainer.validation_freq=2"])
     exp = kdist.Experiment(cfg)

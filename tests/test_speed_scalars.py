@@ -69,3 +69,34 @@ def test_speed_scalars_under_mirrored(tmp_path: Path):
     )
     exp.fit()
     assert _scalars(tmp_path / "tensorboard" / "train")["learning_rate"] == [4]
+
+
+def test_epoch_scalars_read_back_as_tensorboard_scalars(tmp_path: Path):
+    # kdist writes an epoch's scalars as one event (`write_scalars`); TensorBoard's own
+    # reader must see the values `fit` logged, as scalars, train and validation apart.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    exp = kdist.Experiment(
+        compose(
+            [
+                "trainer.epochs=2",
+                "trainer.steps_per_epoch=6",
+                "trainer.verbose=0",
+                "callbacks.checkpoint.enabled=false",
+                "callbacks.backup.enabled=false",
+                "callbacks.curves=false",
+            ]
+        ),
+        run_dir=tmp_path,
+    )
+    history = exp.fit().history
+    for split, prefix in (("train", ""), ("validation", "val_")):
+        events = EventAccumulator(str(tmp_path / "tensorboard" / split))
+        events.Reload()
+        for name in ("loss", "accuracy"):
+            tensors = events.Tensors(f"epoch_{name}")
+            assert [t.step for t in tensors] == [0, 1]
+            values = [float(tf.make_ndarray(t.tensor_proto)) for t in tensors]
+            assert values == pytest.approx(history[prefix + name], rel=1e-6)
+            metadata = events.SummaryMetadata(f"epoch_{name}")
+            assert metadata.plugin_data.plugin_name == "scalars"

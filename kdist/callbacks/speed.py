@@ -9,6 +9,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from kdist.callbacks.tensorboard import write_scalars
+
 __all__ = ["TrainingSpeed"]
 
 
@@ -77,8 +79,11 @@ class TrainingSpeed(keras.callbacks.Callback):
         # Keras's TensorBoard callback pushes its own `record_if` condition (every
         # `update_freq` train-function calls) around the batch hooks: these scalars keep
         # their own schedule.
-        with self._writer.as_default(), tf.summary.record_if(True):
-            tf.summary.scalar("steps_per_second", rate, step=steps)
-            tf.summary.scalar("examples_per_second", rate * self.examples_per_step, step=steps)
-            tf.summary.scalar("learning_rate", learning_rate, step=steps)
+        scalars = {
+            "steps_per_second": rate,
+            "examples_per_second": rate * self.examples_per_step,
+            "learning_rate": learning_rate,
+        }
+        with tf.summary.record_if(True):
+            write_scalars(self._writer, scalars, steps)
         self._writer.flush()

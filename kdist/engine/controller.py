@@ -281,7 +281,8 @@ class Controller:
                     saver.after_steps(self.global_step)
             logs = runner.train_loop_end()
             last = epoch + 1 == schedule.epochs or model.stop_training
-            if (epoch + 1) % schedule.validation_freq == 0 or last:
+            due = (epoch + 1) % schedule.validation_freq == 0 or last
+            if due and runner.validates:
                 callbacks.on_test_begin()
                 val_logs = runner.evaluate()
                 callbacks.on_test_end(val_logs)

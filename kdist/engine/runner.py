@@ -58,6 +58,11 @@ class Runner(abc.ABC):
     def evaluate(self) -> dict[str, float]:
         """Run the validation data once and return its metrics as floats."""
 
+    @property
+    def validates(self) -> bool:
+        """Whether the run has validation data (`evaluate` has something to run)."""
+        return True
+
     @abc.abstractmethod
     def set_train_dataset_fn(self, dataset_fn: DatasetFn) -> None:
         """Replace the training data (e.g. advanced to a resumed position)."""
@@ -274,6 +279,10 @@ class StepRunner(Runner):
     @property
     def metric_variables(self) -> list[Any]:
         return [v.value for m in self.model.metrics for v in m.variables]
+
+    @property
+    def validates(self) -> bool:
+        return self.validation_dataset_fn is not None
 
 
 def _add(total: Sequence[Any], more: Sequence[Any]) -> list[Any]:

@@ -65,8 +65,11 @@ class TrainingState(tf.Module):
 
     def advance_to(self, steps: int) -> None:
         """Record that `steps` steps of the current global batch are done in total."""
-        done = int(self.steps.numpy())
-        self.examples.assign_add((steps - done) * self._batch)
+        self.record(tf.constant(steps, tf.int64))
+
+    def record(self, steps: tf.Tensor) -> None:
+        """`advance_to` for an int64 tensor; also inside a `tf.function` (see its savers)."""
+        self.examples.assign_add((steps - self.steps) * self._batch)
         self.steps.assign(steps)
 
 
