@@ -502,7 +502,8 @@ def check_batch(
     count; the empty batch after it must not come before that count. A file that reads
     short (a corrupt record or a cut) or long then raises `tf.errors.InvalidArgumentError`
     whose message names the file, the records read and the count expected. The check is
-    a few scalar operations per batch, so it costs nothing per record.
+    a few scalar operations per batch, and the message is built only when it fails, so
+    it costs nothing per record.
 
     Args:
         records: the batch of serialized records.
@@ -520,13 +521,18 @@ def check_batch(
         first >= count,
         tf.where(size == READ_BATCH, read <= count, tf.equal(read, count)),
     )
-    message = tf.strings.format(
-        "kdist: TFRecord file {} is corrupt or truncated: read {} of the {} records its "
-        "manifest lists",
-        (path, read, count),
-    )
-    with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
-        return tf.identity(records)
+
+    def fail() -> tf.Tensor:
+        # The message is built only here, when a count is wrong.
+        message = tf.strings.format(
+            "kdist: TFRecord file {} is corrupt or truncated: read {} of the {} records "
+            "its manifest lists",
+            (path, read, count),
+        )
+        with tf.control_dependencies([tf.debugging.Assert(False, [message])]):
+            return tf.identity(records)
+
+    return tf.cond(ok, lambda: records, fail)
 
 
 def checked_records(
