@@ -12,11 +12,14 @@ variables to host memory (TensorFlow's async-checkpoint copies, one traced call)
 on; a writer thread writes the copies with a traced `tf.train.Checkpoint.write` (the
 object graph is walked once, when it is traced) and only then updates the state file
 and removes old checkpoints (`tf.train.CheckpointManager`), so the guarantee above holds
-unchanged. Multi-worker runs save synchronously (see `_supports_async`).
+unchanged. There are two sets of host copies for models up to `DOUBLE_BUFFER_BYTES`, so
+a save soon after another does not wait for the first one's write, and a step two savers
+save (the last backup and the last checkpoint) is written once and hard-linked, index
+last. Multi-worker runs save synchronously (see `_supports_async`).
 
 It stays one file (over 400 lines): the saver and its writer thread share one protocol
-over the host copies (a snapshot waits until the previous write has read them), which
-must change on both sides at once.
+over the sets of host copies (a snapshot takes a set no queued write still reads; the job
+queued after it writes that set and frees it), which must change on both sides at once.
 """
 
 from __future__ import annotations
