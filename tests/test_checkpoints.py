@@ -267,6 +267,23 @@ def _saver(exp: kdist.Experiment, directory: Path) -> PeriodicCheckpoint:
     )
 
 
+def _built(tmp_path: Path) -> kdist.Experiment:
+    """An experiment of `BASE` with its model built (no training yet)."""
+    exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)
+    exp.build_model()
+    assert exp.runner is not None and exp.model is not None
+    return exp
+
+
+def _fail_writes(monkeypatch) -> None:
+    """Make every asynchronous write fail as a full disk would."""
+
+    def fail(self, prefix: str) -> None:
+        raise OSError(f"disk full writing {prefix}")
+
+    monkeypatch.setattr(checkpoint_module._HostWriter, "write", fail)
+
+
 def test_an_asynchronous_save_holds_the_state_of_its_step_not_a_later_one(tmp_path: Path):
     exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)
     exp.build_model()
@@ -309,9 +326,7 @@ def test_the_writer_does_not_keep_a_finished_run_alive(tmp_path: Path):
 def test_a_save_does_not_wait_while_the_one_before_it_is_written(tmp_path: Path, monkeypatch):
     # Two sets of host copies: the second save copies into the other set while the
     # first set is still being written, and each checkpoint holds its own step.
-    exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)
-    exp.build_model()
-    assert exp.runner is not None and exp.model is not None
+    exp = _built(tmp_path)
     saver = _saver(exp, tmp_path / "async")
     saver.keep = 3
     exp.runner.train_steps(1)
@@ -344,9 +359,7 @@ def test_a_save_does_not_wait_while_the_one_before_it_is_written(tmp_path: Path,
 def test_a_step_two_savers_save_is_written_once_and_linked(tmp_path: Path):
     # The last backup and the last checkpoint of a run are the same state: the second
     # saver links the first one's files instead of copying and writing them again.
-    exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)
-    exp.build_model()
-    assert exp.runner is not None and exp.model is not None
+    exp = _built(tmp_path)
     first, second = _saver(exp, tmp_path / "first"), _saver(exp, tmp_path / "second")
     exp.runner.train_steps(3)
     at_3 = _weights(exp.model)
@@ -372,9 +385,7 @@ def test_a_step_two_savers_save_is_written_once_and_linked(tmp_path: Path):
 def test_a_new_fit_links_nothing_saved_before_it(tmp_path: Path):
     # A step saved in an earlier `fit` may hold other weights (a restore went back):
     # savers made for a new `fit` write their own files.
-    exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)
-    exp.build_model()
-    assert exp.runner is not None
+    exp = _built(tmp_path)
     first = _saver(exp, tmp_path / "first")
     exp.runner.train_steps(3)
     first.save(3, wait=False)
@@ -387,17 +398,11 @@ def test_a_new_fit_links_nothing_saved_before_it(tmp_path: Path):
 
 
 def test_a_link_to_a_failed_write_is_an_error(tmp_path: Path, monkeypatch):
-    exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)
-    exp.build_model()
-    assert exp.runner is not None
+    exp = _built(tmp_path)
     first, second = _saver(exp, tmp_path / "first"), _saver(exp, tmp_path / "second")
     exp.runner.train_steps(1)
     first.save(1)  # traces the writer's functions
-
-    def fail(self, prefix: str) -> None:
-        raise OSError(f"disk full writing {prefix}")
-
-    monkeypatch.setattr(checkpoint_module._HostWriter, "write", fail)
+    _fail_writes(monkeypatch)
     first.save(2, wait=False)
     second.save(2, wait=False)
     with pytest.raises(CheckpointError, match="disk full"):
@@ -411,17 +416,11 @@ def test_a_link_to_a_failed_write_is_an_error(tmp_path: Path, monkeypatch):
 def test_a_failed_asynchronous_write_is_an_error_on_the_training_thread(
     tmp_path: Path, monkeypatch
 ):
-    exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)
-    exp.build_model()
-    assert exp.runner is not None
+    exp = _built(tmp_path)
     saver = _saver(exp, tmp_path / "async")
     exp.runner.train_steps(1)
     saver.save(1)  # traces the writer's functions
-
-    def fail(self, prefix: str) -> None:
-        raise OSError(f"disk full writing {prefix}")
-
-    monkeypatch.setattr(checkpoint_module._HostWriter, "write", fail)
+    _fail_writes(monkeypatch)
     saver.save(2, wait=False)
     with pytest.raises(CheckpointError, match=r"disk full writing .*ckpt-2"):
         saver.sync()
