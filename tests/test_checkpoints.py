@@ -304,6 +304,46 @@ def test_an_asynchronous_save_holds_the_state_of_its_step_not_a_later_one(tmp_pa
     saver.finish(3)
 
 
+def test_the_call_after_a_save_copies_the_state_of_the_saved_step(tmp_path: Path, monkeypatch):
+    # During `fit`, a save's host copy is made by the next call of the train function,
+    # before its first step: no call of its own. Every backup must still hold the
+    # weights, optimizer step and training step of its own step, to the bit.
+    import keras
+
+    eager: list[int] = []
+    snapshot = checkpoint_module._HostWriter.snapshot
+
+    def counted(self, weights, steps):
+        eager.append(steps)
+        return snapshot(self, weights, steps)
+
+    monkeypatch.setattr(checkpoint_module._HostWriter, "snapshot", counted)
+    seen: dict[int, list[np.ndarray]] = {}
+
+    class Record(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_end(self, batch, logs=None):
+            seen[self.epoch * 12 + batch + 1] = _weights(self.model)
+
+    cfg = compose([*BASE, "callbacks.backup.keep=20", "callbacks.checkpoint.enabled=false"])
+    exp = kdist.Experiment(cfg, run_dir=tmp_path)
+    exp.fit(callbacks=[Record()])
+    assert _backup_steps(tmp_path) == [5, 10, 15, 20, 25, 30, 35, 36]
+    # The first save is copied by the next call (its set is free); a later one copies
+    # on its own while that set is still written, and so does the last one (no call
+    # follows it). Every backup holds its own step either way.
+    assert 5 not in eager and eager[-1] == 36
+    assert exp.controller is not None and exp.model is not None
+    for step in _backup_steps(tmp_path):
+        path = str(tmp_path / "backup" / f"ckpt-{step}")
+        exp.controller.checkpoint.restore(path).assert_existing_objects_matched()
+        assert _max_diff(_weights(exp.model), seen[step]) == 0.0, step
+        assert int(exp.controller.state.steps.numpy()) == step
+        assert int(exp.model.optimizer.iterations.numpy()) == step
+
+
 def test_the_writer_does_not_keep_a_finished_run_alive(tmp_path: Path):
     # A tuner runs many trials in one process: each trial's model must be freed.
     exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)

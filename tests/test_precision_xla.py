@@ -26,7 +26,9 @@ def _float32_policy():
 
 def _xla_compiled(runner) -> bool:
     """Whether the traced train function calls a function marked for XLA compilation."""
-    concrete = runner._train_fn.get_concrete_function(runner._iterator, tf.constant(1))
+    concrete = runner._train_fn.get_concrete_function(
+        runner._iterator, tf.constant(1), *runner._no_snapshot
+    )
     graph = concrete.graph.as_graph_def()
     nodes = [*graph.node, *(n for f in graph.library.function for n in f.node_def)]
     return any(node.attr["_XlaMustCompile"].b for node in nodes if "_XlaMustCompile" in node.attr)

@@ -7,15 +7,19 @@ Integrity: TensorFlow writes a checkpoint's files under temporary names and only
 points the `checkpoint` state file at it, so a checkpoint is visible only when complete.
 
 Saving is asynchronous where TensorFlow supports it (one process, eager variables:
-no strategy, `OneDeviceStrategy`, `MirroredStrategy`): the training thread copies the
-variables to host memory (TensorFlow's async-checkpoint copies, one traced call) and goes
-on; a writer thread writes the copies with a traced `tf.train.Checkpoint.write` (the
-object graph is walked once, when it is traced) and only then updates the state file
-and removes old checkpoints (`tf.train.CheckpointManager`), so the guarantee above holds
-unchanged. There are two sets of host copies for models up to `DOUBLE_BUFFER_BYTES`, so
-a save soon after another does not wait for the first one's write, and a step two savers
-save (the last backup and the last checkpoint) is written once and hard-linked, index
-last. Multi-worker runs save synchronously (see `_supports_async`).
+no strategy, `OneDeviceStrategy`, `MirroredStrategy`): the variables are copied to host
+memory (TensorFlow's async-checkpoint copies) and training goes on; a writer thread
+writes the copies with a traced `tf.train.Checkpoint.write` (the object graph is walked
+once, when it is traced) and only then updates the state file and removes old
+checkpoints (`tf.train.CheckpointManager`), so the guarantee above holds unchanged.
+During `fit` the copy is made by the runner's next call, before its first step
+(`_HostWriter.defer`): the saved state is the one of the save's step, and the training
+thread makes no call of its own for it. Otherwise (the end of training, a preemption,
+or while that set of copies is still written) it makes the copy in one traced call.
+There are two sets of host copies for models up to `DOUBLE_BUFFER_BYTES`, so a save
+soon after another does not wait for the first one's write, and a step two savers save
+(the last backup and the last checkpoint) is written once and hard-linked, index last.
+Multi-worker runs save synchronously (see `_supports_async`).
 
 It stays one file (over 400 lines): the saver and its writer thread share one protocol
 over the sets of host copies (a snapshot takes a set no queued write still reads; the job
@@ -25,6 +29,7 @@ queued after it writes that set and frees it), which must change on both sides a
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import queue
@@ -116,7 +121,14 @@ class _Copies:
     to read the set.
     """
 
-    def __init__(self, helper: Any, prepare: Callable[[tf.Tensor], None], floating: list[Any]):
+    def __init__(
+        self,
+        helper: Any,
+        prepare: Callable[[tf.Tensor], None],
+        floating: list[Any],
+        index: int,
+    ):
+        self.index = index  # its number in a runner's snapshot (`_HostWriter.use_runner`)
         if not helper._initialized:
             helper._ensure_initialized()  # builds the copies and makes the first one
             _stop_helper_thread(helper)  # kdist writes on its own thread
@@ -124,12 +136,18 @@ class _Copies:
         self.free = threading.Event()
         self.free.set()
 
-        @tf.function
-        def snapshot(steps: tf.Tensor) -> tf.Tensor:
+        # TensorFlow's copy function, as plain Python: in a runner's train function it
+        # adds its ops there instead of a nested function call.
+        copy_to_cpu = type(helper)._copy_to_cpu.python_function
+
+        def body(steps: tf.Tensor) -> tf.Tensor:
             prepare(steps)
-            helper._copy_to_cpu()
+            copy_to_cpu(helper)
             checks = [tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(w))) for w in floating]
             return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
+
+        self.body = tf.autograph.experimental.do_not_convert(body)
+        self._snapshot = tf.function(self.body)
 
         host_checkpoint = helper.checkpointer()
         # Everything on the helper's device (as its own thread does): one data file.
@@ -140,10 +158,21 @@ class _Copies:
             with tf.device(device):
                 return host_checkpoint.write(prefix)
 
-        # Traced now, called as concrete functions: no argument matching per call
-        # (about 0.1 ms of the training thread per save).
-        self.snapshot = snapshot.get_concrete_function(tf.TensorSpec([], tf.int64))
-        self.write = write.get_concrete_function(tf.TensorSpec([], tf.string))
+        self._write = write
+
+    # Traced at their first call, then called as concrete functions: no argument
+    # matching per call (about 0.1 ms of the training thread per save). Not traced when
+    # the set is made: a set a runner copies into is made before the first step.
+
+    @functools.cached_property
+    def snapshot(self) -> Any:
+        """The traced `snapshot(steps)` (an int64 tensor), in a call of its own."""
+        return self._snapshot.get_concrete_function(tf.TensorSpec([], tf.int64))
+
+    @functools.cached_property
+    def write(self) -> Any:
+        """The traced `write(prefix)` (a string tensor); first called on the writer thread."""
+        return self._write.get_concrete_function(tf.TensorSpec([], tf.string))
 
     @property
     def nbytes(self) -> int:
@@ -153,6 +182,24 @@ class _Copies:
             for v in self.helper._object_map.values()
             if isinstance(v, tf.Variable) and tf.as_dtype(v.dtype) != tf.string
         )
+
+
+def _non_finite_message(steps: int) -> str:
+    return (
+        f"the weights are not finite after step {steps} (the training loss did not "
+        "show it); stopped without saving this state (the last backup holds finite "
+        "weights)"
+    )
+
+
+class _Deferred:
+    """A save whose host copy the runner's next call makes (`_HostWriter.defer`)."""
+
+    def __init__(self, copies: _Copies, steps: int):
+        self.copies = copies
+        self.steps = steps
+        # `(job, writes the copies)`, queued in this order once the copy is made.
+        self.jobs: list[tuple[Callable[[], None], bool]] = []
 
 
 class _HostWriter:
@@ -196,6 +243,11 @@ class _HostWriter:
         self.newest: tuple[int, str] | None = None
         # The savers using it (weak: a failed `fit`'s savers never call `detach`).
         self._users: weakref.WeakSet[Any] = weakref.WeakSet()
+        # The runner whose next call takes a deferred snapshot (`use_runner`), and the
+        # save waiting for it: its set, step and jobs (queued once the copy is made).
+        self._runner: Any = None
+        self._in_call: _Copies | None = None  # the set the runner's calls copy into
+        self._pending: _Deferred | None = None
 
     def _add_copies(self, weights: list[Any]) -> _Copies:
         checkpoint = self._checkpoint()
@@ -212,17 +264,19 @@ class _HostWriter:
             )
         )
         floating = [w for w in weights if tf.as_dtype(w.dtype).is_floating]
-        copies = _Copies(helper, self._prepare, floating)
+        copies = _Copies(helper, self._prepare, floating, len(self._copies))
         self._copies.append(copies)
         return copies
+
+    def _doubled(self) -> bool:
+        """Whether a second set is allowed (one set is at most `DOUBLE_BUFFER_BYTES`)."""
+        return len(self._copies) == 1 and self._copies[0].nbytes <= DOUBLE_BUFFER_BYTES
 
     def _free_copies(self, weights: list[Any]) -> _Copies:
         for copies in self._copies:
             if copies.free.is_set():
                 return copies
-        if not self._copies or (
-            len(self._copies) == 1 and self._copies[0].nbytes <= DOUBLE_BUFFER_BYTES
-        ):
+        if not self._copies or self._doubled():
             return self._add_copies(weights)
         oldest = self._copies[0]  # taken first, so written first
         oldest.free.wait()
@@ -234,6 +288,7 @@ class _HostWriter:
         Returns whether `weights` are all finite. The copies then belong to the next job
         `submit` queues: call it next.
         """
+        self.flush()
         self._raise_error()
         copies = self._free_copies(weights)
         self._raise_error()  # a write that failed while this waited
@@ -260,6 +315,10 @@ class _HostWriter:
             self._thread.daemon = True  # a kill at exit leaves the previous one usable
             self._thread.start()
             atexit.register(self.stop)
+        if self._pending is not None:
+            # After the deferred write, in order (a link to it, the other saver's save).
+            self._pending.jobs.append((job, copies))
+            return
         taken = None
         if copies:
             taken, self._taken = self._taken, None
@@ -289,7 +348,11 @@ class _HostWriter:
             raise CheckpointError(f"an asynchronous checkpoint save failed: {error}") from error
 
     def sync(self) -> None:
-        """Wait until every queued write is complete; raise the writer's error, if any."""
+        """Wait until every queued write is complete; raise the writer's error, if any.
+
+        A deferred save whose copy no call has made yet is made now (`flush`).
+        """
+        self.flush()
         if self._thread is not None:
             self._jobs.join()
         self._raise_error()
@@ -302,12 +365,116 @@ class _HostWriter:
         """
         self._users.add(saver)
         self.newest = None
+        self._drop_pending()  # left by a `fit` that failed before its next call
 
     def detach(self, saver: Any) -> None:
         """`saver` is done: the last one to leave finishes the writes and ends the thread."""
         self._users.discard(saver)
         if not self._users:
             self.stop()
+
+    # -- snapshots made by the runner's next call ----------------------------------------
+
+    def use_runner(self, runner: Any, weights: list[Any]) -> None:
+        """Let `runner`'s calls make the host copies of deferred saves (`defer`).
+
+        Makes the first set of host copies now, if no save has: the runner traces its
+        train function with it. Only that set is copied in the runner's calls: a
+        second one there adds about 0.3 s to the tracing (TensorFlow 2.21, the default
+        MLP). A save while it is still written (a checkpoint a few steps after a
+        backup) copies into the other set in a call of its own, as before.
+        """
+        if runner is self._runner:
+            return
+        self._drop_pending()
+        if not self._copies:
+            self._add_copies(weights)
+        first = min(self._copies, key=lambda c: c.index)
+        copy = tf.autograph.experimental.do_not_convert(first.body)
+
+        @tf.autograph.experimental.do_not_convert
+        def snapshot(which: tf.Tensor, steps: tf.Tensor) -> tf.Tensor:
+            return tf.cond(
+                tf.equal(which, first.index),
+                lambda: copy(steps),
+                lambda: tf.constant(True),
+            )
+
+        self._in_call = first
+        self._runner = runner if runner.set_snapshot(snapshot) else None
+
+    def defer(self, steps: int) -> bool:
+        """Have the runner's next call copy the variables for a save at `steps`.
+
+        The call copies them before its first step, so the copies hold the state at
+        `steps` without a call of their own on the training thread. Returns `False`
+        (nothing deferred) without a runner, while a save is already deferred, or when
+        no set is free; the caller then saves with `snapshot`. On `True`, `submit` the
+        save's write next: it is queued once the copy is made (`resolve`).
+        """
+        copies = self._in_call
+        if self._runner is None or self._pending is not None or copies is None:
+            return False
+        self._raise_error()
+        if not copies.free.is_set():
+            return False
+        self._copies.remove(copies)
+        self._copies.append(copies)  # now the most recently taken
+        copies.free.clear()
+        self._pending = _Deferred(copies, steps)
+        self._runner.snapshot_next_call(copies.index, steps)
+        return True
+
+    def resolve(self) -> None:
+        """After a runner call: queue the deferred save's jobs if the call made its copy.
+
+        Raises:
+            NonFiniteWeightsError: when the copied weights are not finite (nothing of
+                that save is written).
+        """
+        pending = self._pending
+        if pending is None or self._runner is None:
+            return
+        finite = self._runner.pop_snapshot()
+        if finite is not None:
+            self._queue_pending(bool(finite.numpy()))
+
+    def flush(self) -> None:
+        """Make a deferred save's copy now, when no runner call will (end of training).
+
+        Raises:
+            NonFiniteWeightsError: when the weights are not finite.
+        """
+        pending = self._pending
+        if pending is None:
+            return
+        finite = self._runner.pop_snapshot() if self._runner is not None else None
+        if finite is None:  # the call has not come: nothing changed since the save
+            if self._runner is not None:
+                self._runner.cancel_snapshot()
+            finite = pending.copies.snapshot(tf.constant(pending.steps, tf.int64))
+        self._queue_pending(bool(finite.numpy()))
+
+    def _queue_pending(self, finite: bool) -> None:
+        pending = self._pending
+        assert pending is not None
+        self._pending = None
+        if not finite:
+            pending.copies.free.set()
+            self.newest = None
+            raise NonFiniteWeightsError(_non_finite_message(pending.steps))
+        for job, copies in pending.jobs:
+            if copies:
+                self._taken = pending.copies
+            self.submit(job, copies=copies)
+
+    def _drop_pending(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.copies.free.set()
+            if self._runner is not None:
+                self._runner.cancel_snapshot()
+                self._runner.pop_snapshot()
 
     def stop(self) -> None:
         """Finish the queued writes and end the writer thread (a later save restarts it)."""
@@ -519,18 +686,17 @@ class PeriodicCheckpoint:
             if wait:
                 self.sync()
             return None
-        path = self._save_async(steps) if self._writer is not None else self._save_now(steps)
+        if self._writer is not None:
+            path = self._save_async(steps, defer=not wait)
+        else:
+            path = self._save_now(steps)
         self._last_saved = steps
         if wait:
             self.sync()
         return path
 
     def _refuse_non_finite(self, steps: int) -> NoReturn:
-        raise NonFiniteWeightsError(
-            f"the weights are not finite after step {steps} (the training loss did "
-            "not show it); stopped without saving this state (the last backup holds "
-            "finite weights)"
-        )
+        raise NonFiniteWeightsError(_non_finite_message(steps))
 
     def _save_now(self, steps: int) -> str:
         """A synchronous save (multi-worker strategies): every worker takes part."""
@@ -540,11 +706,14 @@ class PeriodicCheckpoint:
             self._refuse_non_finite(steps)
         return str(self._ensure_manager().save(checkpoint_number=steps))
 
-    def _save_async(self, steps: int) -> str:
-        """Copy to host memory here; write, record and sweep on the writer thread.
+    def _save_async(self, steps: int, *, defer: bool) -> str:
+        """Copy to host memory; write, record and sweep on the writer thread.
 
-        A step another saver of the checkpoint has just saved is not copied again: the
-        job links its files once they are complete (the writer runs jobs in order).
+        With `defer`, the runner's next call makes the copy before its first step
+        (`_HostWriter.defer`), where the writer has a runner that can; otherwise it is
+        made here. A step another saver of the checkpoint has just saved is not copied
+        again: the job links its files once they are complete (the writer runs jobs in
+        order).
         """
         writer = self._writer
         assert writer is not None
@@ -566,6 +735,10 @@ class PeriodicCheckpoint:
 
             writer.submit(link, copies=False)
             return path
+        if defer and writer.defer(steps):
+            writer.submit(lambda: manager.save(checkpoint_number=steps))
+            writer.newest = (steps, path)
+            return path
         if not writer.snapshot(list(self.model.weights), steps):
             self._refuse_non_finite(steps)
         writer.submit(lambda: manager.save(checkpoint_number=steps))
@@ -581,8 +754,19 @@ class PeriodicCheckpoint:
         if self._writer is not None:
             self._writer.sync()
 
+    def bind(self, runner: Any) -> None:
+        """A `fit` with `runner` starts: its calls make the host copies of this saver's
+        asynchronous saves (`_HostWriter.use_runner`)."""
+        if self._writer is not None:
+            self._writer.use_runner(runner, list(self.model.weights))
+
     def after_steps(self, steps: int) -> None:
-        """A call of the runner ended at global step `steps`: save on multiples of N."""
+        """A call of the runner ended at global step `steps`: save on multiples of N.
+
+        First, a save deferred to this call is queued for writing (`_HostWriter.resolve`).
+        """
+        if self._writer is not None:
+            self._writer.resolve()
         if self.every_n_steps and steps and steps % self.every_n_steps == 0:
             self.save(steps, wait=False)
 

@@ -60,6 +60,8 @@ class Saver(Protocol):
 
     every_n_steps: int
 
+    def bind(self, runner: Runner) -> None: ...
+
     def save(self, steps: int, *, wait: bool = True) -> str | None: ...
 
     def after_steps(self, steps: int) -> None: ...
@@ -217,7 +219,9 @@ class Controller:
         Args:
             callbacks: the Keras callbacks, in the order they run. Defaults to `()`.
             savers: checkpoint writers, called after the callbacks' hooks (so a guard
-                that raises stops a save of bad weights). Defaults to `()`.
+                that raises stops a save of bad weights); each is bound to the runner
+                first (`Saver.bind`), whose next call may copy a save's variables.
+                Defaults to `()`.
             verbose: Keras's progress bar setting (0, 1 or 2). Defaults to `0`.
 
         Returns:
@@ -241,6 +245,8 @@ class Controller:
                 schedule.total_steps,
             )
         try:
+            for saver in savers:
+                saver.bind(self.runner)  # before the first call: it may trace the train function
             result = self._train(callback_list, savers)
         except BaseException as error:
             _close_files(callback_list.callbacks)

@@ -23,6 +23,7 @@ from kdist.engine.sharded import has_sharded_variables, training_variables
 __all__ = [
     "Logs",
     "Runner",
+    "SnapshotFn",
     "StepRunner",
     "compiled_reset",
     "overrides",
@@ -33,6 +34,10 @@ log = logging.getLogger(__name__)
 
 # Metric name -> value (a scalar tensor between steps, a float at epoch ends).
 Logs = Mapping[str, Any]
+
+# `snapshot(which, steps)`: copy the variables to host buffer `which` (an int32 tensor;
+# -1 copies nothing) and record `steps` (int64); returns whether the weights are finite.
+SnapshotFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 
 
 class Runner(abc.ABC):
@@ -71,6 +76,27 @@ class Runner(abc.ABC):
     @abc.abstractmethod
     def metric_variables(self) -> list[Any]:
         """The running metrics' variables, saved with checkpoints."""
+
+    def set_snapshot(self, snapshot: SnapshotFn) -> bool:
+        """Let train calls run `snapshot` before their steps, when asked (`snapshot_next_call`).
+
+        The asynchronous savers copy the variables to host memory this way, inside the
+        call that follows a save instead of in a call of their own. Returns `False` when
+        the runner cannot (the saver then copies in a call of its own).
+        """
+        return False
+
+    def snapshot_next_call(self, which: int, steps: int) -> None:
+        """Run the snapshot with `(which, steps)` at the start of the next train call."""
+        raise NotImplementedError(f"{type(self).__name__} runs no snapshot in its calls")
+
+    def cancel_snapshot(self) -> None:
+        """Forget a snapshot asked for and not run yet."""
+        return None
+
+    def pop_snapshot(self) -> tf.Tensor | None:
+        """What the snapshot the last train call ran returned (once), or `None`."""
+        return None
 
     def failure(self, error: BaseException) -> BaseException | None:
         """The error to report for `error` raised while training, or `None` for itself.

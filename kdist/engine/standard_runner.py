@@ -8,7 +8,7 @@ from typing import Any
 import tensorflow as tf
 
 from kdist.data.pipeline import DatasetFn
-from kdist.engine.runner import Logs, StepRunner, to_floats
+from kdist.engine.runner import Logs, SnapshotFn, StepRunner, to_floats
 
 __all__ = ["StandardRunner"]
 
@@ -31,17 +31,30 @@ class StandardRunner(StepRunner):
             else None
         )
         self._iterator: Any = None
+        # A saver's snapshot (`set_snapshot`), the request for the next call, and what
+        # the last call that ran it returned.
+        self._snapshot: SnapshotFn | None = None
+        self._no_snapshot = (tf.constant(-1, tf.int32), tf.constant(0, tf.int64))
+        self._snapshot_request: tuple[tf.Tensor, tf.Tensor] | None = None
+        self._snapshot_result: tf.Tensor | None = None
         self._train_fn = self._make_train_function()
         self._eval_fn = self._make_eval_function() if self._val_data is not None else None
         # The metrics the last `train_steps` call returned: `train_loop_end` reuses them
         # instead of reading the (mirrored) metric variables again.
         self._last_logs: Logs | None = None
 
-    def _make_train_function(self) -> Callable[..., Logs]:
+    def _make_train_function(self) -> Callable[..., tuple[Logs, tf.Tensor]]:
+        snapshot = self._snapshot
+
         @tf.function
-        def train_function(iterator: Any, num_steps: tf.Tensor) -> Logs:
-            self.run_train_steps(iterator, num_steps)
-            return self.metric_results()
+        def train_function(
+            iterator: Any, num_steps: tf.Tensor, which: tf.Tensor, steps: tf.Tensor
+        ) -> tuple[Logs, tf.Tensor]:
+            # The copies read the variables before the first step updates them.
+            finite = snapshot(which, steps) if snapshot is not None else tf.constant(True)
+            with tf.control_dependencies([finite]):
+                self.run_train_steps(iterator, num_steps)
+            return self.metric_results(), finite
 
         return train_function
 
@@ -107,9 +120,35 @@ class StandardRunner(StepRunner):
     def train_steps(self, num_steps: int) -> Logs:
         if self._iterator is None:
             self._iterator = iter(self._train_data)
-        logs = self._train_fn(self._iterator, tf.constant(num_steps, dtype=tf.int32))
+        request, self._snapshot_request = self._snapshot_request, None
+        logs, finite = self._train_fn(
+            self._iterator,
+            tf.constant(num_steps, dtype=tf.int32),
+            *(request or self._no_snapshot),
+        )
+        if request is not None:
+            self._snapshot_result = finite
         self._last_logs = logs
         return logs
+
+    def set_snapshot(self, snapshot: SnapshotFn) -> bool:
+        if snapshot is not self._snapshot:
+            self._snapshot = snapshot
+            self._train_fn = self._make_train_function()  # traced again at its next call
+        return True
+
+    def snapshot_next_call(self, which: int, steps: int) -> None:
+        if self._snapshot is None:
+            raise RuntimeError("`snapshot_next_call` before `set_snapshot`")
+        self._snapshot_request = (tf.constant(which, tf.int32), tf.constant(steps, tf.int64))
+        self._snapshot_result = None
+
+    def cancel_snapshot(self) -> None:
+        self._snapshot_request = None
+
+    def pop_snapshot(self) -> tf.Tensor | None:
+        result, self._snapshot_result = self._snapshot_result, None
+        return result
 
     def train_loop_end(self) -> dict[str, float]:
         # The last call's results are the metrics' values now: nothing ran since.
