@@ -27,7 +27,7 @@ def _float32_policy():
 def _xla_compiled(runner) -> bool:
     """Whether the traced train function calls a function marked for XLA compilation."""
     concrete = runner._train_fn.get_concrete_function(
-        runner._iterator, tf.constant(1), *runner._no_snapshot
+        runner._iterator, tf.constant(1), *runner._no_snapshot, runner._flags[0]
     )
     graph = concrete.graph.as_graph_def()
     nodes = [*graph.node, *(n for f in graph.library.function for n in f.node_def)]

@@ -100,3 +100,20 @@ def test_epoch_scalars_read_back_as_tensorboard_scalars(tmp_path: Path):
             assert values == pytest.approx(history[prefix + name], rel=1e-6)
             metadata = events.SummaryMetadata(f"epoch_{name}")
             assert metadata.plugin_data.plugin_name == "scalars"
+
+
+def test_learning_rate_reads_a_variable_a_schedule_and_a_loss_scale_optimizer():
+    import keras
+
+    from kdist.callbacks.tensorboard import learning_rate
+
+    plain = keras.optimizers.SGD(learning_rate=0.25)
+    assert learning_rate(plain) == 0.25
+    plain.learning_rate.assign(0.125)  # as ReduceLROnPlateau does
+    assert learning_rate(plain) == 0.125
+    schedule = keras.optimizers.schedules.ExponentialDecay(1.0, decay_steps=1, decay_rate=0.5)
+    decayed = keras.optimizers.SGD(learning_rate=schedule)
+    decayed.iterations.assign(3)
+    assert learning_rate(decayed) == pytest.approx(0.125)
+    scaled = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(learning_rate=0.5))
+    assert learning_rate(scaled) == 0.5

@@ -86,6 +86,9 @@ class ProgressBar(keras.callbacks.ProgbarLogger):
             self.progbar = _ThroughputProgbar(
                 target=self.target,
                 verbose=self.verbose,
+                # At most 10 redraws a second (tqdm's default; Keras redraws up to 20):
+                # a redraw was a fifth of the training thread's time between calls.
+                interval=0.1,
                 unit_name="step",
                 stateless_metrics=set(),
                 examples_per_step=self.examples_per_step,

@@ -9,7 +9,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from kdist.callbacks.tensorboard import write_scalars
+from kdist.callbacks.tensorboard import learning_rate, write_scalars
 
 __all__ = ["TrainingSpeed"]
 
@@ -74,15 +74,13 @@ class TrainingSpeed(keras.callbacks.Callback):
         if steps <= before or self._writer is None:
             return
         rate = (steps - before) / max(now - then, 1e-9)
-        # A plain number, also when the strategy mirrors the optimizer's variables.
-        learning_rate = float(tf.convert_to_tensor(self.model.optimizer.learning_rate))
         # Keras's TensorBoard callback pushes its own `record_if` condition (every
         # `update_freq` train-function calls) around the batch hooks: these scalars keep
         # their own schedule.
         scalars = {
             "steps_per_second": rate,
             "examples_per_second": rate * self.examples_per_step,
-            "learning_rate": learning_rate,
+            "learning_rate": learning_rate(self.model.optimizer),
         }
         with tf.summary.record_if(True):
             write_scalars(self._writer, scalars, steps)

@@ -49,7 +49,8 @@ class Runner(abc.ABC):
 
     @abc.abstractmethod
     def train_loop_begin(self, *, reset_metrics: bool = True) -> None:
-        """Start an epoch: reset the training metrics (not when resuming inside it)."""
+        """Start an epoch: reset the training metrics (not when resuming inside it), at
+        the latest before the epoch's first step."""
 
     @abc.abstractmethod
     def train_steps(self, num_steps: int) -> Logs:

@@ -35,8 +35,12 @@ class StandardRunner(StepRunner):
         # the last call that ran it returned.
         self._snapshot: SnapshotFn | None = None
         self._no_snapshot = (tf.constant(-1, tf.int32), tf.constant(0, tf.int64))
+        self._which: dict[int, tf.Tensor] = {}
         self._snapshot_request: tuple[tf.Tensor, tf.Tensor] | None = None
         self._snapshot_result: tf.Tensor | None = None
+        # Whether the next call resets the metrics first (`train_loop_begin`).
+        self._reset_next = False
+        self._flags = (tf.constant(False), tf.constant(True))
         self._train_fn = self._make_train_function()
         self._eval_fn = self._make_eval_function() if self._val_data is not None else None
         # The metrics the last `train_steps` call returned: `train_loop_end` reuses them
@@ -46,13 +50,27 @@ class StandardRunner(StepRunner):
     def _make_train_function(self) -> Callable[..., tuple[Logs, tf.Tensor]]:
         snapshot = self._snapshot
 
+        metrics = list(self.model.metrics)
+
+        def reset() -> tf.Tensor:
+            for metric in metrics:
+                metric.reset_state()
+            return tf.constant(True)
+
         @tf.function
         def train_function(
-            iterator: Any, num_steps: tf.Tensor, which: tf.Tensor, steps: tf.Tensor
+            iterator: Any,
+            num_steps: tf.Tensor,
+            which: tf.Tensor,
+            steps: tf.Tensor,
+            reset_first: tf.Tensor,
         ) -> tuple[Logs, tf.Tensor]:
-            # The copies read the variables before the first step updates them.
+            # A saver's copies first (the state of its step, the epoch's metrics
+            # included), then a new epoch's metric reset, then the steps.
             finite = snapshot(which, steps) if snapshot is not None else tf.constant(True)
             with tf.control_dependencies([finite]):
+                reset_done = tf.cond(reset_first, reset, lambda: tf.constant(True))
+            with tf.control_dependencies([reset_done]):
                 self.run_train_steps(iterator, num_steps)
             return self.metric_results(), finite
 
@@ -111,8 +129,9 @@ class StandardRunner(StepRunner):
     # -- the Runner interface ----------------------------------------------------------
 
     def train_loop_begin(self, *, reset_metrics: bool = True) -> None:
-        if reset_metrics:
-            self.reset_metrics()
+        # The reset is made by the epoch's first call, before its steps (one call less
+        # per epoch on the training thread), or by `train_loop_end` if no call comes.
+        self._reset_next = reset_metrics
         self._last_logs = None
         if self._iterator is None:
             self._iterator = iter(self._train_data)
@@ -125,7 +144,9 @@ class StandardRunner(StepRunner):
             self._iterator,
             tf.constant(num_steps, dtype=tf.int32),
             *(request or self._no_snapshot),
+            self._flags[self._reset_next],
         )
+        self._reset_next = False
         if request is not None:
             self._snapshot_result = finite
         self._last_logs = logs
@@ -140,7 +161,9 @@ class StandardRunner(StepRunner):
     def snapshot_next_call(self, which: int, steps: int) -> None:
         if self._snapshot is None:
             raise RuntimeError("`snapshot_next_call` before `set_snapshot`")
-        self._snapshot_request = (tf.constant(which, tf.int32), tf.constant(steps, tf.int64))
+        if which not in self._which:
+            self._which[which] = tf.constant(which, tf.int32)
+        self._snapshot_request = (self._which[which], tf.constant(steps, tf.int64))
         self._snapshot_result = None
 
     def cancel_snapshot(self) -> None:
@@ -154,6 +177,9 @@ class StandardRunner(StepRunner):
         # The last call's results are the metrics' values now: nothing ran since.
         logs = self._last_logs
         if logs is None:  # no step in this epoch (e.g. stopped before the first call)
+            if self._reset_next:
+                self.reset_metrics()
+                self._reset_next = False
             logs = self.metric_results()
         return to_floats(logs)
 
