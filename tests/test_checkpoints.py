@@ -50,7 +50,11 @@ def _max_diff(a, b) -> float:
 
 
 def _backup_steps(run_dir: Path) -> list[int]:
-    return sorted(int(p.name.split("-")[1].split(".")[0]) for p in run_dir.glob("backup/*.index"))
+    return _backup_steps_in(run_dir / "backup")
+
+
+def _backup_steps_in(folder: Path) -> list[int]:
+    return sorted(int(p.name.split("-")[1].split(".")[0]) for p in folder.glob("*.index"))
 
 
 # -- the data position -------------------------------------------------------------------
@@ -342,6 +346,39 @@ def test_the_call_after_a_save_copies_the_state_of_the_saved_step(tmp_path: Path
         assert _max_diff(_weights(exp.model), seen[step]) == 0.0, step
         assert int(exp.controller.state.steps.numpy()) == step
         assert int(exp.model.optimizer.iterations.numpy()) == step
+
+
+def test_a_queued_write_starts_when_the_training_thread_enters_a_call(tmp_path: Path, monkeypatch):
+    # Between two calls the training thread runs the hooks; the writer starts a job
+    # only once the controller opens the gate around a call, or `sync` waits for it.
+    from kdist.engine.runner import TRAIN_CALLS
+
+    monkeypatch.setattr(checkpoint_module, "GATE_SECONDS", 30.0)
+    started = threading.Event()
+    write = checkpoint_module._HostWriter.write
+
+    def spy(self, prefix: str) -> None:
+        started.set()
+        write(self, prefix)
+
+    monkeypatch.setattr(checkpoint_module._HostWriter, "write", spy)
+    exp = _built(tmp_path)
+    saver = _saver(exp, tmp_path / "gated")
+    exp.runner.train_steps(2)
+    saver.save(2, wait=False)
+    assert not started.wait(0.5)  # no call: the gate is closed
+    TRAIN_CALLS.open()
+    try:
+        assert started.wait(10)
+    finally:
+        TRAIN_CALLS.close()
+    exp.runner.train_steps(1)
+    saver.save(3, wait=False)
+    begun = time.monotonic()
+    saver.sync()  # opens the gate while it waits: no 30 s wait
+    assert time.monotonic() - begun < 10
+    assert _backup_steps_in(tmp_path / "gated") == [2, 3]
+    saver.finish(3)
 
 
 def test_the_writer_does_not_keep_a_finished_run_alive(tmp_path: Path):

@@ -46,6 +46,7 @@ import tensorflow as tf
 
 from kdist.callbacks.guards import NonFiniteWeightsError
 from kdist.cluster import chief
+from kdist.engine.runner import TRAIN_CALLS
 from kdist.engine.state import (
     CheckpointError,
     TrainingState,
@@ -106,6 +107,9 @@ def _enable_async_copies() -> None:
     if Variable._copy_trackable_to_cpu is not _copy_keras_variable_to_cpu:
         Variable._copy_trackable_to_cpu = _copy_keras_variable_to_cpu
 
+
+# Most seconds a queued write waits for the training thread to enter a train call.
+GATE_SECONDS = 0.05
 
 # Two sets of host copies (a save need not wait while the one before it is written)
 # when one set is at most this large; one set otherwise.
@@ -331,6 +335,9 @@ class _HostWriter:
             try:
                 if item is None:
                     return
+                # Start while the training thread is in a train call (or waits for
+                # the writes), not while it runs the hooks between two calls.
+                TRAIN_CALLS.wait(GATE_SECONDS)
                 self._writing = item[1]
                 item[0]()
             except BaseException as error:  # raised on the training thread by `sync`
@@ -354,7 +361,11 @@ class _HostWriter:
         """
         self.flush()
         if self._thread is not None:
-            self._jobs.join()
+            TRAIN_CALLS.open()  # this thread now waits: the writes need not
+            try:
+                self._jobs.join()
+            finally:
+                TRAIN_CALLS.close()
         self._raise_error()
 
     def attach(self, saver: Any) -> None:
@@ -481,7 +492,11 @@ class _HostWriter:
         thread = self._thread
         if thread is not None and thread.is_alive():
             self._jobs.put(None)
-            thread.join()
+            TRAIN_CALLS.open()
+            try:
+                thread.join()
+            finally:
+                TRAIN_CALLS.close()
             atexit.unregister(self.stop)
         self._thread = None
         self.newest = None

@@ -18,7 +18,7 @@ import keras
 import tensorflow as tf
 
 from kdist.data.pipeline import DatasetFn
-from kdist.engine.runner import Runner
+from kdist.engine.runner import TRAIN_CALLS, Runner
 from kdist.engine.state import (
     TrainingState,
     clean_leftovers,
@@ -278,7 +278,11 @@ class Controller:
                 limit = min(schedule.steps_per_execution, per_epoch - step)
                 count = _next_count(step, self.global_step, limit, intervals)
                 callbacks.on_train_batch_begin(step)
-                batch_logs = runner.train_steps(count)
+                TRAIN_CALLS.open()  # background writes may start (`CallGate`)
+                try:
+                    batch_logs = runner.train_steps(count)
+                finally:
+                    TRAIN_CALLS.close()
                 step += count
                 steps_run += count
                 self.global_step += count

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -21,6 +22,8 @@ from kdist.data.pipeline import DatasetFn
 from kdist.engine.sharded import has_sharded_variables, training_variables
 
 __all__ = [
+    "TRAIN_CALLS",
+    "CallGate",
     "Logs",
     "Runner",
     "SnapshotFn",
@@ -34,6 +37,39 @@ log = logging.getLogger(__name__)
 
 # Metric name -> value (a scalar tensor between steps, a float at epoch ends).
 Logs = Mapping[str, Any]
+
+class CallGate:
+    """Open while the training thread waits on TensorFlow: background Python waits for it.
+
+    Between two train calls the training thread runs Python (callbacks, savers) and
+    needs the GIL; inside a call it holds none. A background thread that runs Python
+    (the checkpoint writer) starts its work when the gate is open, so it competes with
+    TensorFlow's threads rather than with the training thread's hooks. The controller
+    opens it around every train call; a thread that waits for the background work
+    (`sync`) opens it too, so that nothing waits on a closed gate.
+    """
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._open = 0
+
+    def open(self) -> None:
+        with self._condition:
+            self._open += 1
+            self._condition.notify_all()
+
+    def close(self) -> None:
+        with self._condition:
+            self._open -= 1
+
+    def wait(self, timeout: float) -> None:
+        """Return when the gate is open, or after `timeout` seconds at the latest."""
+        with self._condition:
+            self._condition.wait_for(lambda: self._open > 0, timeout)
+
+
+# The process's gate: open during train calls (`Controller`).
+TRAIN_CALLS = CallGate()
 
 # `snapshot(which, steps)`: copy the variables to host buffer `which` (an int32 tensor;
 # -1 copies nothing) and record `steps` (int64); returns whether the weights are finite.
