@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 # Metric name -> value (a scalar tensor between steps, a float at epoch ends).
 Logs = Mapping[str, Any]
 
+
 class CallGate:
     """Open while the training thread waits on TensorFlow: background Python waits for it.
 
