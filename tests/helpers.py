@@ -175,9 +175,11 @@ class KillAtStep:
 class KillDuringAsyncSave:
     """`callbacks.extra` target: SIGKILL this process while the backup of `step` is written.
 
-    It wraps `PeriodicCheckpoint.save`: once the asynchronous save of `step` is queued,
-    it waits (at most `timeout` seconds) for TensorFlow's temporary folder of that
-    checkpoint (`ckpt-<step>_temp`) to appear, writes what it saw to `report`, and
+    The backup of `step` is queued for writing after the train call that follows its
+    save (that call makes its host copy; see `_HostWriter.defer`), by then at the
+    latest. So this wraps `PeriodicCheckpoint.after_steps`: after the first call past
+    `step`, it waits (at most `timeout` seconds) for TensorFlow's temporary folder of
+    that checkpoint (`ckpt-<step>_temp`) to appear, writes what it saw to `report`, and
     kills the process: the write is then in progress in the background thread.
     """
 
@@ -189,12 +191,12 @@ class KillDuringAsyncSave:
 
         from kdist.callbacks import checkpoint
 
-        original = checkpoint.PeriodicCheckpoint.save
+        original = checkpoint.PeriodicCheckpoint.after_steps
 
-        def save(self, steps, *, wait=True):
-            path = original(self, steps, wait=wait)
-            if path is None or wait or steps != step or self.directory.name != "backup":
-                return path
+        def after_steps(self, steps):
+            original(self, steps)
+            if steps <= step or self.directory.name != "backup":
+                return
             temporary = self.directory / f"ckpt-{step}_temp"
             deadline = time.monotonic() + timeout
             while not temporary.exists() and time.monotonic() < deadline:
@@ -203,9 +205,8 @@ class KillDuringAsyncSave:
             complete = (self.directory / f"ckpt-{step}.index").exists()
             Path(report).write_text(f"{seen}, index {'written' if complete else 'missing'}")
             os.kill(os.getpid(), signal.SIGKILL)
-            return path
 
-        checkpoint.PeriodicCheckpoint.save = save
+        checkpoint.PeriodicCheckpoint.after_steps = after_steps
         return keras.callbacks.Callback()
 
 
