@@ -38,42 +38,40 @@ NOTES: dict[str, str] = {
         "note said a third), are most of it; then `parse_example` copies the floats once "
         "more. That is 5 us more CPU per example than memory, against about 25 us of CPU "
         "per example for this 32-example step, on 2 cores that other jobs also use. Only "
-        "the cache (`data.cache=true`, the default) removes it. This `make bench` run, at a "
-        "load of 2.5: 1.362 (CPU 1.299), against 1.463 (CPU 1.446) in the previous one."
+        "the cache (`data.cache=true`, the default) removes it. The last two `make bench` "
+        "runs: 1.362 (CPU 1.299) and 1.381 (CPU 1.340), against 1.463 (CPU 1.446) before."
     ),
     "defaults/default_vs_loop": (
         "Met. Saves were the cost (a backup every 100 steps and a checkpoint every "
         "epoch: 85 per 20-epoch fit, plus the final one). TensorFlow's async helper spent "
         "20-30 ms of CPU per save in Python on its own thread, holding the GIL against "
-        "the step calls. Now the training thread records the step and copies the "
-        "variables to host memory in one traced call (about 0.25 ms alone), and kdist's "
-        "writer thread writes them with a traced `tf.train.Checkpoint.write` and then "
-        "does the CheckpointManager bookkeeping. There are two sets of host copies, so a "
-        "checkpoint a few steps after a backup does not wait for the backup's write, and "
-        "the step both savers save at the end is written once and hard-linked. The "
-        "3-epoch version of this job before the saver work: 1.260 (CPU 1.243) at a load "
-        "of 0.3 (`results/rerun-defaults-before.json`)."
+        "the step calls. Now the next train call copies a save's variables to host "
+        "memory before its first step (no call of its own on the training thread), and "
+        "kdist's writer thread writes them with a traced `tf.train.Checkpoint.write` and "
+        "then does the CheckpointManager bookkeeping, starting while the training thread "
+        "is in a train call. There are two sets of host copies, so a checkpoint a few "
+        "steps after a backup does not wait for the backup's write, and the step both "
+        "savers save at the end is written once and hard-linked. The 3-epoch version of "
+        "this job before the saver work: 1.260 (CPU 1.243) at a load of 0.3 "
+        "(`results/rerun-defaults-before.json`)."
     ),
     "defaults/default_share": (
-        "Missed: 5.0 % of a 20-epoch fit (3.8-4.3 s) is outside the step calls, about "
-        "210 ms; 3 % would be about 120 ms. A 3-epoch run, where the costs paid once per "
-        "fit weigh more, is at 8.7 %. Before this stop: 11.1 % for 3 epochs. In the "
-        "breakdown of one fit, the 86 saves take about 1 ms each on the training thread. "
-        "The host copy alone is 0.25 ms (60 captured variables); the rest is waiting for "
-        "the GIL and for TensorFlow's 2 inter-op threads, which the writer thread's "
-        "write and its bookkeeping (about 1.2 ms of CPU a save, mostly file system "
-        "calls) share with the training thread. Then the hooks of the 256 train calls "
-        "(about 0.14 ms each: Keras's progress bar, the logs converted to floats, the "
-        "NaN guard), 20 epoch ends (about 3 ms each: the TensorBoard and speed "
-        "scalars, the metric reset, the epoch's checkpoint; the first creates the "
-        "TensorBoard writers), and the end of the fit (about 30 ms: the final checkpoint "
-        "and its linked backup, closing the writers, metrics.json, starting the "
-        "curves.png thread). What I tried without a measurable gain: a lighter "
-        "CheckpointManager using Python's `os` calls (the CPU is in the system calls), "
-        "a shorter GIL switch interval, and backups at call boundaries instead of cut "
-        "calls. Meeting the target on this machine needs fewer saves in the default "
-        "configuration, or a copy made inside the last step call before a save: both "
-        "change what the issue fixes, or the engine's contract."
+        "Met: 2.8 % (rounds 2.68-2.98 %) of a 20-epoch fit (3.6-4.4 s), against 5.0 % in "
+        "the previous run; a 3-epoch run 5.2 % (8.7 %). Sampling the training thread "
+        "with py-spy showed that every TensorFlow call between two step calls costs "
+        "15-40 times its warm cost (40 us for the first `.numpy()` after a call), and "
+        "that the writer thread's Python competed with the hooks for the GIL. Changes, "
+        "measured in one process with the variants alternated fit by fit: the next call "
+        "copies a save's variables (169 -> 134 ms outside the step calls); the learning "
+        "rate read with the variable's `numpy()`, the progress bar at 10 redraws a "
+        "second, a new epoch's metric reset inside its first call (136 -> 123 ms); a "
+        "queued write starts while the training thread is in a train call (141 -> 98 "
+        "ms). Tried without a gain: Keras's asynchronous batch-end hooks, the logs "
+        "converted to floats in the runner, TensorFlow's copy function inlined. What "
+        "is left (the hook breakdown in the details): the TensorBoard and speed scalars "
+        "at each epoch end, the progress bar and the logs converted to floats after each "
+        "call, and the epoch's checkpoint, whose copy still takes a call of its own while "
+        "the backup before it is written."
     ),
     "input/cnn_k1_cached": (
         "Missed on wall time (1.24) but not on CPU time (0.995): with `cache=true` the "
@@ -83,8 +81,9 @@ NOTES: dict[str, str] = {
         "(`results/rerun-input.json`): 0.989 (CPU 0.991)."
     ),
     "strategy/mirrored1_vs_none_mlp_k1": (
-        "Missed by 1% (1.040, CPU 1.037) at 1 step per call; met at 32 steps per call "
-        "(0.988). What is left is a per-call cost of a function under MirroredStrategy "
+        "Missed at 1 step per call (1.100, CPU 1.074; 1.040 and 1.157 in earlier runs); "
+        "met at 32 steps per call (0.987). What is left is a per-call cost of a function "
+        "under MirroredStrategy "
         "(about 0.1 ms: mirrored variables and the per-replica iterator as captured "
         "inputs), which `trainer.steps_per_execution` amortises. The hand-written loop "
         "pays 14% (1 step per call) and 11% (32) for the same strategy; kdist's CPU input "
@@ -116,7 +115,10 @@ NOTES: dict[str, str] = {
         "which the profile hook does not reach; the chief's profile shows only scheduling.)"
     ),
     "startup/kdist_train_vs_plain_script": (
-        "No target. `python -m kdist.train` reaches its first step about 0.8 s later: "
+        "No target. 4.87 s against 3.91 s in this run (4.62 s against 3.87 s in the "
+        "previous one: a fit now makes its first set of host copies and traces the copy "
+        "into the train function before the first step, about 0.1-0.2 s, where the first "
+        "save used to). `python -m kdist.train` reaches its first step about 0.8 s later: "
         "about 0.3 s more imports (Hydra, OmegaConf and kdist's modules: 3.86 s against "
         "3.55 s for keras and sklearn under `python -X importtime`), the config composed "
         "twice (the pre-check that turns a bad key into one line before TensorFlow "
@@ -159,8 +161,7 @@ engine, equivalence and checkpoint tests pass):
    last train call returned instead of a second eager read of the (mirrored) variables.
 
 **Not engine-bound.** TFRecord input without the cache is limited by reading the records
-(TensorFlow's reader checks a CRC-32C per record, in software; see the note under the
-table); the local clusters
+(TensorFlow's reader: see the note under the table); the local clusters
 are limited by running every task on the same 2 cores (notes under the table): the same
 clusters running TensorFlow's tutorial loops instead of kdist reach 0.50 (2 workers) and
 0.56 (parameter server) of one process, and kdist is 1.05x and 1.10x as fast as those
