@@ -401,13 +401,12 @@ class _HostWriter:
         if not self._copies:
             self._add_copies(weights)
         first = min(self._copies, key=lambda c: c.index)
-        copy = tf.autograph.experimental.do_not_convert(first.body)
 
         @tf.autograph.experimental.do_not_convert
         def snapshot(which: tf.Tensor, steps: tf.Tensor) -> tf.Tensor:
             return tf.cond(
                 tf.equal(which, first.index),
-                lambda: copy(steps),
+                lambda: first.body(steps),
                 lambda: tf.constant(True),
             )
 
