@@ -4,7 +4,9 @@ The same arrays are written with `kdist.data.tfrecord_io.write_tfrecords` (float
 lists, 4 training shards) and read by `data=tfrecord`; the reference is the in-memory
 synthetic source (cached tensors). With `data.cache=false` every epoch reads and parses
 the files again (the case the target is about); `data.cache=true` (the default) reads
-them once and then serves the cached tensors.
+them once and then serves the cached tensors. The in-memory source with
+`data.cache=false` (a fresh tensor per example on every pass, no reading) is measured in
+the same rounds: the floor for any uncached source.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ __all__ = ["GROUP", "run"]
 GROUP = "4. input pipeline: TFRecord files vs in-memory tensors"
 
 MEMORY, FILES, FILES_CACHED = "in-memory", "tfrecord, cache=false", "tfrecord, cache=true"
+MEMORY_UNCACHED = "in-memory, cache=false"
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,10 @@ def _compare(ctx: Context, spec: _Spec) -> list[Comparison]:
             kdist_overrides(job, data=[*files, "data.cache=true"]),
             ctx.workdir / f"input_{spec.key}_cached",
         ),
+        MEMORY_UNCACHED: KdistJob(
+            kdist_overrides(job, "data.cache=false"),
+            ctx.workdir / f"input_{spec.key}_memory_uncached",
+        ),
     }
     rounds = ctx.rounds_for(spec.rounds)
     ctx.log(f"input/{spec.key}: {', '.join(sides)}; {rounds} rounds of {job.steps} steps")
@@ -118,6 +125,13 @@ def _compare(ctx: Context, spec: _Spec) -> list[Comparison]:
             title=f"{spec.title}: TFRecord (cache=true, the default) / in-memory",
             a=FILES_CACHED,
             target=Target("<=", 1.05),
+            **common,
+        ),
+        summarize(
+            id=f"input/{spec.key}_memory_uncached",
+            title=f"{spec.title}: in-memory (cache=false) / in-memory (the floor of an "
+            "uncached source)",
+            a=MEMORY_UNCACHED,
             **common,
         ),
     ]
