@@ -56,8 +56,8 @@ NOTES: dict[str, str] = {
         "(`results/rerun-defaults-before.json`)."
     ),
     "defaults/default_share": (
-        "Met: 2.8 % (rounds 2.68-2.98 %) of a 20-epoch fit (3.6-4.4 s), against 5.0 % in "
-        "the previous run; a 3-epoch run 5.2 % (8.7 %). Sampling the training thread "
+        "Met: 2.15 % (rounds 2.03-2.31 %) of a 20-epoch fit (4.7-5.3 s); 2.8 % and 5.0 % "
+        "in the two runs before; a 3-epoch run 4.0 % (5.2 % before). Sampling the training thread "
         "with py-spy showed that every TensorFlow call between two step calls costs "
         "15-40 times its warm cost (40 us for the first `.numpy()` after a call), and "
         "that the writer thread's Python competed with the hooks for the GIL. Changes, "
@@ -74,51 +74,58 @@ NOTES: dict[str, str] = {
         "the backup before it is written."
     ),
     "input/cnn_k1_cached": (
-        "Missed on wall time (1.24) but not on CPU time (0.995): with `cache=true` the "
-        "steady state reads the same cached tensors as the in-memory source. The 7 rounds "
-        "of 4 CNN steps ran at a load average of 5-5.5 (other jobs' tests) and single "
-        "rounds vary by ±40%. The input suite re-run alone at a load of about 2 "
-        "(`results/rerun-input.json`): 0.989 (CPU 0.991)."
+        "Met: 1.022 (CPU 1.008). With `cache=true` the steady state reads the same "
+        "cached tensors as the in-memory source. In the run before this one it missed on "
+        "wall time (1.24, CPU 0.995): its 7 rounds of 4 CNN steps ran at a load average of "
+        "5-5.5 (other jobs' tests), and single rounds vary by ±40%."
     ),
     "strategy/mirrored1_vs_none_mlp_k1": (
-        "Missed at 1 step per call (1.100, CPU 1.074; 1.040 and 1.157 in earlier runs); "
-        "met at 32 steps per call (0.987). What is left is a per-call cost of a function "
-        "under MirroredStrategy "
-        "(about 0.1 ms: mirrored variables and the per-replica iterator as captured "
-        "inputs), which `trainer.steps_per_execution` amortises. The hand-written loop "
-        "pays 14% (1 step per call) and 11% (32) for the same strategy; kdist's CPU input "
-        "path (see Findings) removed most of it."
+        "Missed at 1 step per call: 1.087 (CPU 1.081; 1.100, 1.040 and 1.157 in earlier "
+        "runs). At 32 steps per call 1.031 in this run (CPU 0.990; ratio of the medians "
+        "0.993), 0.987 in the previous one: within the noise of the target. What is left is"
+        " a per-call cost of a function under MirroredStrategy (about 0.1 ms: mirrored "
+        "variables and the per-replica iterator as captured inputs), which "
+        "`trainer.steps_per_execution` amortises. The hand-written loop pays 14% (1 step "
+        "per call) and 11% (32) for the same strategy; kdist's CPU input path (see "
+        "Findings) removed most of it."
+    ),
+    "strategy/mirrored1_vs_none_mlp_k32": (
+        "Missed by 0.001 on the median of the per-round ratios (1.031), met on CPU time "
+        "(0.990) and on the ratio of the medians (0.993); 0.987 in the previous run. See "
+        "the note above."
     ),
     "cluster/mwms2_vs_one_process": (
-        "Missed: 0.65 (best rounds 0.46). On one 2-core machine two workers share the "
-        "cores that one process already uses, so the best possible is 1.0x; then each "
-        "step all-reduces 13 MB of gradients (3.3M parameters) through gRPC on loopback, "
-        "every worker applies Adam to all parameters, and the two processes' thread pools "
-        "oversubscribe the cores. A profile of worker 0 (`profile_steps=[17,32]`, "
-        "`python -m benchmarks.profile_summary`, load about 1): 299 ms per step against "
-        "149 ms in one process; the collective all-reduce ops 16% of it, the convolution "
-        "gradients (half the batch) 1.4x slower than the whole batch in one process, the "
-        "optimizer update 4.7x. None of it is in kdist's loop: TensorFlow's tutorial loop "
-        "on the same 2 workers (suite `cluster_loops`, `results/cluster-loops.md`, 3 "
-        "rounds) reaches 0.50 of one process, and kdist / that loop is 1.05 (higher is "
-        "faster). The target needs workers with their own cores (other machines)."
+        "Missed: 0.54 (best rounds 0.57; 0.45 and 0.65 in earlier runs). On one 2-core "
+        "machine two workers share the cores that one process already uses, so the best "
+        "possible is 1.0x; then each step all-reduces 13 MB of gradients (3.3M parameters) "
+        "through gRPC on loopback, every worker applies Adam to all parameters, and the two"
+        " processes' thread pools oversubscribe the cores. A profile of worker 0 "
+        "(`profile_steps=[17,32]`, `python -m benchmarks.profile_summary`, load about 1): "
+        "299 ms per step against 149 ms in one process; the collective all-reduce ops 16% "
+        "of it, the convolution gradients (half the batch) 1.4x slower than the whole batch"
+        " in one process, the optimizer update 4.7x. None of it is in kdist's loop: "
+        "TensorFlow's tutorial loop on the same 2 workers (suite `cluster_loops`, "
+        "`results/cluster-loops.md`, 3 rounds) reaches 0.50 of one process, and kdist / "
+        "that loop is 1.05 (higher is faster). The target needs workers with their own "
+        "cores (other machines)."
     ),
     "cluster/ps_vs_one_process": (
-        "Missed: 0.55. The worker reads all 3.3M parameters (13 MB) from the parameter "
-        "server and sends 13 MB of gradients back at every step, over gRPC on loopback, "
-        "and the ps applies Adam, with the ps, the worker and the chief on the same 2 "
-        "cores: about 140 ms more per step here (246 -> 383 ms). Packing 16 steps per "
-        "`schedule` removes the coordinator's per-call cost, not this per-step traffic. "
-        "TensorFlow's tutorial loop on the same cluster (suite `cluster_loops`, 3 rounds) "
-        "reaches 0.56 of one process, and kdist / that loop is 1.10 (higher is faster): "
-        "kdist's parameter-server runner adds nothing. (The worker runs in `kdist.server`, "
-        "which the profile hook does not reach; the chief's profile shows only scheduling.)"
+        "Missed: 0.68 (0.55 and 0.62 in earlier runs). The worker reads all 3.3M parameters"
+        " (13 MB) from the parameter server and sends 13 MB of gradients back at every "
+        "step, over gRPC on loopback, and the ps applies Adam, with the ps, the worker and "
+        "the chief on the same 2 cores: about 140 ms more per step here (246 -> 383 ms). "
+        "Packing 16 steps per `schedule` removes the coordinator's per-call cost, not this "
+        "per-step traffic. TensorFlow's tutorial loop on the same cluster (suite "
+        "`cluster_loops`, 3 rounds) reaches 0.56 of one process, and kdist / that loop is "
+        "1.10 (higher is faster): kdist's parameter-server runner adds nothing. (The worker"
+        " runs in `kdist.server`, which the profile hook does not reach; the chief's "
+        "profile shows only scheduling.)"
     ),
     "startup/kdist_train_vs_plain_script": (
-        "No target. 4.87 s against 3.91 s in this run (4.62 s against 3.87 s in the "
-        "previous one: a fit now makes its first set of host copies and traces the copy "
-        "into the train function before the first step, about 0.1-0.2 s, where the first "
-        "save used to). `python -m kdist.train` reaches its first step about 0.8 s later: "
+        "No target. 5.16 s against 4.12 s in this run (4.87 s against 3.91 s and 4.62 s "
+        "against 3.87 s in the two before; a fit makes its first set of host copies and "
+        "traces the copy into the train function before the first step, about 0.1-0.2 s). "
+        "`python -m kdist.train` reaches its first step about 1 s later: "
         "about 0.3 s more imports (Hydra, OmegaConf and kdist's modules: 3.86 s against "
         "3.55 s for keras and sklearn under `python -X importtime`), the config composed "
         "twice (the pre-check that turns a bad key into one line before TensorFlow "
@@ -129,13 +136,14 @@ NOTES: dict[str, str] = {
 # The analysis under "Findings" in a full run's results.md.
 FINDINGS = """
 **Where kdist stands.** Its engine is faster than the hand-written tutorial loop on one
-device (0.90 at 1 step per call, 0.82 at 32) and on 2 mirrored replicas (0.83, 0.94), as
-fast on the CNN (0.92, 0.94: compute-bound, within the noise), and faster than Keras 3
-`fit` on every job `fit` can run (0.24-0.77). Keras 3.15 `fit` cannot run the mirrored
+device (0.89 at 1 step per call, 0.78 at 32) and on 2 mirrored replicas (0.97, 0.80), as
+fast on the CNN (0.99, 1.01: compute-bound, within the noise), and faster than Keras 3
+`fit` on every job `fit` can run (0.48-0.54). Keras 3.15 `fit` cannot run the mirrored
 job at 32 steps per call at all (keras-team/keras#19246). The engine's own time outside
-the step calls is 1.6 ms per epoch plus 15 ms once per `fit` (building the callbacks,
-writing `metrics.json` and, outside a Hydra app, `config.yaml`): 3.5 ms per epoch and
-1.9% over a 10-epoch run.
+the step calls is 1.4 ms per epoch with the minimal callbacks (1.8 % of a 10-epoch
+run); with the default ones (TensorBoard, CSV, a checkpoint every epoch, a backup every
+100 steps, curves, the progress bar) the default job runs at 0.92 of the hand-written
+loop, 2.2 % of its wall time outside the step calls.
 
 **Engine changes these measurements led to** (`kdist/engine/standard_runner.py`; the
 engine, equivalence and checkpoint tests pass):
@@ -160,22 +168,22 @@ engine, equivalence and checkpoint tests pass):
    compiled reset takes 0.3-0.6 ms. The epoch's training metrics are now the ones the
    last train call returned instead of a second eager read of the (mirrored) variables.
 
-**Not engine-bound.** TFRecord input without the cache is limited by reading the records
-(TensorFlow's reader: see the note under the table); the local clusters
-are limited by running every task on the same 2 cores (notes under the table): the same
-clusters running TensorFlow's tutorial loops instead of kdist reach 0.50 (2 workers) and
-0.56 (parameter server) of one process, and kdist is 1.05x and 1.10x as fast as those
-loops (`results/cluster-loops.md`, 3 interleaved rounds at a load average of 3-4). The input
-suite re-run alone at a load average of about 2 (`results/rerun-input.json`): TFRecord
-without cache 2.31 (MLP) and 1.045 (CNN); with the cache 1.077 (MLP; best rounds 1.001,
-CPU 1.058) and 0.989 (CNN). The cached MLP case is at the edge of the 1.05 target in
-both runs (1.036, 1.077): the cached steady state is the same tensors as the in-memory
-source, and a 1.4 ms step leaves little room for noise.
+**Not engine-bound.** TFRecord input without the cache costs what any uncached source
+costs on a 1 ms step: a fresh tensor per example, the bytes read and parsed, and the
+per-block work of interleaving files (see the note under the table: the in-memory source
+with `data.cache=false` is its floor, and reading files whole instead of record by record
+did not change the ratio). With the cache (the default) and on the CNN's 40 ms step it is
+within 3 % of memory. The local clusters are limited by running every task on the same 2
+cores (notes under the table): the same clusters running TensorFlow's tutorial loops
+instead of kdist reach 0.50 (2 workers) and 0.56 (parameter server) of one process, and
+kdist is 1.05x and 1.10x as fast as those loops (`results/cluster-loops.md`, 3
+interleaved rounds at a load average of 3-4).
 
-**Measuring on a shared machine.** Other jobs' tests ran throughout (load average 1-6).
+**Measuring on a shared machine.** In earlier runs other jobs' tests ran throughout (load
+average 1-6); in this one the benchmark ran alone (load 1.2-2.7, its own two cores).
 Interleaving keeps the ratios meaningful; the CPU-time ratio (not disturbed by waiting
 for a core) agrees with the wall-time ratio within a few percent everywhere except the
-two noisiest rows. A process holding a dozen traced models spent 12 s in garbage
+noisiest rows. A process holding a dozen traced models spent 12 s in garbage
 collection during one quick run (a full collection costs about a second on a loaded
 core); the harness now freezes the objects that exist before timing. A
 `kdist.launch --workers 2` run sometimes took 20-30 s longer to exit than to train
