@@ -117,7 +117,17 @@ def test_skipping_examples_continues_the_stream_exactly(pipelines):
 # -- resume in one process -----------------------------------------------------------------
 
 
-def test_interrupted_mirrored_run_resumes_under_one_device(tmp_path: Path, caplog):
+def test_interrupted_mirrored_run_resumes_under_one_device(tmp_path: Path, caplog, monkeypatch):
+    import kdist.plots as plots
+
+    drawn: list[tuple[Path, list[float]]] = []  # the epochs of every curves.png drawn
+
+    def spy(records, path, **kwargs):
+        drawn.append((Path(path), [float(r["epoch"]) for r in records]))
+        return write_curves(records, path, **kwargs)
+
+    write_curves = plots.write_curves
+    monkeypatch.setattr(plots, "write_curves", spy)
     run_dir = tmp_path / "run"
     stopped = kdist.Experiment(
         compose(
@@ -157,6 +167,8 @@ def test_interrupted_mirrored_run_resumes_under_one_device(tmp_path: Path, caplo
 
     assert wait_for_writes(timeout=60)
     assert (run_dir / "curves.png").is_file()
+    ours = [epochs for path, epochs in drawn if path == run_dir / "curves.png"]
+    assert ours[-1] == [0.0, 1.0, 2.0], drawn
     # The resumed epoch's training metrics include the steps before the interruption.
     ref_loss = reference.metrics()["train"]["loss"]
     assert resumed.metrics()["train"]["loss"] == pytest.approx(ref_loss, rel=1e-4)
