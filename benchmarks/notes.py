@@ -18,7 +18,7 @@ NOTES: dict[str, str] = {
         "again for every file on every pass), 256 records of each file in turn, the count "
         "check a stateless test per batch in the same function as the parse: 1.36-1.38 "
         "in the two `make bench` runs after it, at loads of 1-2. The reader is no longer "
-        "what limits it. Stop 21 read the files whole instead (one `tf.io.read_file` and "
+        "what limits it. Reading the files whole instead (one `tf.io.read_file` and "
         "one farmhash64 checksum per file, the records cut out at their offsets with one "
         "`substr`, the same blocks and order; branch `wholefile`): in this job, 6 epochs "
         "per round, 15 interleaved rounds on an idle machine, 1.216 (CPU 1.213) against "
