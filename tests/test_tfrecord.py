@@ -224,7 +224,13 @@ def test_write_manifest_for_foreign_files(tmp_path: Path):
     )
     manifest = read_manifest(str(path))
     assert [s.records for s in manifest.splits["train"]] == [7, 5]
-    assert kdist.data.tfrecord(path=str(folder)).size("train") == 12
+    # Records of one length: the manifest lets the reader read them whole.
+    assert all(s.record_bytes and s.fingerprint for s in manifest.splits["train"])
+    source = kdist.data.tfrecord(path=str(folder))
+    assert source.size("train") == 12 and source.reads_whole(source.files)
+    assert sorted(float(x.numpy()[0]) for x, _ in source.dataset("train")) == sorted(
+        [float(j) for j in range(7)] + [float(j) for j in range(5)]
+    )
     # A truncated file is refused (its size does not match its records).
     victim = folder / "part1.rec"
     victim.write_bytes(victim.read_bytes()[:-3])
@@ -365,10 +371,22 @@ def test_a_corrupt_record_past_the_first_block_names_the_file(tmp_path: Path):
     data = bytearray(victim.read_bytes())
     data[offsets[300] + 20] ^= 0xFF  # record 301's payload: 300 records are readable
     victim.write_bytes(bytes(data))
-    source = kdist.data.tfrecord(path=str(tmp_path / "d"))
+    # Record by record, TensorFlow's CRC stops the file at record 301.
+    source = kdist.data.tfrecord(path=str(tmp_path / "d"), whole_file_max_mb=0)
+    assert not source.reads_whole(source.files)
     with pytest.raises(tf.errors.InvalidArgumentError, match=f"{victim}.*read 300 of the 562"):
         for _ in source.dataset("train"):
             pass
+    # Read whole (the default for this file), its checksum fails before any record is used.
+    whole = kdist.data.tfrecord(path=str(tmp_path / "d"))
+    assert whole.reads_whole(whole.files)
+    iterator = iter(whole.dataset("train"))
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=f"{victim}.* is corrupt or truncated: its {len(data)} bytes do not match the "
+        "size and checksum of the 562 records",
+    ):
+        next(iterator)
 
 
 def test_the_count_check_at_block_boundaries(tmp_path: Path):
@@ -433,3 +451,123 @@ def test_image_features_are_decoded_per_record(tmp_path: Path, integrity: str):
     assert [int(y) for _, y in read] == [0, 1, 0, 1, 0, 1]
     for (x, _), image in zip(read, images, strict=True):
         np.testing.assert_allclose(x.numpy(), image / 255.0, rtol=1e-6)
+
+
+# --- files read whole ---------------------------------------------------------------------
+
+
+def test_the_manifest_says_which_files_can_be_read_whole(tmp_path: Path):
+    _write_sized(tmp_path / "d", [40, 40])
+    manifest = json.loads((tmp_path / "d" / "manifest.json").read_text())
+    for entry in manifest["splits"]["train"]:
+        data = (tmp_path / "d" / entry["file"]).read_bytes()
+        assert len(data) == entry["records"] * (entry["record_bytes"] + FRAME)
+        assert len(bytes.fromhex(entry["fingerprint"])) == 8
+    # Labels of 1 and 2 bytes (varints): records of two lengths, read record by record.
+    x, _ = _ids(20)
+    write(tmp_path / "mixed", {"train": (x, np.where(np.arange(20) < 10, 5, 300))})
+    (entry,) = json.loads((tmp_path / "mixed" / "manifest.json").read_text())["splits"]["train"]
+    assert "record_bytes" not in entry and "fingerprint" not in entry
+    mixed = kdist.data.tfrecord(path=str(tmp_path / "mixed"))
+    assert not mixed.reads_whole(mixed.files)
+    assert sorted(int(y) for _, y in mixed.dataset("train")) == [5] * 10 + [300] * 10
+    # Compressed files are read record by record.
+    write(tmp_path / "gz", {"train": (x, np.zeros(20, int))}, compression="GZIP")
+    (entry,) = json.loads((tmp_path / "gz" / "manifest.json").read_text())["splits"]["train"]
+    assert "fingerprint" not in entry
+    # A bad checksum in the manifest is refused when it is read.
+    manifest["splits"]["train"][0]["fingerprint"] = "abc"
+    (tmp_path / "d" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ConfigError, match="bad record_bytes or fingerprint"):
+        kdist.data.tfrecord(path=str(tmp_path / "d"))
+
+
+def test_whole_file_max_mb_chooses_the_reader(tmp_path: Path):
+    _write_sized(tmp_path / "d", [40, 40])
+    assert kdist.data.tfrecord(path=str(tmp_path / "d")).reads_whole([]) is False
+    source = kdist.data.tfrecord(path=str(tmp_path / "d"))
+    assert source.reads_whole(source.files)
+    size = max(Path(f).stat().st_size for f in source.files)
+    below = kdist.data.tfrecord(path=str(tmp_path / "d"), whole_file_max_mb=(size - 1) / 2**20)
+    assert not below.reads_whole(below.files)
+    for other in ("tolerant", "off"):
+        assert not kdist.data.tfrecord(path=str(tmp_path / "d"), integrity=other).reads_whole(
+            source.files
+        )
+    with pytest.raises(ConfigError, match=r"data\.source\.whole_file_max_mb.*at least 0"):
+        kdist.data.tfrecord(path=str(tmp_path / "d"), whole_file_max_mb=-1)
+    cfg = compose(["data=tfrecord", f"data.source.path={tmp_path / 'd'}"])
+    assert cfg.data.source.whole_file_max_mb == 32
+
+
+def _streams(whole, records) -> tuple[list, list]:
+    """The `(features, label)` examples of both sources, in order."""
+    assert whole.reads_whole(whole.files) and not records.reads_whole(records.files)
+    return (
+        [(x.numpy(), int(y)) for x, y in whole.dataset("train")],
+        [(x.numpy(), int(y)) for x, y in records.dataset("train")],
+    )
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        [READ_BATCH + 30] * 5,  # four files in turn, then the fifth alone
+        [2 * READ_BATCH + 1, 2 * READ_BATCH, 7, READ_BATCH + 3, 9, 2 * READ_BATCH],
+    ],
+)
+def test_whole_files_give_the_records_of_the_record_reader(tmp_path: Path, sizes: list[int]):
+    folder = tmp_path / "files"
+    folder.mkdir()
+    for index, (size, start) in enumerate(zip(sizes, np.cumsum([0, *sizes[:-1]]), strict=True)):
+        written = write(tmp_path / f"part{index}", {"train": _ids(size, int(start))})
+        (written.parent / "train-00000-of-00001.tfrecord").rename(folder / f"{index}.tfrecord")
+    write_manifest(
+        folder,
+        {"train": "*.tfrecord"},
+        features=json.loads(written.read_text())["features"],
+        feature_key="x",
+        label_key="y",
+        num_classes=3,
+    )
+    whole, records = _streams(
+        kdist.data.tfrecord(path=str(folder)),
+        kdist.data.tfrecord(path=str(folder), whole_file_max_mb=0),
+    )
+    # The same examples, bit for bit.
+    by_id = {int(x[0]): (x, y) for x, y in records}
+    assert sorted(by_id) == list(range(sum(sizes))) and len(whole) == len(records)
+    for x, y in whole:
+        np.testing.assert_array_equal(x, by_id[int(x[0])][0])
+        assert y == by_id[int(x[0])][1]
+    ids = [int(x[0]) for x, _ in whole]
+    # A block of each of the first four files in turn.
+    starts = np.cumsum([0, *sizes[:-1]])
+    first_round = [int(starts[f]) + i for f in range(4) for i in range(min(READ_BATCH, sizes[f]))]
+    assert ids[: len(first_round)] == first_round
+    if len(set(sizes)) == 1:
+        # Files of one size: the same order. (With others, the record reader's empty
+        # block after a file's last keeps the next file out for one more turn.)
+        assert ids == [int(x[0]) for x, _ in records]
+
+
+def test_a_file_changed_since_its_manifest_fails_before_its_records_are_used(tmp_path: Path):
+    files = _write_sized(tmp_path / "d", [READ_BATCH + 5] * 2)
+    victim = files[1]
+    data = bytearray(victim.read_bytes())
+    # A valid record of the first file in place of one of the second: the size and
+    # every CRC still match, only the checksum of the whole file can tell.
+    offsets = _record_offsets(victim)
+    other = files[0].read_bytes()
+    length = offsets[1] - offsets[0]
+    data[offsets[3] : offsets[3] + length] = other[offsets[3] : offsets[3] + length]
+    victim.write_bytes(bytes(data))
+    assert sum(1 for _ in tf.data.TFRecordDataset(str(victim))) == READ_BATCH + 5
+    source = kdist.data.tfrecord(path=str(tmp_path / "d"))
+    assert source.reads_whole(source.files)
+    seen = []
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"{victim}.*corrupt or truncated"):
+        for x, _ in source.dataset("train"):
+            seen.append(int(x.numpy()[0]))
+    # The first file's first block at most; nothing of the changed file.
+    assert all(i < READ_BATCH + 5 for i in seen) and len(seen) <= READ_BATCH

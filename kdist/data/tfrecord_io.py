@@ -6,6 +6,14 @@ inside a record header short with no error at all. kdist writes a manifest besid
 shards (`manifest.json`: the feature spec and, per split, each file's record count and
 size) and checks every file against it, so both cases fail naming the file.
 
+There are two readers. An uncompressed file whose records all have one length (most
+files of fixed-shape features) also gets that length and a checksum of the whole file
+in the manifest (`record_bytes`, `fingerprint`), and can be read whole
+(`read_whole_file`): one read and one checksum per file, the records cut out at
+their offsets, no per-record work before the parse. Other files are read record by
+record by TensorFlow's reader, which checks each record's CRC (`record_batches`).
+Both give the records in the same order.
+
 It stays one file (over 400 lines): the writer and the reader share the manifest format
 (`FeatureSpec`, `Shard`, `Manifest`), which must change on both sides at once.
 
@@ -38,6 +46,7 @@ from kdist.data.files import expand_files
 from kdist.fileio import atomic_path, write_text_atomic
 
 __all__ = [
+    "FINGERPRINT_MAX_BYTES",
     "MANIFEST_NAME",
     "READ_BATCH",
     "FeatureSpec",
@@ -45,10 +54,14 @@ __all__ = [
     "Shard",
     "check_batch",
     "checked_records",
+    "interleave_files",
     "parse_fn",
     "read_manifest",
+    "read_whole_file",
     "record_batches",
     "scan_file",
+    "whole_file_entry",
+    "whole_files",
     "write_manifest",
     "write_tfrecords",
 ]
@@ -86,11 +99,32 @@ class FeatureSpec:
 
 @dataclass(frozen=True)
 class Shard:
-    """One TFRecord file of a split: its path, record count and size in bytes."""
+    """One TFRecord file of a split.
+
+    Args:
+        path: the file.
+        records: its record count.
+        bytes: its size. Defaults to `None` (not checked).
+        record_bytes: the payload length of every record, when all have one length.
+            Defaults to `None`.
+        fingerprint: farmhash64 of the whole file (`tf.fingerprint`), 16 hex digits.
+            Defaults to `None`. With `record_bytes`, the file can be read whole.
+    """
 
     path: str
     records: int
     bytes: int | None = None
+    record_bytes: int | None = None
+    fingerprint: str | None = None
+
+    def readable_whole(self, max_bytes: int) -> bool:
+        """Whether `read_whole_file` can read this file, being at most `max_bytes`."""
+        return (
+            self.record_bytes is not None
+            and self.fingerprint is not None
+            and self.bytes is not None
+            and self.bytes <= max_bytes
+        )
 
 
 @dataclass(frozen=True)
@@ -212,9 +246,10 @@ def write_tfrecords(
                         )
                     )
                     writer.write(example.SerializeToString())
-            entries.append(
-                {"file": name, "records": len(part), "bytes": (out / name).stat().st_size}
-            )
+            entry = {"file": name, "records": len(part), "bytes": (out / name).stat().st_size}
+            if compression is None:
+                entry.update(whole_file_entry(str(out / name)))
+            entries.append(entry)
         manifest_splits[split] = entries
     assert spec is not None
     manifest = {
@@ -286,9 +321,10 @@ def write_manifest(
                     f"is corrupt or truncated: {records} readable records",
                     hint="restore the file before writing its manifest",
                 )
-            entries[split].append(
-                {"file": os.path.relpath(file, base), "records": records, "bytes": size}
-            )
+            entry = {"file": os.path.relpath(file, base), "records": records, "bytes": size}
+            if compression is None:
+                entry.update(whole_file_entry(file))
+            entries[split].append(entry)
     manifest = {
         "format": _FORMAT,
         "version": _VERSION,
@@ -373,12 +409,26 @@ def read_manifest(path: str) -> Manifest:
                 file = str(entry["file"])
                 records = int(entry["records"])
                 size = int(entry["bytes"]) if entry.get("bytes") is not None else None
+                record_bytes = entry.get("record_bytes")
+                record_bytes = int(record_bytes) if record_bytes is not None else None
+                fingerprint = entry.get("fingerprint")
+                if fingerprint is not None and len(bytes.fromhex(str(fingerprint))) != 8:
+                    raise ValueError(fingerprint)
             except (KeyError, TypeError, ValueError):
                 raise ConfigError(
-                    path, f"split {split!r} has an entry without file/records"
+                    path,
+                    f"split {split!r} has an entry without file/records, or with a bad "
+                    "record_bytes or fingerprint",
+                    hint="write the manifest again with kdist.data.tfrecord_io.write_manifest",
                 ) from None
             shards.append(
-                Shard(file if os.path.isabs(file) else os.path.join(base, file), records, size)
+                Shard(
+                    file if os.path.isabs(file) else os.path.join(base, file),
+                    records,
+                    size,
+                    record_bytes,
+                    None if fingerprint is None else str(fingerprint),
+                )
             )
         splits[str(split)] = shards
     num_classes = data.get("num_classes")
@@ -490,6 +540,110 @@ def record_batches(
         cycle_length=max(1, min(cycle_length, len(paths))),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
+    )
+
+
+# Files up to this size get a record length and a checksum in the manifest when written
+# (`whole_file_entry`); the reader decides which of them it reads whole.
+FINGERPRINT_MAX_BYTES = 256 * 1024 * 1024
+
+
+def _fingerprint(data: tf.Tensor) -> tf.Tensor:
+    """farmhash64 of a scalar string's bytes, as 8 uint8."""
+    return tf.fingerprint(tf.reshape(data, [1]), method="farmhash64")[0]
+
+
+def whole_file_entry(path: str) -> dict[str, Any]:
+    """The manifest entries that let `read_whole_file` read an uncompressed file.
+
+    Returns:
+        `{"record_bytes": n, "fingerprint": hex}` when the file is at most
+        `FINGERPRINT_MAX_BYTES` and all its records have a payload of `n` bytes (their
+        length fields say so, and they tile the file exactly); else `{}`.
+    """
+    if tf.io.gfile.stat(path).length > FINGERPRINT_MAX_BYTES:
+        return {}
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        data = handle.read()
+    if len(data) < _FRAME_BYTES:
+        return {}
+    length = int.from_bytes(data[:8], "little")
+    step = length + _FRAME_BYTES
+    if len(data) % step:
+        return {}
+    heads = np.frombuffer(data, np.uint8).reshape(-1, step)[:, :8]
+    if not np.all(np.ascontiguousarray(heads).view("<u8") == length):
+        return {}
+    fingerprint = _fingerprint(tf.constant(data)).numpy().tobytes().hex()
+    return {"record_bytes": length, "fingerprint": fingerprint}
+
+
+def read_whole_file(
+    path: tf.Tensor, count: tf.Tensor, length: tf.Tensor, fingerprint: tf.Tensor
+) -> tf.Tensor:
+    """The records of one file (an element of `whole_files`), read whole and checked.
+
+    The file is read in one piece and its size and farmhash64 are compared with the
+    manifest's, so a file changed in any way since the manifest was written fails with
+    `tf.errors.InvalidArgumentError` naming it, before any of its records is used. The
+    records are then cut out at their offsets: no per-record work until the parse.
+
+    Returns:
+        A string vector of the `count` records.
+    """
+    data = tf.io.read_file(path)
+    step = length + _FRAME_BYTES
+    size = tf.cast(tf.strings.length(data, unit="BYTE"), tf.int64)
+    ok = tf.logical_and(
+        tf.equal(size, count * step),
+        tf.reduce_all(tf.equal(_fingerprint(data), fingerprint)),
+    )
+    # One message per file, not per record. No `tf.cond`: TensorFlow instantiates a
+    # pipeline's functions again on every pass, and branches make them larger.
+    message = tf.strings.format(
+        "kdist: TFRecord file {} is corrupt or truncated: its {} bytes do not match the "
+        "size and checksum of the {} records its manifest lists",
+        (path, size, count),
+    )
+    with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
+        data = tf.identity(data)
+    # A record: 8-byte length, 4-byte length CRC, payload, 4-byte payload CRC.
+    return tf.strings.substr(data, tf.range(count) * step + 12, tf.fill([count], length))
+
+
+def whole_files(shards: Sequence[Shard]) -> tf.data.Dataset:
+    """`(path, records, record_bytes, fingerprint)` of each shard, for `read_whole_file`.
+
+    Raises:
+        ValueError: for a shard without a record length or checksum.
+    """
+    for shard in shards:
+        if not shard.readable_whole(np.iinfo(np.int64).max):
+            raise ValueError(f"{shard.path} cannot be read whole: no record_bytes/fingerprint.")
+    fingerprints = np.array(
+        [np.frombuffer(bytes.fromhex(str(s.fingerprint)), np.uint8) for s in shards], np.uint8
+    ).reshape(-1, 8)
+    return tf.data.Dataset.from_tensor_slices(
+        (
+            tf.constant([s.path for s in shards], tf.string),
+            tf.constant([s.records for s in shards], tf.int64),
+            tf.constant([int(s.record_bytes or 0) for s in shards], tf.int64),
+            tf.constant(fingerprints),
+        )
+    )
+
+
+def interleave_files(per_file: tf.data.Dataset, *, cycle_length: int = 4) -> tf.data.Dataset:
+    """The examples of `per_file` (one element of stacked examples per file), interleaved.
+
+    Files are taken `cycle_length` at a time, `READ_BATCH` consecutive examples of each
+    in turn, the next file opening when one ends: the order of `record_batches`. The
+    interleave is sequential; its per-example cost is that of an `unbatch`.
+    """
+    return per_file.interleave(
+        lambda *example: tf.data.Dataset.from_tensor_slices(example),
+        cycle_length=cycle_length,
+        block_length=READ_BATCH,
     )
 
 

@@ -16,10 +16,13 @@ from kdist.data.tfrecord_io import (
     READ_BATCH,
     Manifest,
     check_batch,
+    interleave_files,
     parse_fn,
     read_manifest,
+    read_whole_file,
     record_batches,
     scan_file,
+    whole_files,
 )
 
 __all__ = ["INTEGRITY_MODES", "TFRecordSource", "tfrecord"]
@@ -54,6 +57,11 @@ class TFRecordSource(FileSource):
             of any shape. Defaults to `None`: the manifest's `label_key`.
         weight_key: a scalar float feature of per-example sample weights. Defaults to
             `None`.
+        whole_file_max_mb: in `strict` mode, files up to this many MiB whose manifest
+            entry has a record length and a checksum are read whole
+            (`read_whole_file`: faster; the 4 files being read and their parsed
+            examples are in memory at once); larger files are read record by record.
+            `0` reads every file record by record. Defaults to `32`.
     """
 
     def __init__(
@@ -68,6 +76,7 @@ class TFRecordSource(FileSource):
         key: str = "data.source",
         label_key: str | Sequence[str] | None = None,
         weight_key: str | None = None,
+        whole_file_max_mb: float = 32.0,
     ):
         if integrity not in INTEGRITY_MODES:
             raise ConfigError(
@@ -80,8 +89,15 @@ class TFRecordSource(FileSource):
             raise ConfigError(
                 f"{key}.max_dropped_fraction", "must be in [0, 1)", value=max_dropped_fraction
             )
+        if not whole_file_max_mb >= 0:
+            raise ConfigError(
+                f"{key}.whole_file_max_mb",
+                "must be at least 0 (0 reads every file record by record)",
+                value=whole_file_max_mb,
+            )
         self.manifest = manifest
         self.integrity = integrity
+        self.whole_file_max_bytes = int(whole_file_max_mb * 1024 * 1024)
         self.scale = scale
         names = splits or {"train": "train", "validation": "validation"}
         if names["train"] not in manifest.splits:
@@ -92,6 +108,7 @@ class TFRecordSource(FileSource):
                 hint=f"splits there: {', '.join(sorted(manifest.splits))}",
             )
         self._shards = {split: manifest.splits.get(name, []) for split, name in names.items()}
+        self._shard = {s.path: s for shards in self._shards.values() for s in shards}
         # Records each file must yield: the manifest's counts, or in tolerant mode what
         # could be read.
         self._counts = {s.path: s.records for shards in self._shards.values() for s in shards}
@@ -194,21 +211,46 @@ class TFRecordSource(FileSource):
     def count(self, split: str, files: Sequence[str]) -> int | None:
         return sum(self._counts[f] for f in files)
 
+    def reads_whole(self, files: Sequence[str]) -> bool:
+        """Whether `read` reads `files` whole (`read_whole_file`), not record by record.
+
+        It does in `strict` mode, for `list` and `raw` features, when every file's
+        manifest entry has a record length and a checksum and the file is at most
+        `whole_file_max_mb`.
+        """
+        return (
+            self.integrity == "strict"
+            and self._parse_batch is not None
+            and bool(files)
+            and all(self._shard[f].readable_whole(self.whole_file_max_bytes) for f in files)
+        )
+
     def read(self, split: str, files: Sequence[str]) -> tf.data.Dataset:
         """The examples of `files`, one by one, in a fixed order.
 
-        With integrity checks (`strict`, `tolerant`) the files are read as
-        `record_batches` gives them: four at a time, `READ_BATCH` consecutive records
-        of each in turn. `list` and `raw` features are then checked, parsed
-        (`tf.io.parse_example`) and converted a batch at a time, in one function, and
-        unbatched once; image features are decoded one record at a time. Examples come
-        out singly, so shuffling, sharding and a resumed run's skip stay per example.
-        With `integrity=off` the files are read one after the other.
+        With integrity checks (`strict`, `tolerant`) the files are read four at a time,
+        `READ_BATCH` consecutive records of each in turn: whole when `reads_whole`
+        (`read_whole_file`: one read and checksum per file, parsed at once), else as
+        `record_batches` gives them (TensorFlow's reader, record by record). `list` and
+        `raw` features are then checked, parsed (`tf.io.parse_example`) and converted
+        many records at a time, in one function, and unbatched once; image features are
+        decoded one record at a time. Examples come out singly, so shuffling, sharding
+        and a resumed run's skip stay per example. With `integrity=off` the files are
+        read one after the other.
         """
         compression = self.manifest.compression
         # Files that tolerant mode found empty or missing are skipped.
         files = [f for f in files if self._counts[f] > 0]
         auto = tf.data.AUTOTUNE
+        if self.reads_whole(files):
+
+            def file_examples(*file: tf.Tensor) -> tuple[Any, ...]:
+                # Read, checked and parsed in one function: one instantiation per pass.
+                return self._examples(read_whole_file(*file))
+
+            whole = whole_files([self._shard[f] for f in files])
+            parsed = whole.map(file_examples, num_parallel_calls=auto, deterministic=True)
+            return interleave_files(parsed)
         if self.integrity == "off":
             records = tf.data.TFRecordDataset(list(files), compression_type=compression or "")
             if self._parse_batch is None:
@@ -255,6 +297,7 @@ def tfrecord(
     validation_split: str = "validation",
     label_key: str | Sequence[str] | None = None,
     weight_key: str | None = None,
+    whole_file_max_mb: float = 32.0,
 ) -> TFRecordSource:
     """TFRecord shards with a kdist manifest (`kdist.data.tfrecord_io.write_tfrecords`).
 
@@ -271,6 +314,8 @@ def tfrecord(
         label_key: the target feature(s), a name or a list (see `TFRecordSource`).
             Defaults to `None`: the manifest's.
         weight_key: a feature of per-example sample weights. Defaults to `None`.
+        whole_file_max_mb: files up to this size are read whole when they can be (see
+            `TFRecordSource`); `0` reads record by record. Defaults to `32`.
 
     Returns:
         A `TFRecordSource`.
@@ -298,4 +343,5 @@ def tfrecord(
         splits={"train": train_split, "validation": validation_split},
         label_key=label_key,
         weight_key=weight_key,
+        whole_file_max_mb=whole_file_max_mb,
     )
