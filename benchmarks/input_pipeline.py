@@ -3,10 +3,12 @@
 The same arrays are written with `kdist.data.tfrecord_io.write_tfrecords` (float
 lists, 4 training shards) and read by `data=tfrecord`; the reference is the in-memory
 synthetic source (cached tensors). With `data.cache=false` every epoch reads and parses
-the files again (the case the target is about); `data.cache=true` (the default) reads
-them once and then serves the cached tensors. The in-memory source with
-`data.cache=false` (a fresh tensor per example on every pass, no reading) is measured in
-the same rounds: the floor for any uncached source.
+the files again (the case the target is about): whole files (the default for these
+files) and, as a second side, record by record (`data.source.whole_file_max_mb=0`, the
+reader of files without a record length and checksum in their manifest).
+`data.cache=true` (the default) reads them once and then serves the cached tensors. The
+in-memory source with `data.cache=false` (a fresh tensor per example on every pass, no
+reading) is measured in the same rounds: the floor for any uncached source.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ GROUP = "4. input pipeline: TFRecord files vs in-memory tensors"
 
 MEMORY, FILES, FILES_CACHED = "in-memory", "tfrecord, cache=false", "tfrecord, cache=true"
 MEMORY_UNCACHED = "in-memory, cache=false"
+FILES_RECORDS = "tfrecord, cache=false, record by record"
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,12 @@ def _compare(ctx: Context, spec: _Spec) -> list[Comparison]:
             kdist_overrides(job, "data.cache=false"),
             ctx.workdir / f"input_{spec.key}_memory_uncached",
         ),
+        FILES_RECORDS: KdistJob(
+            kdist_overrides(
+                job, data=[*files, "data.cache=false", "data.source.whole_file_max_mb=0"]
+            ),
+            ctx.workdir / f"input_{spec.key}_files_records",
+        ),
     }
     rounds = ctx.rounds_for(spec.rounds)
     ctx.log(f"input/{spec.key}: {', '.join(sides)}; {rounds} rounds of {job.steps} steps")
@@ -100,7 +109,8 @@ def _compare(ctx: Context, spec: _Spec) -> list[Comparison]:
         "global_batch_size": spec.batch,
         "steps_per_call": spec.steps_per_call,
         "steps_per_round": job.steps,
-        "files": "4 TFRecord shards of float lists, integrity=strict (manifest checks)",
+        "files": "4 TFRecord shards of float lists, integrity=strict (manifest checks); "
+        "read whole unless the side says record by record",
     }
     common = {
         "group": GROUP,
@@ -128,6 +138,13 @@ def _compare(ctx: Context, spec: _Spec) -> list[Comparison]:
             **common,
         ),
         summarize(
+            id=f"input/{spec.key}_files_records",
+            title=f"{spec.title}: TFRecord (cache=false) read record by record "
+            "(whole_file_max_mb=0) / in-memory",
+            a=FILES_RECORDS,
+            **common,
+        ),
+        summarize(
             id=f"input/{spec.key}_memory_uncached",
             title=f"{spec.title}: in-memory (cache=false) / in-memory (the floor of an "
             "uncached source)",
@@ -139,9 +156,10 @@ def _compare(ctx: Context, spec: _Spec) -> list[Comparison]:
 
 def _pipeline_only(ctx: Context) -> list[Comparison]:
     """Examples per second of the input pipelines alone (no training): what limits comparison
-    4. kdist's builder on the in-memory source, on the TFRecord source with its record
-    checks (`integrity=strict`) and without (`off`), and a hand-written TFRecord pipeline
-    that batches before parsing (`tf.io.parse_example` on a whole batch)."""
+    4. kdist's builder on the in-memory source, on the TFRecord source with its checks
+    (`integrity=strict`: files read whole, and record by record) and without (`off`),
+    and a hand-written TFRecord pipeline that batches before parsing
+    (`tf.io.parse_example` on a whole batch)."""
     import tensorflow as tf
 
     import kdist
@@ -177,6 +195,9 @@ def _pipeline_only(ctx: Context) -> list[Comparison]:
     datasets = {
         MEMORY: kdist_dataset(synthetic_data(job)),
         "tfrecord, integrity=strict": kdist_dataset([*files, "data.source.integrity=strict"]),
+        "tfrecord, integrity=strict, record by record": kdist_dataset(
+            [*files, "data.source.integrity=strict", "data.source.whole_file_max_mb=0"]
+        ),
         "tfrecord, integrity=off": kdist_dataset([*files, "data.source.integrity=off"]),
         "plain TF: batch, then parse_example": plain,
     }

@@ -73,6 +73,7 @@ def test_quick_mode_writes_json_and_markdown(tmp_path: Path):
         "overhead/minimal_ms_per_epoch",
         "overhead/minimal_share",
         "input/mlp_k32_files",
+        "input/mlp_k32_files_records",
         "defaults/default_vs_loop",
         "defaults/default_vs_minimal",
         "defaults/default_share",
