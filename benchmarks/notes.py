@@ -11,31 +11,35 @@ __all__ = ["FINDINGS", "NOTES"]
 
 NOTES: dict[str, str] = {
     "input/mlp_k32_files": (
-        "Before issue 14: 1.82 (CPU 2.5): a `scan` per record with a formatted message and "
-        "`parse_single_example` per record. Then records were counted and parsed 256 at a "
-        "time (`tf.io.parse_example`): 1.463 (CPU 1.446); then each file is read by the "
-        "`TFRecordDataset` op itself (no function per file, which TensorFlow instantiated "
-        "again for every file on every pass), 256 records of each file in turn, the count "
-        "check a stateless test per batch in the same function as the parse: 1.36-1.38 "
-        "in the two `make bench` runs after it, at loads of 1-2. The reader is no longer "
-        "what limits it. Reading the files whole instead (one `tf.io.read_file` and "
-        "one farmhash64 checksum per file, the records cut out at their offsets with one "
-        "`substr`, the same blocks and order; branch `wholefile`): in this job, 6 epochs "
-        "per round, 15 interleaved rounds on an idle machine, 1.216 (CPU 1.213) against "
-        "1.216 (CPU 1.248) record by record, so it was not merged. Variants measured the "
-        "same way: files parsed whole without the 4-file interleave 1.09-1.16, the floats "
-        "cut out of whole files by offset with no protobuf parsing at all 1.10-1.11. "
-        "The reference is the floor: the in-memory source with `data.cache=false` (the "
-        "row below: a fresh tensor per example every pass, nothing read) runs at 0.98-1.07 "
-        "of the cached one in the same runs. Alone (the pipeline iterated without a model, "
-        "CPU per example): cached memory 4.5 us, uncached memory 6.7 us, whole files "
-        "without interleave 9-10 us, this reader 12-13 us, against about 33 us of CPU per "
-        "example for the whole training step. So an uncached file source pays for a "
-        "fresh tensor per example (2 us), the bytes read, copied into records and parsed "
-        "(2.5-3 us even with one read per file) and, with files interleaved for "
-        "shuffling, another 2-3 us of per-block tf.data work: 5-8 us more than cached "
-        "memory, 15-25 % of this 1 ms step. Only the cache (`data.cache=true`, the "
-        "default) removes it; with a step of a few ms (the CNN rows) it is within 3 %."
+        "Missed: 1.084 (CPU 1.123), against 1.192 (CPU 1.238) for the record-by-record "
+        "reader in the same rounds (the row below). History: 1.82 before issue 14 (a "
+        "`scan` per record with a formatted message, `parse_single_example` per record); "
+        "1.46 with records parsed 256 at a time; 1.36-1.38, then 1.22-1.23, with each "
+        "file read by the `TFRecordDataset` op itself. Now files whose manifest gives a "
+        "record length and a farmhash64 checksum (written by `write_tfrecords` and "
+        "`write_manifest` for uncompressed files of one record length) are read whole: "
+        "one `tf.io.read_file`, the size and checksum checked, the records cut out with "
+        "one `substr` and parsed in the same function, then 256 examples of each of 4 "
+        "files in turn. What made the difference was the shape of the pipeline, not the "
+        "reader: TensorFlow instantiates a pipeline's functions again on every pass, so "
+        "an earlier whole-file version (per-file blocks through a parallel `interleave`, "
+        "branch `wholefile`) measured the same 1.22 as the record reader, and versions "
+        "that regrouped 4 files into one element (`ragged_batch`, `padded_batch`, or one "
+        "function with 4 unrolled reads) cost 13-20 ms of CPU per pass over the 4,096 "
+        "examples against 4.6 ms for one small function per file. Pipeline alone, per "
+        "pass over 4,096 examples in one process: cached memory 12-14 ms of CPU, these "
+        "files 24 ms, record by record 34-38 ms. Of the 10 ms left, about 4.5 are the "
+        "per-file structure (in-memory per-file tensors interleaved cost as much), about "
+        "3 the parse, 2 the read and checksum. A decoder that cut the floats out of "
+        "fixed-layout records without the protobuf parse saved 3 ms of the 24 and was "
+        "not built. The in-memory source with `data.cache=false` (nothing read) is the "
+        "floor: 0.98-1.07 of the cached one in recent runs."
+    ),
+    "input/mlp_k32_files_records": (
+        "No target: the reader for files without a record length and checksum in their "
+        "manifest (compressed files, records of several lengths, older manifests), "
+        "forced here with `data.source.whole_file_max_mb=0`. Each file is read by "
+        "TensorFlow's `TFRecordDataset` op, record by record with its CRCs."
     ),
     "input/mlp_k32_memory_uncached": (
         "No target: the floor of any uncached source in this job (nothing is read; each "
@@ -56,33 +60,32 @@ NOTES: dict[str, str] = {
         "(`results/rerun-defaults-before.json`)."
     ),
     "defaults/default_share": (
-        "Met: 2.15 % (rounds 2.03-2.31 %) of a 20-epoch fit (4.7-5.3 s); 2.8 % and 5.0 % "
-        "in the two runs before; a 3-epoch run 4.0 % (5.2 % before). Sampling the training thread "
-        "with py-spy showed that every TensorFlow call between two step calls costs "
-        "15-40 times its warm cost (40 us for the first `.numpy()` after a call), and "
+        "Met: 2.40 % (rounds 2.27-2.59 %) of a 20-epoch fit; 2.15 %, 2.8 % and 5.0 % in the "
+        "three runs before; a 3-epoch run 3.2 % (4.0 % and 5.2 % before). Sampling the "
+        "training thread with py-spy showed that every TensorFlow call between two step calls"
+        " costs 15-40 times its warm cost (40 us for the first `.numpy()` after a call), and "
         "that the writer thread's Python competed with the hooks for the GIL. Changes, "
         "measured in one process with the variants alternated fit by fit: the next call "
-        "copies a save's variables (169 -> 134 ms outside the step calls); the learning "
-        "rate read with the variable's `numpy()`, the progress bar at 10 redraws a "
-        "second, a new epoch's metric reset inside its first call (136 -> 123 ms); a "
-        "queued write starts while the training thread is in a train call (141 -> 98 "
-        "ms). Tried without a gain: Keras's asynchronous batch-end hooks, the logs "
-        "converted to floats in the runner, TensorFlow's copy function inlined. What "
-        "is left (the hook breakdown in the details): the TensorBoard and speed scalars "
-        "at each epoch end, the progress bar and the logs converted to floats after each "
-        "call, and the epoch's checkpoint, whose copy still takes a call of its own while "
-        "the backup before it is written."
+        "copies a save's variables (169 -> 134 ms outside the step calls); the learning rate "
+        "read with the variable's `numpy()`, the progress bar at 10 redraws a second, a new "
+        "epoch's metric reset inside its first call (136 -> 123 ms); a queued write starts "
+        "while the training thread is in a train call (141 -> 98 ms). Tried without a gain: "
+        "Keras's asynchronous batch-end hooks, the logs converted to floats in the runner, "
+        "TensorFlow's copy function inlined. What is left (the hook breakdown in the "
+        "details): the TensorBoard and speed scalars at each epoch end, the progress bar and "
+        "the logs converted to floats after each call, and the epoch's checkpoint, whose copy"
+        " still takes a call of its own while the backup before it is written."
     ),
     "input/cnn_k1_cached": (
-        "Met: 1.022 (CPU 1.008). With `cache=true` the steady state reads the same "
-        "cached tensors as the in-memory source. In the run before this one it missed on "
-        "wall time (1.24, CPU 0.995): its 7 rounds of 4 CNN steps ran at a load average of "
-        "5-5.5 (other jobs' tests), and single rounds vary by ±40%."
+        "Met: 0.975 (CPU 0.982; 1.022 in the run before). With `cache=true` the steady state "
+        "reads the same cached tensors as the in-memory source. In the run before this one it"
+        " missed on wall time (1.24, CPU 0.995): its 7 rounds of 4 CNN steps ran at a load "
+        "average of 5-5.5 (other jobs' tests), and single rounds vary by ±40%."
     ),
     "strategy/mirrored1_vs_none_mlp_k1": (
-        "Missed at 1 step per call: 1.087 (CPU 1.081; 1.100, 1.040 and 1.157 in earlier "
-        "runs). At 32 steps per call 1.031 in this run (CPU 0.990; ratio of the medians "
-        "0.993), 0.987 in the previous one: within the noise of the target. What is left is"
+        "Missed at 1 step per call: 1.075 (CPU 1.045; 1.087, 1.100, 1.040 and 1.157 in "
+        "earlier runs). At 32 steps per call met in this run, 1.008 (1.031 and 0.987 in "
+        "the two before): within the noise of the target. What is left is"
         " a per-call cost of a function under MirroredStrategy (about 0.1 ms: mirrored "
         "variables and the per-replica iterator as captured inputs), which "
         "`trainer.steps_per_execution` amortises. The hand-written loop pays 14% (1 step "
@@ -90,12 +93,11 @@ NOTES: dict[str, str] = {
         "Findings) removed most of it."
     ),
     "strategy/mirrored1_vs_none_mlp_k32": (
-        "Missed by 0.001 on the median of the per-round ratios (1.031), met on CPU time "
-        "(0.990) and on the ratio of the medians (0.993); 0.987 in the previous run. See "
-        "the note above."
+        "Met: 1.008 (CPU 1.012). In the run before it missed by 0.001 (1.031; CPU "
+        "0.990), and 0.987 before that. See the note above."
     ),
     "cluster/mwms2_vs_one_process": (
-        "Missed: 0.54 (best rounds 0.57; 0.45 and 0.65 in earlier runs). On one 2-core "
+        "Missed: 0.54 (0.54, 0.45 and 0.65 in earlier runs). On one 2-core "
         "machine two workers share the cores that one process already uses, so the best "
         "possible is 1.0x; then each step all-reduces 13 MB of gradients (3.3M parameters) "
         "through gRPC on loopback, every worker applies Adam to all parameters, and the two"
@@ -110,7 +112,7 @@ NOTES: dict[str, str] = {
         "cores (other machines)."
     ),
     "cluster/ps_vs_one_process": (
-        "Missed: 0.68 (0.55 and 0.62 in earlier runs). The worker reads all 3.3M parameters"
+        "Missed: 0.75 (0.68, 0.55 and 0.62 in earlier runs). The worker reads all 3.3M parameters"
         " (13 MB) from the parameter server and sends 13 MB of gradients back at every "
         "step, over gRPC on loopback, and the ps applies Adam, with the ps, the worker and "
         "the chief on the same 2 cores: about 140 ms more per step here (246 -> 383 ms). "
@@ -122,9 +124,10 @@ NOTES: dict[str, str] = {
         "profile shows only scheduling.)"
     ),
     "startup/kdist_train_vs_plain_script": (
-        "No target. 5.16 s against 4.12 s in this run (4.87 s against 3.91 s and 4.62 s "
-        "against 3.87 s in the two before; a fit makes its first set of host copies and "
-        "traces the copy into the train function before the first step, about 0.1-0.2 s). "
+        "No target. 5.30 s against 4.13 s in this run (5.16 s against 4.12 s, 4.87 s "
+        "against 3.91 s and 4.62 s against 3.87 s in the three before; a fit makes its "
+        "first set of host copies and traces the copy into the train function before the "
+        "first step, about 0.1-0.2 s). "
         "`python -m kdist.train` reaches its first step about 1 s later: "
         "about 0.3 s more imports (Hydra, OmegaConf and kdist's modules: 3.86 s against "
         "3.55 s for keras and sklearn under `python -X importtime`), the config composed "
@@ -168,19 +171,20 @@ engine, equivalence and checkpoint tests pass):
    compiled reset takes 0.3-0.6 ms. The epoch's training metrics are now the ones the
    last train call returned instead of a second eager read of the (mirrored) variables.
 
-**Not engine-bound.** TFRecord input without the cache costs what any uncached source
-costs on a 1 ms step: a fresh tensor per example, the bytes read and parsed, and the
-per-block work of interleaving files (see the note under the table: the in-memory source
-with `data.cache=false` is its floor, and reading files whole instead of record by record
-did not change the ratio). With the cache (the default) and on the CNN's 40 ms step it is
-within 3 % of memory. The local clusters are limited by running every task on the same 2
-cores (notes under the table): the same clusters running TensorFlow's tutorial loops
+**Not engine-bound.** TFRecord input without the cache costs what an uncached file source
+costs on a 1 ms step: the bytes read and parsed and, per pass, a pipeline of per-file
+elements that TensorFlow sets up again (see the note under the table). Reading files
+whole took it from 1.19 to 1.08 in the same run; with the cache (the default) and on
+the CNN's 40 ms step it is within 2 % of memory.
+
+The local clusters are limited by running every task on the same 2 cores (notes under
+the table): the same clusters running TensorFlow's tutorial loops
 instead of kdist reach 0.50 (2 workers) and 0.56 (parameter server) of one process, and
 kdist is 1.05x and 1.10x as fast as those loops (`results/cluster-loops.md`, 3
 interleaved rounds at a load average of 3-4).
 
 **Measuring on a shared machine.** In earlier runs other jobs' tests ran throughout (load
-average 1-6); in this one the benchmark ran alone (load 1.2-2.7, its own two cores).
+average 1-6); in this one the benchmark ran alone (load 0.6-3.1, its own two cores).
 Interleaving keeps the ratios meaningful; the CPU-time ratio (not disturbed by waiting
 for a core) agrees with the wall-time ratio within a few percent everywhere except the
 noisiest rows. A process holding a dozen traced models spent 12 s in garbage
