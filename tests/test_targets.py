@@ -237,6 +237,7 @@ def test_tfrecord_target_keys_and_weight_key(tmp_path: Path):
     x, y, w = next(iter(source.dataset("train")))
     assert x.shape == (4,) and y.dtype == tf.float32 and float(w) == 2.0
     several = tfrecord(path=str(folder), label_key=["price", "rooms"])
+    assert several.reads_whole(several.files)  # records of one length: read whole
     _, targets = next(iter(several.dataset("validation")))
     assert set(targets) == {"price", "rooms"} and targets["rooms"].shape == (2,)
     with pytest.raises(ConfigError, match=r"data\.source\.label_key='nope'.*numeric features"):
