@@ -12,7 +12,7 @@ in the manifest (`record_bytes`, `fingerprint`), and can be read whole
 (`read_whole_file`): one read and one checksum per file, the records cut out at
 their offsets, no per-record work before the parse. Other files are read record by
 record by TensorFlow's reader, which checks each record's CRC (`record_batches`).
-Both give the records in the same order.
+Both give the same records, in the same order when the files are of equal size.
 
 It stays one file (over 400 lines): the writer and the reader share the manifest format
 (`FeatureSpec`, `Shard`, `Manifest`), which must change on both sides at once.
@@ -618,7 +618,7 @@ def whole_files(shards: Sequence[Shard]) -> tf.data.Dataset:
         ValueError: for a shard without a record length or checksum.
     """
     for shard in shards:
-        if not shard.readable_whole(np.iinfo(np.int64).max):
+        if shard.record_bytes is None or shard.fingerprint is None:
             raise ValueError(f"{shard.path} cannot be read whole: no record_bytes/fingerprint.")
     fingerprints = np.array(
         [np.frombuffer(bytes.fromhex(str(s.fingerprint)), np.uint8) for s in shards], np.uint8
@@ -627,7 +627,7 @@ def whole_files(shards: Sequence[Shard]) -> tf.data.Dataset:
         (
             tf.constant([s.path for s in shards], tf.string),
             tf.constant([s.records for s in shards], tf.int64),
-            tf.constant([int(s.record_bytes or 0) for s in shards], tf.int64),
+            tf.constant([s.record_bytes for s in shards], tf.int64),
             tf.constant(fingerprints),
         )
     )
@@ -637,8 +637,10 @@ def interleave_files(per_file: tf.data.Dataset, *, cycle_length: int = 4) -> tf.
     """The examples of `per_file` (one element of stacked examples per file), interleaved.
 
     Files are taken `cycle_length` at a time, `READ_BATCH` consecutive examples of each
-    in turn, the next file opening when one ends: the order of `record_batches`. The
-    interleave is sequential; its per-example cost is that of an `unbatch`.
+    in turn, the next file opening when one ends. That is the order of `record_batches`
+    for files of equal size; with others, its empty block after a file's last keeps the
+    next file out for one more turn. The interleave is sequential; its per-example cost
+    is that of an `unbatch`.
     """
     return per_file.interleave(
         lambda *example: tf.data.Dataset.from_tensor_slices(example),
