@@ -8,7 +8,10 @@ files) and, as a second side, record by record (`data.source.whole_file_max_mb=0
 reader of files without a record length and checksum in their manifest).
 `data.cache=true` (the default) reads them once and then serves the cached tensors. The
 in-memory source with `data.cache=false` (a fresh tensor per example on every pass, no
-reading) is measured in the same rounds: the floor for any uncached source.
+reading) is measured in the same rounds: the floor for any uncached source. So is the
+same source handed out in 4 per-file blocks on every pass (`benchmarks.blocks`: the
+shape of the whole-file reader's pipeline, with nothing read, checked or parsed): the
+floor for a reader that produces per-file blocks.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ GROUP = "4. input pipeline: TFRecord files vs in-memory tensors"
 MEMORY, FILES, FILES_CACHED = "in-memory", "tfrecord, cache=false", "tfrecord, cache=true"
 MEMORY_UNCACHED = "in-memory, cache=false"
 FILES_RECORDS = "tfrecord, cache=false, record by record"
+BLOCKS = "in-memory in per-file blocks, cache=false"
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,12 @@ def _compare(ctx: Context, spec: _Spec) -> list[Comparison]:
             ),
             ctx.workdir / f"input_{spec.key}_files_records",
         ),
+        BLOCKS: KdistJob(
+            kdist_overrides(
+                job, "data.cache=false", "data.source._target_=benchmarks.blocks.file_blocks"
+            ),
+            ctx.workdir / f"input_{spec.key}_blocks",
+        ),
     }
     rounds = ctx.rounds_for(spec.rounds)
     ctx.log(f"input/{spec.key}: {', '.join(sides)}; {rounds} rounds of {job.steps} steps")
@@ -142,6 +152,13 @@ def _compare(ctx: Context, spec: _Spec) -> list[Comparison]:
             title=f"{spec.title}: TFRecord (cache=false) read record by record "
             "(whole_file_max_mb=0) / in-memory",
             a=FILES_RECORDS,
+            **common,
+        ),
+        summarize(
+            id=f"input/{spec.key}_blocks",
+            title=f"{spec.title}: in-memory (cache=false) in 4 per-file blocks a pass, nothing "
+            "read (the floor of a reader of per-file blocks) / in-memory",
+            a=BLOCKS,
             **common,
         ),
         summarize(

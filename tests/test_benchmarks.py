@@ -14,16 +14,19 @@ import time
 from pathlib import Path
 
 import keras
+import numpy as np
 import pytest
 from helpers import REPO, compose
 
 import kdist
 from benchmarks import report
+from benchmarks.blocks import file_blocks
 from benchmarks.defaults import HookTimer
 from benchmarks.harness import Case, Target, interleave, summarize
 from benchmarks.probes import parse
 from kdist.callbacks.profile import ProfileSteps, profile_range
 from kdist.config.errors import ConfigError
+from kdist.data.tfrecord_io import READ_BATCH
 
 SIDE_KEYS = {"name", "median", "min", "max", "best", "samples"}
 ROW_KEYS = {
@@ -74,6 +77,7 @@ def test_quick_mode_writes_json_and_markdown(tmp_path: Path):
         "overhead/minimal_share",
         "input/mlp_k32_files",
         "input/mlp_k32_files_records",
+        "input/mlp_k32_blocks",
         "defaults/default_vs_loop",
         "defaults/default_vs_minimal",
         "defaults/default_share",
@@ -182,6 +186,24 @@ def test_hook_timer_times_each_hook_of_the_lists_made_while_active(tmp_path: Pat
     assert list(parts)[5] == "_Slow.on_epoch_end (3x)"  # the costliest hook first
     (line, _) = report._breakdown([{"details": {"outside_breakdown_ms": parts}}])
     assert "; _Slow.on_epoch_end (3x) 6" in line  # rendered under the group's table
+
+
+def test_file_blocks_hand_out_the_arrays_in_interleaved_per_file_blocks():
+    # Comparison 4's floor for a reader of per-file blocks: the whole-file reader's order.
+    per_file = 2 * READ_BATCH
+    source = file_blocks(blocks=4, num_train=4 * per_file, num_validation=0, input_shape=[3])
+    x, y = source.arrays("train")
+    got = list(source.dataset("train").as_numpy_iterator())
+    order = [
+        f * per_file + b * READ_BATCH + i
+        for b in range(2)
+        for f in range(4)
+        for i in range(READ_BATCH)
+    ]
+    assert np.array_equal(np.stack([e[0] for e in got]), x[order])
+    assert np.array_equal(np.array([e[1] for e in got]), y[order])
+    with pytest.raises(ValueError, match="do not cut into 4 blocks"):
+        file_blocks(num_train=10, num_validation=0).dataset("train")
 
 
 def test_probe_lines_are_parsed_per_task():
