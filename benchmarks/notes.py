@@ -11,36 +11,46 @@ __all__ = ["FINDINGS", "NOTES"]
 
 NOTES: dict[str, str] = {
     "input/mlp_k32_files": (
-        "Missed: 1.084 (CPU 1.123), against 1.192 (CPU 1.238) for the record-by-record reader"
-        " in the same rounds (the row below). History: 1.82 before issue 14 (a `scan` per "
-        "record with a formatted message, `parse_single_example` per record); 1.46 with "
-        "records parsed 256 at a time; 1.36-1.38, then 1.22-1.23, with each file read by the "
-        "`TFRecordDataset` op itself. Now files whose manifest gives a record length and a "
-        "farmhash64 checksum (written by `write_tfrecords` and `write_manifest` for "
-        "uncompressed files of one record length) are read whole: one `tf.io.read_file`, the "
-        "size and checksum checked, the records cut out with one `substr` and parsed in the "
-        "same function, then 256 examples of each of 4 files in turn. What made the "
-        "difference was the shape of the pipeline, not the reader: TensorFlow instantiates a "
-        "pipeline's functions again on every pass, so an earlier whole-file version (per-file"
-        " blocks through a parallel `interleave`, branch `wholefile`) measured the same 1.22 "
-        "as the record reader, and versions that regrouped 4 files into one element "
-        "(`ragged_batch`, `padded_batch`, or one function with 4 unrolled reads) cost 12-21 "
-        "ms of CPU per pass over the 4,096 examples against 7.5 ms for one small function per"
-        " file (reading and parsing only). Pipeline alone, per pass over 4,096 examples in "
-        "one process: cached memory 12-14 ms of CPU, these files 24 ms, record by record "
-        "34-38 ms. Of the 10 ms left, about 4.5 are handing the examples out of per-file "
-        "tensors (in-memory per-file tensors through the same interleave cost as much; each "
-        "file adds only about 0.3 ms), about 3 the parse, 2 the read and checksum. A decoder "
-        "that cut the floats out of fixed-layout records without the protobuf parse saved 3 "
-        "ms of the 24 (in the fit 1.117 against 1.137 in the same rounds, within the noise) "
-        "and was not built. The in-memory source with `data.cache=false` (nothing read) is "
-        "the floor: 0.98-1.07 of the cached one in recent runs."
+        "Missed: 1.287 (CPU 1.268) in this run, against 1.310 for the record-by-record reader "
+        "and 1.092 for the per-file-blocks floor (the rows below). The same suite run alone "
+        "(`--only input`) five times the same morning gave 1.004, 1.138, 1.153, 1.111 and "
+        "1.087, and the committed run before this one 1.084: the ratio moves from process to "
+        "process by more than the target's margin, while each process's rounds agree (here "
+        "0.45-0.53 ms per step against 0.34-0.38). History: 1.82 before issue 14 (a `scan` "
+        "per record with a formatted message, `parse_single_example` per record); 1.46 with "
+        "records parsed 256 at a time; 1.22-1.23 with each file read by the "
+        "`TFRecordDataset` op itself. Files whose manifest gives a record length and a "
+        "farmhash64 checksum are read whole: one `tf.io.read_file`, the size and checksum "
+        "checked, the records cut out with one `substr` and parsed in the same function, "
+        "then 256 examples of each of 4 files in turn. Where the rest goes, measured in one "
+        "process with fits alternated (21 rounds, 3-4 processes each): the pipeline's shape "
+        "alone (`benchmarks/blocks.py`: 4 per-file blocks a pass from a parallel map, "
+        "nothing read) costs 1.03-1.12 of the cached source; the same with each file read "
+        "and checksummed but not parsed 1.12-1.13; the reader 1.08-1.19. Handing out the "
+        "same arrays with `from_tensor_slices` and no map costs 0.98-1.06. So every part of "
+        "a reader that makes per-file blocks each pass costs a few percent on this 0.4 ms step"
+        " sharing 2 cores, and none dominates. Tried, with no gain beyond the noise: a "
+        "decoder that cuts the floats out of fixed-layout records without the protobuf "
+        "parse; `unbatch` or `flat_map` instead of the interleave; the files read in one "
+        "function (one element a pass, with `tf.stack` or `concatenate`); the repeat moved "
+        "before the map so its function is not set up again each pass; a sequential map; "
+        "tf.data options (no injected prefetch, a private pool of 1 thread, no autotune, "
+        "intra-op parallelism 1); a fixed prefetch of 64 batches; glibc malloc thresholds. "
+        "The pipeline never made the training wait (no `next` over 0.3 ms with a 0.4 ms "
+        "consumer), and page faults were about 100 per fit: the cost is CPU taken from the "
+        "training's two threads. The cache (the default) meets the target at 1.010."
     ),
     "input/mlp_k32_files_records": (
         "No target: the reader for files without a record length and checksum in their "
         "manifest (compressed files, records of several lengths, older manifests), "
         "forced here with `data.source.whole_file_max_mb=0`. Each file is read by "
         "TensorFlow's `TFRecordDataset` op, record by record with its CRCs."
+    ),
+    "input/mlp_k32_blocks": (
+        "No target: the floor of any reader that produces per-file blocks on every pass "
+        "(`benchmarks/blocks.py`): the in-memory arrays in 4 blocks a pass, each a slice "
+        "from a parallel map, interleaved as the whole-file reader interleaves files; "
+        "nothing is read, checked, parsed or copied. 1.025-1.093 in six runs today."
     ),
     "input/mlp_k32_memory_uncached": (
         "No target: the floor of any uncached source in this job (nothing is read; each "
@@ -61,8 +71,9 @@ NOTES: dict[str, str] = {
         "(`results/rerun-defaults-before.json`)."
     ),
     "defaults/default_share": (
-        "Met: 2.40 % (rounds 2.27-2.59 %) of a 20-epoch fit; 2.15 %, 2.8 % and 5.0 % in the "
-        "three runs before; a 3-epoch run 3.2 % (4.0 % and 5.2 % before). Sampling the "
+        "Met: 1.96 % (rounds 1.59-2.07 %) of a 20-epoch fit; 2.40 %, 2.15 %, 2.8 % and 5.0 % "
+        "in the four runs before; a 3-epoch run 4.1 % (3.2 %, 4.0 % and 5.2 % before). "
+        "Sampling the "
         "training thread with py-spy showed that every TensorFlow call between two step calls"
         " costs 15-40 times its warm cost (40 us for the first `.numpy()` after a call), and "
         "that the writer thread's Python competed with the hooks for the GIL. Changes, "
@@ -78,15 +89,15 @@ NOTES: dict[str, str] = {
         " still takes a call of its own while the backup before it is written."
     ),
     "input/cnn_k1_cached": (
-        "Met: 0.975 (CPU 0.982; 1.022 in the run before). With `cache=true` the steady state "
-        "reads the same cached tensors as the in-memory source. In the run before this one it"
-        " missed on wall time (1.24, CPU 0.995): its 7 rounds of 4 CNN steps ran at a load "
-        "average of 5-5.5 (other jobs' tests), and single rounds vary by ±40%."
+        "Met: 0.989 (CPU 0.991; 0.975 and 1.022 in the two runs before). With `cache=true` "
+        "the steady state reads the same cached tensors as the in-memory source. In an "
+        "earlier run it missed on wall time (1.24, CPU 0.995): its 7 rounds of 4 CNN steps "
+        "ran at a load average of 5-5.5 (other jobs' tests), and single rounds vary by ±40%."
     ),
     "strategy/mirrored1_vs_none_mlp_k1": (
-        "Missed at 1 step per call: 1.075 (CPU 1.045; 1.087, 1.100, 1.040 and 1.157 in "
-        "earlier runs). At 32 steps per call met in this run, 1.008 (1.031 and 0.987 in "
-        "the two before): within the noise of the target. What is left is"
+        "Missed at 1 step per call: 1.139 (CPU 1.105; 1.075, 1.087, 1.100, 1.040 and 1.157 "
+        "in earlier runs). At 32 steps per call met in this run, 0.993 (1.008, 1.031 and "
+        "0.987 in the three before): within the noise of the target. What is left is"
         " a per-call cost of a function under MirroredStrategy (about 0.1 ms: mirrored "
         "variables and the per-replica iterator as captured inputs), which "
         "`trainer.steps_per_execution` amortises. The hand-written loop pays 14% (1 step "
@@ -94,11 +105,11 @@ NOTES: dict[str, str] = {
         "Findings) removed most of it."
     ),
     "strategy/mirrored1_vs_none_mlp_k32": (
-        "Met: 1.008 (CPU 1.012). In the run before it missed by 0.001 (1.031; CPU "
-        "0.990), and 0.987 before that. See the note above."
+        "Met: 0.993 (CPU 0.987); 1.008 in the run before, 1.031 (missed by 0.001) and "
+        "0.987 before that. See the note above."
     ),
     "cluster/mwms2_vs_one_process": (
-        "Missed: 0.54 (0.54, 0.45 and 0.65 in earlier runs). On one 2-core "
+        "Missed: 0.48 (0.54, 0.54, 0.45 and 0.65 in earlier runs). On one 2-core "
         "machine two workers share the cores that one process already uses, so the best "
         "possible is 1.0x; then each step all-reduces 13 MB of gradients (3.3M parameters) "
         "through gRPC on loopback, every worker applies Adam to all parameters, and the two"
@@ -113,7 +124,8 @@ NOTES: dict[str, str] = {
         "cores (other machines)."
     ),
     "cluster/ps_vs_one_process": (
-        "Missed: 0.75 (0.68, 0.55 and 0.62 in earlier runs). The worker reads all 3.3M parameters"
+        "Missed: 0.66 (0.75, 0.68, 0.55 and 0.62 in earlier runs). The worker reads all 3.3M "
+        "parameters"
         " (13 MB) from the parameter server and sends 13 MB of gradients back at every "
         "step, over gRPC on loopback, and the ps applies Adam, with the ps, the worker and "
         "the chief on the same 2 cores: about 140 ms more per step here (246 -> 383 ms). "
@@ -125,11 +137,12 @@ NOTES: dict[str, str] = {
         "profile shows only scheduling.)"
     ),
     "startup/kdist_train_vs_plain_script": (
-        "No target. 5.30 s against 4.13 s in this run (5.16 s against 4.12 s, 4.87 s "
-        "against 3.91 s and 4.62 s against 3.87 s in the three before; a fit makes its "
+        "No target. 3.62 s against 2.90 s in this run (5.30 s against 4.13 s, 5.16 s "
+        "against 4.12 s and 4.87 s against 3.91 s in the three before: the import of "
+        "TensorFlow varies most between machines and runs; a fit makes its "
         "first set of host copies and traces the copy into the train function before the "
         "first step, about 0.1-0.2 s). "
-        "`python -m kdist.train` reaches its first step about 1 s later: "
+        "`python -m kdist.train` reaches its first step 0.7-1.2 s later: "
         "about 0.3 s more imports (Hydra, OmegaConf and kdist's modules: 3.86 s against "
         "3.55 s for keras and sklearn under `python -X importtime`), the config composed "
         "twice (the pre-check that turns a bad key into one line before TensorFlow "
@@ -140,14 +153,14 @@ NOTES: dict[str, str] = {
 # The analysis under "Findings" in a full run's results.md.
 FINDINGS = """
 **Where kdist stands.** Its engine is faster than the hand-written tutorial loop on one
-device (0.89 at 1 step per call, 0.78 at 32) and on 2 mirrored replicas (0.97, 0.80), as
-fast on the CNN (0.99, 1.01: compute-bound, within the noise), and faster than Keras 3
-`fit` on every job `fit` can run (0.48-0.54). Keras 3.15 `fit` cannot run the mirrored
+device (0.83 at 1 step per call, 0.74 at 32) and on 2 mirrored replicas (0.92, 0.80), as
+fast on the CNN (1.00, 1.00: compute-bound, within the noise), and faster than Keras 3
+`fit` on every job `fit` can run (0.33-0.57). Keras 3.15 `fit` cannot run the mirrored
 job at 32 steps per call at all (keras-team/keras#19246). The engine's own time outside
-the step calls is 1.4 ms per epoch with the minimal callbacks (1.8 % of a 10-epoch
+the step calls is 0.6 ms per epoch with the minimal callbacks (1.3 % of a 10-epoch
 run); with the default ones (TensorBoard, CSV, a checkpoint every epoch, a backup every
-100 steps, curves, the progress bar) the default job runs at 0.92 of the hand-written
-loop, 2.2 % of its wall time outside the step calls.
+100 steps, curves, the progress bar) the default job runs at 0.89 of the hand-written
+loop, 2.0 % of its wall time outside the step calls.
 
 **Engine changes these measurements led to** (`kdist/engine/standard_runner.py`; the
 engine, equivalence and checkpoint tests pass):
@@ -173,10 +186,12 @@ engine, equivalence and checkpoint tests pass):
    last train call returned instead of a second eager read of the (mirrored) variables.
 
 **Not engine-bound.** TFRecord input without the cache costs what an uncached file source
-costs on a 1 ms step: the bytes read and parsed and, per pass, a pipeline of per-file
-elements that TensorFlow sets up again (see the note under the table). Reading files
-whole took it from 1.19 to 1.08 in the same run; with the cache (the default) and on
-the CNN's 40 ms step it is within 2 % of memory.
+costs on a 0.4 ms step sharing 2 cores: every pass, per-file blocks made by a map (1.03-1.12
+of memory with nothing read, the `blocks` row), then the bytes read, checked and parsed
+(see the note under the table). Reading files whole took it from 1.19 to 1.08 in the
+previous run; this run measured 1.29 against 1.31 record by record, and runs of the
+input suite alone the same morning 1.00-1.15. With the cache (the default) and on the
+CNN's 35 ms step it is within 2 % of memory.
 
 The local clusters are limited by running every task on the same 2 cores (notes under
 the table): the same clusters running TensorFlow's tutorial loops
@@ -185,7 +200,7 @@ kdist is 1.05x and 1.10x as fast as those loops (`results/cluster-loops.md`, 3
 interleaved rounds at a load average of 3-4).
 
 **Measuring on a shared machine.** In earlier runs other jobs' tests ran throughout (load
-average 1-6); in this one the benchmark ran alone (load 0.6-3.1, its own two cores).
+average 1-6); in the last two the benchmark ran alone (load 0.6-3.1, its own two cores).
 Interleaving keeps the ratios meaningful; the CPU-time ratio (not disturbed by waiting
 for a core) agrees with the wall-time ratio within a few percent everywhere except the
 noisiest rows. A process holding a dozen traced models spent 12 s in garbage
