@@ -11,7 +11,6 @@ the TFRecord side and this one is the cost of reading, checking and parsing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -51,32 +50,17 @@ class FileBlocks(ArraySource):
         return interleave_files(blocks)
 
 
-def file_blocks(
-    *,
-    blocks: int = 4,
-    num_train: int = 2048,
-    num_validation: int = 512,
-    input_shape: Sequence[int] = (28, 28, 1),
-    num_classes: int = 10,
-    seed: int = 0,
-    targets: str = "class",
-) -> FileBlocks:
-    """kdist's synthetic data (`kdist.data.synthetic`, same arguments) as a `FileBlocks`."""
-    source = synthetic(
-        num_train=num_train,
-        num_validation=num_validation,
-        input_shape=input_shape,
-        num_classes=num_classes,
-        seed=seed,
-        targets=targets,
+def file_blocks(*, blocks: int = 4, **synthetic_args: Any) -> FileBlocks:
+    """kdist's synthetic data (`kdist.data.synthetic`, given `synthetic_args`) as a `FileBlocks`."""
+    source = synthetic(**synthetic_args)
+    (x_train, y_train), (x_validation, y_validation) = (
+        source.arrays(split) for split in ("train", "validation")
     )
-    x_train, y_train = source.arrays("train")
-    x_validation, y_validation = source.arrays("validation")
     return FileBlocks(
         blocks=blocks,
         x_train=x_train,
         y_train=y_train,
         x_validation=x_validation,
         y_validation=y_validation,
-        num_classes=num_classes,
+        num_classes=source.num_classes,
     )
