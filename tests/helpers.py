@@ -213,6 +213,10 @@ class KillDuringAsyncSave:
 class InjectNaN:
     """`callbacks.extra` target: poison weights with NaN once `step` steps are done.
 
+    It fires once, at the first batch end that finds at least `step` steps done (exactly
+    `step` with one step per call; under a parameter server, whose calls run several
+    steps and whose step counter the chief reads late, the first end after it).
+
     By default it poisons the trainable variables of the model's last layer that has any
     (the logits' kernel and bias), so the loss is NaN from the next step on, on every
     machine. Poisoning the first kernel instead is not enough: in the MLP it sits under a
@@ -235,10 +239,16 @@ class InjectNaN:
             return list(owners[-1].trainable_weights)
 
         class _Inject(keras.callbacks.Callback):
+            def __init__(self) -> None:
+                super().__init__()
+                self.done = False
+
             def on_train_batch_end(self, batch, logs=None):
-                if int(self.model.optimizer.iterations.numpy()) == step:
-                    for weight in poisoned(self.model):
-                        weight.assign(np.full(weight.shape, np.nan, dtype=weight.dtype))
+                if self.done or int(self.model.optimizer.iterations.numpy()) < step:
+                    return
+                self.done = True
+                for weight in poisoned(self.model):
+                    weight.assign(np.full(weight.shape, np.nan, dtype=weight.dtype))
 
         return _Inject()
 

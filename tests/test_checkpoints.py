@@ -194,8 +194,8 @@ def three_backups(tmp_path: Path) -> Path:
     return run_dir
 
 
-def _fresh_checkpoint(run_dir: Path):
-    exp = kdist.Experiment(compose([*BASE, "trainer.epochs=1"]), run_dir=run_dir)
+def _fresh_checkpoint(run_dir: Path, *more: str):
+    exp = kdist.Experiment(compose([*BASE, "trainer.epochs=1", *more]), run_dir=run_dir)
     exp.build_model()
     return exp
 
@@ -207,6 +207,30 @@ def test_truncated_newest_checkpoint_falls_back_to_the_previous(three_backups, c
     with caplog.at_level(logging.WARNING):
         assert exp.restore() == 10
     assert any("ckpt-12 cannot be restored" in r.message for r in caplog.records)
+
+
+def test_mirrored_run_falls_back_to_the_previous_backup_with_its_weights(tmp_path: Path, caplog):
+    # Saved and restored under MirroredStrategy (2 replicas): the weights restored from
+    # the backup before a truncated newest one are those the run had at that step.
+    run_dir = tmp_path / "run"
+    mirrored = ["strategy=mirrored", "trainer.epochs=1"]
+    at_step_10: list[np.ndarray] = []
+    exp = kdist.Experiment(
+        compose([*BASE, *mirrored, "callbacks.extra=[{_target_: helpers.StopAtStep, step: 10}]"]),
+        run_dir=run_dir,
+    )
+    exp.fit()
+    at_step_10 = _weights(exp.model)
+    exp = kdist.Experiment(compose([*BASE, *mirrored]), run_dir=run_dir)
+    exp.fit()
+    assert _backup_steps(run_dir) == [5, 10, 12]
+    data = run_dir / "backup" / "ckpt-12.data-00000-of-00001"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    check = _fresh_checkpoint(run_dir, "strategy=mirrored")
+    with caplog.at_level(logging.WARNING):
+        assert check.restore() == 10
+    assert any("ckpt-12 cannot be restored" in r.message for r in caplog.records)
+    assert _max_diff(_weights(check.model), at_step_10) == 0.0
 
 
 def test_corrupt_index_file_falls_back_to_the_previous(three_backups):
@@ -526,16 +550,23 @@ def test_a_failed_asynchronous_write_is_an_error_on_the_training_thread(
 # -- NaN guard -----------------------------------------------------------------------------
 
 
-def test_nan_stops_training_and_the_backup_keeps_finite_weights(tmp_path: Path):
+@pytest.mark.parametrize("strategy", ["one_device", "mirrored"])
+def test_nan_stops_training_and_the_backup_keeps_finite_weights(tmp_path: Path, strategy: str):
     exp = kdist.Experiment(
-        compose([*BASE, "callbacks.extra=[{_target_: helpers.InjectNaN, step: 14}]"]),
+        compose(
+            [
+                *BASE,
+                f"strategy={strategy}",
+                "callbacks.extra=[{_target_: helpers.InjectNaN, step: 14}]",
+            ]
+        ),
         run_dir=tmp_path,
     )
     with pytest.raises(NonFiniteLossError, match="after step 15"):
         exp.fit()
     steps = _backup_steps(tmp_path)
     assert steps and max(steps) < 14
-    check = _fresh_checkpoint(tmp_path)
+    check = _fresh_checkpoint(tmp_path, f"strategy={strategy}")
     assert check.restore() == max(steps)
     assert all(np.all(np.isfinite(w)) for w in _weights(check.model))
 
@@ -706,3 +737,32 @@ def test_sigterm_saves_and_exits_42_then_resumes(tmp_path: Path):
     assert resumed.returncode == 0
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["steps"] == 36
     assert os.path.exists(tmp_path / "run" / "model.keras")
+
+
+@pytest.mark.slow
+def test_sigterm_under_mirrored_saves_exits_42_and_resumes_losing_nothing(tmp_path: Path):
+    # Two replicas (2 logical CPUs): the backup at the signal's step, exit 42, and a re-run
+    # that ends with the weights of an uninterrupted mirrored run.
+    env = {"PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "tests")))}
+    mirrored = [*DETERMINISTIC, "strategy=mirrored", "runtime.logical_devices=2"]
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "work").mkdir()
+    reference = run_module("kdist.train", mirrored, cwd=tmp_path / "ref", env=env)
+    assert reference.returncode == 0, reference.stderr[-2000:]
+    stopped = run_module(
+        "kdist.train",
+        [
+            *mirrored,
+            "callbacks.backup.every_n_steps=1000",
+            "callbacks.extra=[{_target_: helpers.KillAtStep, step: 9, signal_name: SIGTERM}]",
+        ],
+        cwd=tmp_path / "work",
+        env=env,
+    )
+    assert stopped.returncode == 42, stopped.stderr[-2000:]
+    run_dir = tmp_path / "work" / "run"
+    assert _backup_steps(run_dir) == [9]
+    resumed = run_module("kdist.train", mirrored, cwd=tmp_path / "work", env=env)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads((run_dir / "metrics.json").read_text())["steps"] == 36
+    assert _max_diff(_final_weights(run_dir), _final_weights(tmp_path / "ref" / "run")) < 1e-6

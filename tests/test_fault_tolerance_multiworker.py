@@ -1,4 +1,4 @@
-"""Fault tolerance with 2 workers under `kdist.launch`: crash and preemption, nothing lost."""
+"""Fault tolerance with 2 workers under `kdist.launch`: crash, preemption and NaN, nothing lost."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import REPO, alive
+from helpers import REPO, alive, compose
 
+import kdist
 from kdist.cluster.chief import scratch_prefix
 from kdist.launch import run
 
@@ -139,3 +140,31 @@ def test_sigterm_to_one_worker_saves_on_both_and_resumes(tmp_path: Path, referen
     for index in (0, 1):
         prefix = Path(scratch_prefix(run_dir, "worker", index))
         assert not list(prefix.parent.glob(f"{prefix.name}*"))
+
+
+def test_nan_stops_both_workers_with_status_3_and_the_backup_stays_finite(tmp_path: Path):
+    # The loss is all-reduced, so both workers see NaN at the same step and stop; the
+    # launcher stops with the NaN guard's status, and the newest backup predates the NaN.
+    run_dir = tmp_path / "run"
+    log = io.StringIO()
+    code = run(
+        2,
+        [*JOB, "callbacks.extra=[{_target_: helpers.InjectNaN, step: 14}]"],
+        run_dir=run_dir,
+        timeout=300,
+        output=log,
+    )
+    text = log.getvalue()
+    assert code == 3, text[-4000:]
+    stopped = re.findall(r"\[(worker \d)\] kdist: error: training loss is nan after step 15", text)
+    assert sorted(stopped) == ["worker 0", "worker 1"], text[-4000:]
+    backups = sorted(
+        int(p.name.split("-")[1].split(".")[0]) for p in run_dir.glob("backup/*.index")
+    )
+    assert backups == [5, 10]
+    check = kdist.Experiment(
+        compose([o for o in JOB if not o.startswith("strategy=")]), run_dir=run_dir
+    )
+    check.build_model()
+    assert check.restore() == 10
+    assert all(np.all(np.isfinite(np.asarray(w))) for w in check.model.get_weights())

@@ -352,6 +352,47 @@ def test_digits_on_two_workers_and_one_ps(tmp_path: Path):
     assert not any(alive(pid) for pid in launch_pids(text).values())
 
 
+@pytest.mark.multiworker
+def test_nan_stops_the_cluster_with_status_3_and_the_backup_stays_finite(
+    tmp_path: Path, monkeypatch
+):
+    # Steps run asynchronously on the workers: the NaN shows in the logged loss or, when a
+    # backup comes first, in the weights it checks. Either stops the chief with status 3,
+    # the launcher stops every task, and the newest backup predates the poisoned weights.
+    monkeypatch.setenv("PYTHONPATH", str(REPO / "tests"))
+    log = io.StringIO()
+    run_dir = tmp_path / "run"
+    overrides = [*DIGITS, "trainer.epochs=3", "callbacks.backup.every_n_steps=5"]
+    code = run(
+        2,
+        [*overrides, "callbacks.extra=[{_target_: helpers.InjectNaN, step: 30}]"],
+        ps=1,
+        run_dir=run_dir,
+        timeout=300,
+        output=log,
+    )
+    text = log.getvalue()
+    assert code == 3, text[-3000:]
+    stopped = re.search(
+        r"\[chief 0\] kdist: error: (training loss is nan|the weights are not finite) "
+        r"after step (\d+)",
+        text,
+    )
+    assert stopped, text[-3000:]
+    assert "[launch] chief 0 exited with status 3; stopped every task" in text
+    assert not any(alive(pid) for pid in launch_pids(text).values())
+    backups = sorted(
+        int(p.name.split("-")[1].split(".")[0]) for p in run_dir.glob("backup/*.index")
+    )
+    assert backups and max(backups) < int(stopped.group(2)), (backups, stopped.group(0))
+    check = kdist.Experiment(
+        compose([o for o in overrides if not o.startswith("strategy=")]), run_dir=run_dir
+    )
+    check.build_model()
+    assert check.restore() == max(backups)
+    assert all(np.all(np.isfinite(np.asarray(w))) for w in check.model.get_weights())
+
+
 def _launch(tmp_path: Path, overrides: list[str], *, ps: int = 1) -> subprocess.Popen:
     command = [
         sys.executable,
