@@ -18,6 +18,7 @@ from helpers import REPO, alive, compose
 
 import kdist
 from kdist.cluster.chief import scratch_prefix
+from kdist.evaluate import evaluate_run
 from kdist.launch import run
 
 pytestmark = [pytest.mark.multiworker, pytest.mark.slow]
@@ -45,11 +46,28 @@ def _max_diff(a, b) -> float:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> list[np.ndarray]:
+def reference_run(tmp_path_factory) -> Path:
+    """An uninterrupted run of `JOB` on 2 workers."""
     run_dir = tmp_path_factory.mktemp("reference") / "run"
     log = io.StringIO()
     assert run(2, JOB, run_dir=run_dir, timeout=600, output=log) == 0, log.getvalue()[-3000:]
-    return _weights(run_dir)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def reference(reference_run: Path) -> list[np.ndarray]:
+    return _weights(reference_run)
+
+
+def test_the_exported_model_evaluates_to_the_runs_metrics_on_one_device(reference_run: Path):
+    # Trained on 2 workers (the chief exports); evaluated here on one device.
+    assert (reference_run / "model.keras").is_file()
+    assert (reference_run / "saved_model" / "saved_model.pb").is_file()
+    recorded = json.loads((reference_run / "metrics.json").read_text())["validation"]
+    evaluated = evaluate_run(reference_run, ["strategy=one_device"])
+    assert set(evaluated) == set(recorded) == {"loss", "accuracy"}
+    for name, value in recorded.items():
+        assert abs(evaluated[name] - value) <= 1e-6, (name, evaluated[name], value)
 
 
 @pytest.fixture(autouse=True)

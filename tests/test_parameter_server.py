@@ -35,6 +35,7 @@ from kdist.engine.ps_runner import (
     savable_model,
     training_variables,
 )
+from kdist.evaluate import evaluate_run
 from kdist.launch import _plan, free_ports, run
 from kdist.models.wide_deep import FieldBuckets, wide_deep
 from kdist.strategies.parameter_server import parameter_server, partitioner
@@ -350,6 +351,11 @@ def test_digits_on_two_workers_and_one_ps(tmp_path: Path):
     assert len(re.findall(r"\[chief 0\] 22/22 - .* steps/s - .* val_accuracy", text)) == 10
     assert "[launch] every task finished" in text
     assert not any(alive(pid) for pid in launch_pids(text).values())
+    # The exported model, evaluated on one device here, gives the run's metrics.
+    evaluated = evaluate_run(run_dir, ["strategy=one_device"])
+    assert set(evaluated) == set(metrics["validation"]) == {"loss", "accuracy"}
+    for name, value in metrics["validation"].items():
+        assert abs(evaluated[name] - value) <= 1e-6, (name, evaluated[name], value)
 
 
 @pytest.mark.multiworker
