@@ -57,6 +57,34 @@ def test_multirun_writes_a_folder_per_job_and_summary_csv(tmp_path: Path):
         assert row["overrides"].startswith("optimizer.learning_rate=")
 
 
+def test_a_mirrored_sweep_runs_every_job_on_both_replicas(tmp_path: Path):
+    # The jobs of a multirun share one process: each builds its own MirroredStrategy on
+    # the 2 logical CPUs the first one set up.
+    sweep = tmp_path / "sweep"
+    done = run_module(
+        "kdist.train",
+        [
+            "-m",
+            "optimizer.learning_rate=1e-3,3e-3",
+            "strategy=mirrored",
+            "runtime.logical_devices=2",
+            *FAST,
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = read_csv(sweep / "summary.csv")
+    assert [r["status"] for r in rows] == ["COMPLETED", "COMPLETED"]
+    assert {float(r["optimizer.learning_rate"]) for r in rows} == {1e-3, 3e-3}
+    for row in rows:
+        metrics = json.loads((sweep / row["run_dir"] / "metrics.json").read_text())
+        assert (metrics["strategy"], metrics["num_replicas"]) == ("MirroredStrategy", 2)
+        assert (row["strategy"], int(row["num_replicas"])) == ("MirroredStrategy", 2)
+        assert int(row["steps"]) == 10
+
+
 def _job(tmp_path: Path, num: int, overrides: list[str], *, mode=RunMode.MULTIRUN):
     sweep = tmp_path / "sweep"
     run_dir = sweep / str(num)
