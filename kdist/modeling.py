@@ -95,8 +95,18 @@ def compiled_model(
 
     Raises:
         ConfigError: naming the key, for a loss or metric Keras does not know, loss keys
-            that are not the model's outputs, or sync batch norm it cannot apply.
+            that are not the model's outputs, sync batch norm it cannot apply, or XLA
+            under parameter servers.
     """
+    if cfg.runtime.jit_compile and isinstance(strategy, tf.distribute.ParameterServerStrategy):
+        # TensorFlow fails at the first step, naming a variable on a ps task.
+        raise ConfigError(
+            "runtime.jit_compile",
+            "cannot work under parameter_server: XLA compiles a step only with its "
+            "variables on the device that runs it, and the parameter servers hold them",
+            value=True,
+            hint="set runtime.jit_compile=false, or use mirrored or multi_worker_mirrored",
+        )
     distributed = strategy.num_replicas_in_sync > 1 or isinstance(
         strategy,
         (tf.distribute.MultiWorkerMirroredStrategy, tf.distribute.ParameterServerStrategy),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import re
 import signal
@@ -23,6 +24,7 @@ from helpers import alive, compose, launch_pids
 
 import kdist
 from kdist.cluster.chief import scratch_prefix
+from kdist.fileio import read_csv
 from kdist.launch import free_ports, run
 
 pytestmark = pytest.mark.multiworker
@@ -38,6 +40,23 @@ EXACT = [
     "optimizer=sgd",
     "optimizer.learning_rate=0.05",
     "runtime.seed=7",
+]
+
+
+# A small job for the precision and XLA cases (as tests/test_precision_xla.py).
+SMALL = [
+    "model=mlp",
+    "model.units=[32]",
+    "data=synthetic",
+    "data.source.input_shape=[16]",
+    "data.source.num_train=256",
+    "data.source.num_validation=64",
+    "trainer.epochs=1",
+    "trainer.steps_per_epoch=6",
+    "trainer.steps_per_execution=3",
+    "trainer.global_batch_size=32",
+    "trainer.verbose=0",
+    "callbacks=minimal",
 ]
 
 
@@ -216,6 +235,32 @@ def test_bad_tf_config_in_a_worker_exits_2(tmp_path: Path):
     assert not (tmp_path / "outputs").exists()
 
 
+def test_mixed_float16_with_xla_trains_on_two_workers(tmp_path: Path):
+    # Loss scaling and XLA-compiled replica steps with the collective all-reduce.
+    log = io.StringIO()
+    run_dir = tmp_path / "run"
+    code = run(
+        2,
+        [
+            "strategy=multi_worker_mirrored",
+            *SMALL,
+            "runtime.mixed_precision=mixed_float16",
+            "runtime.jit_compile=true",
+        ],
+        run_dir=run_dir,
+        timeout=300,
+        output=log,
+    )
+    text = log.getvalue()
+    assert code == 0, text[-3000:]
+    assert "runtime.jit_compile" not in text  # no step fell back to running without XLA
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["steps"] == 6 and metrics["num_replicas"] == 2
+    assert math.isfinite(metrics["train"]["loss"]) and math.isfinite(metrics["validation"]["loss"])
+    finals = re.findall(r"\[(worker \d)\] validation accuracy: ([\d.]+)", text)
+    assert len(finals) == 2 and finals[0][1] == finals[1][1]
+
+
 @pytest.mark.slow
 def test_cnn_on_two_workers_reaches_095(tmp_path: Path):
     log = io.StringIO()
@@ -257,6 +302,12 @@ def test_multirun_under_the_launcher_writes_one_sweep_folder(tmp_path: Path):
     assert jobs == ["0", "1"]
     for job in jobs:
         assert (sweep / job / "metrics.json").is_file()
+    # The chief's summary: one row per job, both trained on the 2 workers.
+    rows = read_csv(sweep / "summary.csv")
+    assert [(r["job"], r["status"], r["num_replicas"]) for r in rows] == [
+        ("0", "COMPLETED", "2"),
+        ("1", "COMPLETED", "2"),
+    ]
 
 
 @pytest.mark.slow

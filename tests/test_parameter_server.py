@@ -41,6 +41,21 @@ from kdist.models.wide_deep import FieldBuckets, wide_deep
 from kdist.strategies.parameter_server import parameter_server, partitioner
 
 DIGITS = ["strategy=parameter_server", "model=mlp", "data=digits", "trainer.verbose=2"]
+# A small job for the precision and XLA cases (as tests/test_precision_xla.py).
+SMALL = [
+    "model=mlp",
+    "model.units=[32]",
+    "data=synthetic",
+    "data.source.input_shape=[16]",
+    "data.source.num_train=256",
+    "data.source.num_validation=64",
+    "trainer.epochs=1",
+    "trainer.steps_per_epoch=6",
+    "trainer.steps_per_execution=3",
+    "trainer.global_batch_size=32",
+    "trainer.verbose=0",
+    "callbacks=minimal",
+]
 
 
 def _no_cluster_env(monkeypatch) -> None:
@@ -397,6 +412,57 @@ def test_nan_stops_the_cluster_with_status_3_and_the_backup_stays_finite(
     check.build_model()
     assert check.restore() == max(backups)
     assert all(np.all(np.isfinite(np.asarray(w))) for w in check.model.get_weights())
+
+
+@pytest.mark.multiworker
+def test_xla_under_a_parameter_server_is_a_config_error_naming_the_key(tmp_path: Path):
+    log = io.StringIO()
+    code = run(
+        2,
+        ["strategy=parameter_server", *SMALL, "runtime.jit_compile=true"],
+        ps=1,
+        run_dir=tmp_path / "run",
+        timeout=300,
+        output=log,
+    )
+    text = log.getvalue()
+    assert code == 2, text[-3000:]
+    assert (
+        "[chief 0] kdist: config error: runtime.jit_compile=True: cannot work under "
+        "parameter_server" in text
+    )
+    assert "[launch] chief 0 exited with status 2; stopped every task" in text
+    assert not any(alive(pid) for pid in launch_pids(text).values())
+
+
+@pytest.mark.multiworker
+@pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_trains_under_a_parameter_server(tmp_path: Path, precision: str):
+    log = io.StringIO()
+    run_dir = tmp_path / "run"
+    code = run(
+        2,
+        [
+            "strategy=parameter_server",
+            *SMALL,
+            f"runtime.mixed_precision={precision}",
+            "callbacks.save_model=true",
+        ],
+        ps=1,
+        run_dir=run_dir,
+        timeout=300,
+        output=log,
+    )
+    text = log.getvalue()
+    assert code == 0, text[-3000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["steps"] == 6
+    assert np.isfinite(metrics["train"]["loss"]) and np.isfinite(metrics["validation"]["loss"])
+    # The exported model computes in the policy's dtype and keeps float32 variables.
+    model = keras.models.load_model(run_dir / "model.keras")
+    compute = "float16" if precision == "mixed_float16" else "bfloat16"
+    assert model.get_layer("dense_0").compute_dtype == compute
+    assert all(v.dtype == "float32" for v in model.trainable_variables)
 
 
 def _launch(tmp_path: Path, overrides: list[str], *, ps: int = 1) -> subprocess.Popen:
