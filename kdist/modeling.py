@@ -17,7 +17,13 @@ from kdist.data.source import ArraySource, Source
 from kdist.engine import Runner, Schedule, build_for_training, make_runner
 from kdist.engine.building import rebuild_in_scope, synchronize_batchnorm
 
-__all__ = ["check_targets", "compiled_model", "runner_for", "synchronize"]
+__all__ = [
+    "check_parameter_server",
+    "check_targets",
+    "compiled_model",
+    "runner_for",
+    "synchronize",
+]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +77,35 @@ def synchronize(model: keras.Model, strategy: tf.distribute.Strategy) -> None:
     )
 
 
+def check_parameter_server(cfg: Any) -> None:
+    """Refuse the options a parameter-server run cannot honour, naming their keys.
+
+    Raises:
+        ConfigError: for `runtime.jit_compile` (TensorFlow fails at the first step,
+            naming a variable on a ps task) and for `data.shard_policy` `file` or `data`
+            (every worker runs the same input pipeline, from its own random batch).
+    """
+    if cfg.runtime.jit_compile:
+        raise ConfigError(
+            "runtime.jit_compile",
+            "cannot work under parameter_server: XLA compiles a step only with its "
+            "variables on the device that runs it, and the parameter servers hold them",
+            value=True,
+            hint="set runtime.jit_compile=false, or use mirrored or multi_worker_mirrored",
+        )
+    policy = str(cfg.data.shard_policy)
+    if policy in ("file", "data"):
+        raise ConfigError(
+            "data.shard_policy",
+            "cannot divide the data under parameter_server: TensorFlow gives every worker "
+            "the same input pipeline, and each reads the whole training split from its own "
+            "random starting batch",
+            value=policy,
+            hint="use auto or off (they do that), or multi_worker_mirrored to give each "
+            "worker its own files or examples",
+        )
+
+
 def compiled_model(
     cfg: Any,
     strategy: tf.distribute.Strategy,
@@ -95,18 +130,11 @@ def compiled_model(
 
     Raises:
         ConfigError: naming the key, for a loss or metric Keras does not know, loss keys
-            that are not the model's outputs, sync batch norm it cannot apply, or XLA
-            under parameter servers.
+            that are not the model's outputs, sync batch norm it cannot apply, or what a
+            parameter server cannot honour (`check_parameter_server`).
     """
-    if cfg.runtime.jit_compile and isinstance(strategy, tf.distribute.ParameterServerStrategy):
-        # TensorFlow fails at the first step, naming a variable on a ps task.
-        raise ConfigError(
-            "runtime.jit_compile",
-            "cannot work under parameter_server: XLA compiles a step only with its "
-            "variables on the device that runs it, and the parameter servers hold them",
-            value=True,
-            hint="set runtime.jit_compile=false, or use mirrored or multi_worker_mirrored",
-        )
+    if isinstance(strategy, tf.distribute.ParameterServerStrategy):
+        check_parameter_server(cfg)
     distributed = strategy.num_replicas_in_sync > 1 or isinstance(
         strategy,
         (tf.distribute.MultiWorkerMirroredStrategy, tf.distribute.ParameterServerStrategy),

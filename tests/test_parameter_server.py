@@ -37,6 +37,7 @@ from kdist.engine.ps_runner import (
 )
 from kdist.evaluate import evaluate_run
 from kdist.launch import _plan, free_ports, run
+from kdist.modeling import check_parameter_server
 from kdist.models.wide_deep import FieldBuckets, wide_deep
 from kdist.strategies.parameter_server import parameter_server, partitioner
 
@@ -125,6 +126,24 @@ def test_steps_per_schedule_is_checked_first(monkeypatch):
     for bad in (0, -3, True):
         with pytest.raises(ConfigError, match=r"strategy\.steps_per_schedule"):
             parameter_server(steps_per_schedule=bad)
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("runtime.jit_compile=true", r"runtime\.jit_compile=True: cannot work under"),
+        ("data.shard_policy=file", r"data\.shard_policy='file': cannot divide the data"),
+        ("data.shard_policy=data", r"data\.shard_policy='data': cannot divide the data"),
+    ],
+)
+def test_what_a_parameter_server_cannot_honour_is_refused_naming_the_key(override, key):
+    with pytest.raises(ConfigError, match=key):
+        check_parameter_server(compose([*DIGITS, override]))
+
+
+@pytest.mark.parametrize("policy", ["auto", "off"])
+def test_shard_policies_a_parameter_server_honours_pass(policy: str):
+    check_parameter_server(compose([*DIGITS, f"data.shard_policy={policy}"]))
 
 
 def test_partitioners_shard_the_first_axis():
