@@ -17,6 +17,22 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 REPO = Path(__file__).resolve().parents[1]
 LOGICAL = "runtime.logical_devices=2"
+# A six-step job on small synthetic data (an MLP on 16 features), for cases that only need
+# training to run: precision, XLA, config checks, under any strategy.
+SMALL_JOB = [
+    "model=mlp",
+    "model.units=[32]",
+    "data=synthetic",
+    "data.source.input_shape=[16]",
+    "data.source.num_train=256",
+    "data.source.num_validation=64",
+    "trainer.epochs=1",
+    "trainer.steps_per_epoch=6",
+    "trainer.steps_per_execution=3",
+    "trainer.global_batch_size=32",
+    "trainer.verbose=0",
+    "callbacks=minimal",
+]
 
 
 def compose(overrides: Sequence[str] = (), **kwargs):

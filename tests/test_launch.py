@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import alive, compose, launch_pids
+from helpers import SMALL_JOB, alive, compose, launch_pids
 
 import kdist
 from kdist.cluster.chief import scratch_prefix
@@ -40,23 +40,6 @@ EXACT = [
     "optimizer=sgd",
     "optimizer.learning_rate=0.05",
     "runtime.seed=7",
-]
-
-
-# A small job for the precision and XLA cases (as tests/test_precision_xla.py).
-SMALL = [
-    "model=mlp",
-    "model.units=[32]",
-    "data=synthetic",
-    "data.source.input_shape=[16]",
-    "data.source.num_train=256",
-    "data.source.num_validation=64",
-    "trainer.epochs=1",
-    "trainer.steps_per_epoch=6",
-    "trainer.steps_per_execution=3",
-    "trainer.global_batch_size=32",
-    "trainer.verbose=0",
-    "callbacks=minimal",
 ]
 
 
@@ -243,7 +226,7 @@ def test_mixed_float16_with_xla_trains_on_two_workers(tmp_path: Path):
         2,
         [
             "strategy=multi_worker_mirrored",
-            *SMALL,
+            *SMALL_JOB,
             "runtime.mixed_precision=mixed_float16",
             "runtime.jit_compile=true",
         ],

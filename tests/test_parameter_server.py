@@ -23,7 +23,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import REPO, alive, compose, launch_pids
+from helpers import REPO, SMALL_JOB, alive, compose, launch_pids
 
 import kdist
 from kdist.cluster import parse_tf_config, tf_config_for
@@ -42,21 +42,6 @@ from kdist.models.wide_deep import FieldBuckets, wide_deep
 from kdist.strategies.parameter_server import parameter_server, partitioner
 
 DIGITS = ["strategy=parameter_server", "model=mlp", "data=digits", "trainer.verbose=2"]
-# A small job for the precision and XLA cases (as tests/test_precision_xla.py).
-SMALL = [
-    "model=mlp",
-    "model.units=[32]",
-    "data=synthetic",
-    "data.source.input_shape=[16]",
-    "data.source.num_train=256",
-    "data.source.num_validation=64",
-    "trainer.epochs=1",
-    "trainer.steps_per_epoch=6",
-    "trainer.steps_per_execution=3",
-    "trainer.global_batch_size=32",
-    "trainer.verbose=0",
-    "callbacks=minimal",
-]
 
 
 def _no_cluster_env(monkeypatch) -> None:
@@ -438,7 +423,7 @@ def test_xla_under_a_parameter_server_is_a_config_error_naming_the_key(tmp_path:
     log = io.StringIO()
     code = run(
         2,
-        ["strategy=parameter_server", *SMALL, "runtime.jit_compile=true"],
+        ["strategy=parameter_server", *SMALL_JOB, "runtime.jit_compile=true"],
         ps=1,
         run_dir=tmp_path / "run",
         timeout=300,
@@ -463,7 +448,7 @@ def test_mixed_precision_trains_under_a_parameter_server(tmp_path: Path, precisi
         2,
         [
             "strategy=parameter_server",
-            *SMALL,
+            *SMALL_JOB,
             f"runtime.mixed_precision={precision}",
             "callbacks.save_model=true",
         ],

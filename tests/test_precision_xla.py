@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import compose
+from helpers import SMALL_JOB, compose
 
 import kdist
 
@@ -35,24 +35,7 @@ def _xla_compiled(runner) -> bool:
 
 
 def _run(tmp_path: Path, overrides: list[str]) -> kdist.Experiment:
-    cfg = compose(
-        [
-            "model=mlp",
-            "model.units=[32]",
-            "data=synthetic",
-            "data.source.input_shape=[16]",
-            "data.source.num_train=256",
-            "data.source.num_validation=64",
-            "trainer.epochs=1",
-            "trainer.steps_per_epoch=6",
-            "trainer.steps_per_execution=3",
-            "trainer.global_batch_size=32",
-            "trainer.verbose=0",
-            "callbacks=minimal",
-            f"run_dir={tmp_path}",
-            *overrides,
-        ]
-    )
+    cfg = compose([*SMALL_JOB, f"run_dir={tmp_path}", *overrides])
     exp = kdist.Experiment(cfg)
     exp.fit()
     return exp
