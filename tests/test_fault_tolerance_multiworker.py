@@ -186,3 +186,24 @@ def test_nan_stops_both_workers_with_status_3_and_the_backup_stays_finite(tmp_pa
     check.build_model()
     assert check.restore() == 10
     assert all(np.all(np.isfinite(np.asarray(w))) for w in check.model.get_weights())
+
+
+def test_a_truncated_newest_backup_makes_both_workers_resume_from_the_previous(tmp_path: Path):
+    # Both workers must skip the same unreadable checkpoint and agree on the step, or the
+    # first all-reduce would pair different steps.
+    run_dir = tmp_path / "run"
+    job = [o for o in JOB if not o.startswith("trainer.epochs=")]
+    log = io.StringIO()
+    code = run(2, [*job, "trainer.epochs=1"], run_dir=run_dir, timeout=300, output=log)
+    assert code == 0, log.getvalue()[-3000:]
+    data = run_dir / "backup" / "ckpt-12.data-00000-of-00001"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    log = io.StringIO()
+    code = run(2, [*job, "trainer.epochs=2"], run_dir=run_dir, timeout=300, output=log)
+    text = log.getvalue()
+    assert code == 0, text[-4000:]
+    skipped = re.findall(r"\[(worker \d)\] .*ckpt-12 cannot be restored", text)
+    resumed = re.findall(r"\[(worker \d)\] .*continuing at step (\d+) ", text)
+    assert sorted(skipped) == ["worker 0", "worker 1"], text[-4000:]
+    assert sorted(resumed) == [("worker 0", "10"), ("worker 1", "10")], resumed
+    assert json.loads((run_dir / "metrics.json").read_text())["steps"] == 24

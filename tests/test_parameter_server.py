@@ -469,6 +469,33 @@ def test_mixed_precision_trains_under_a_parameter_server(tmp_path: Path, precisi
     assert all(v.dtype == "float32" for v in model.trainable_variables)
 
 
+@pytest.mark.slow
+@pytest.mark.multiworker
+def test_a_truncated_newest_backup_resumes_the_cluster_from_the_previous(tmp_path: Path):
+    run_dir = tmp_path / "run"
+    job = [
+        *DIGITS,
+        "trainer.steps_per_epoch=12",
+        "trainer.steps_per_execution=1",
+        "strategy.steps_per_schedule=1",
+        "callbacks.backup.every_n_steps=5",
+    ]
+    log = io.StringIO()
+    code = run(2, [*job, "trainer.epochs=1"], ps=1, run_dir=run_dir, timeout=300, output=log)
+    assert code == 0, log.getvalue()[-3000:]
+    shards = sorted((run_dir / "backup").glob("ckpt-12.data-*"))
+    assert shards
+    for shard in shards:
+        shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    log = io.StringIO()
+    code = run(2, [*job, "trainer.epochs=2"], ps=1, run_dir=run_dir, timeout=300, output=log)
+    text = log.getvalue()
+    assert code == 0, text[-3000:]
+    assert re.search(r"\[chief 0\] .*ckpt-12 cannot be restored", text), text[-3000:]
+    assert re.search(r"\[chief 0\] .*continuing at step 10 ", text), text[-3000:]
+    assert json.loads((run_dir / "metrics.json").read_text())["steps"] == 24
+
+
 def _launch(tmp_path: Path, overrides: list[str], *, ps: int = 1) -> subprocess.Popen:
     command = [
         sys.executable,
