@@ -1,16 +1,18 @@
-"""`trainer.sync_batchnorm=true`: batch norm over the global batch under mirrored."""
+"""`trainer.sync_batchnorm=true`: batch norm over the global batch under mirrored and MWMS."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
-from helpers import compose
+from helpers import REPO, compose
 
 import kdist
 from kdist.config import ConfigError
+from kdist.launch import run
 
 BASE = [
     "trainer.epochs=1",
@@ -80,3 +82,35 @@ def test_sync_batchnorm_under_parameter_servers_is_refused():
     strategy = mock.Mock(spec=tf.distribute.ParameterServerStrategy)
     with pytest.raises(ConfigError, match=r"^trainer\.sync_batchnorm=True: cannot work"):
         synchronize(batchnorm_model(), strategy)
+
+
+@pytest.mark.slow
+@pytest.mark.multiworker
+def test_two_workers_with_sync_batchnorm_match_one_device(tmp_path: Path, monkeypatch):
+    # Across processes the statistics go through the collective all-reduce.
+    monkeypatch.setenv("PYTHONPATH", str(REPO / "tests"))
+    job = [
+        *BASE,
+        "callbacks.save_model=true",
+        "model=custom",
+        "model._target_=helpers.norm_model",
+        "runtime.seed=7",
+    ]
+    weights = {}
+    for name, workers, extra in (
+        ("one", 1, ["strategy=one_device"]),
+        ("synced", 2, ["strategy=multi_worker_mirrored", "trainer.sync_batchnorm=true"]),
+        ("local", 2, ["strategy=multi_worker_mirrored"]),
+    ):
+        log = io.StringIO()
+        code = run(workers, [*job, *extra], run_dir=tmp_path / name, timeout=300, output=log)
+        assert code == 0, log.getvalue()[-3000:]
+        model = keras.models.load_model(tmp_path / name / "model.keras")
+        weights[name] = [np.asarray(w) for w in model.get_weights()]
+    for a, b in zip(weights["one"], weights["synced"], strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+    # Without it each worker normalises with its own half batch.
+    worst = max(
+        float(np.max(np.abs(a - b))) for a, b in zip(weights["one"], weights["local"], strict=True)
+    )
+    assert worst > 1e-4
