@@ -214,7 +214,6 @@ def test_mirrored_run_falls_back_to_the_previous_backup_with_its_weights(tmp_pat
     # the backup before a truncated newest one are those the run had at that step.
     run_dir = tmp_path / "run"
     mirrored = ["strategy=mirrored", "trainer.epochs=1"]
-    at_step_10: list[np.ndarray] = []
     exp = kdist.Experiment(
         compose([*BASE, *mirrored, "callbacks.extra=[{_target_: helpers.StopAtStep, step: 10}]"]),
         run_dir=run_dir,
