@@ -3,10 +3,11 @@
 TensorFlow's C++ libraries print a few lines to stderr while `import tensorflow` runs and
 on the first use of a device, before TensorFlow's own logging is set up, so
 `TF_CPP_MIN_LOG_LEVEL` does not apply to them: absl's banner ("All log messages before
-absl::InitializeLog() ..."), the CUDA stub's note that the machine has no NVIDIA driver,
-and then an ERROR line that `cuInit` failed. On a machine without a driver that is no
-error: training runs on the CPU. At level 1 or more kdist drops exactly these lines and
-passes every other line through.
+absl::InitializeLog() ..."), INFO lines in absl's format (TensorFlow 2.21 prints oneDNN's
+note that its custom operations are on, twice; the CUDA stub's note that the machine has
+no NVIDIA driver), and then an ERROR line that `cuInit` failed. On a machine without a
+driver that is no error: training runs on the CPU. At level 1 or more (no INFO) kdist
+drops exactly these lines and passes every other line through.
 
 This module uses only the standard library, so `import kdist` installs it before
 anything imports TensorFlow.
@@ -28,6 +29,8 @@ __all__ = ["enabled", "filtered_stderr", "install", "set_level", "stderr_noise"]
 
 _ENV = "TF_CPP_MIN_LOG_LEVEL"
 _ABSL_BANNER = re.compile(r"All log messages before absl::InitializeLog\(\) is called")
+# An INFO line in absl's format, e.g. "I0000 00:00:1795607884.489335   23610 port.cc:153] ".
+_INFO_LINE = re.compile(r"^I\d{4} [\d:.]+ +\d+ [\w./-]+:\d+\] ")
 _NO_DRIVER = re.compile(r"cudart_stub\.cc.*Could not find cuda drivers")
 _CUINIT = re.compile(r"failed call to cuInit")
 
@@ -58,7 +61,7 @@ def enabled() -> bool:
 
 def stderr_noise() -> list[re.Pattern[str]]:
     """The patterns of the lines dropped; `cuInit` only once the stub found no driver."""
-    patterns = [_ABSL_BANNER, _NO_DRIVER]
+    patterns = [_ABSL_BANNER, _INFO_LINE, _NO_DRIVER]
     return [*patterns, _CUINIT] if _seen_no_driver else patterns
 
 

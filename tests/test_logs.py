@@ -78,6 +78,26 @@ def test_filtered_stderr_drops_only_matching_lines(capfd):
     assert capfd.readouterr().err == "keep this\nand this\n"
 
 
+def test_tensorflows_start_up_info_lines_are_noise_and_warnings_are_not(capfd):
+    # The lines TensorFlow 2.21 prints at `import tensorflow` and on first device use,
+    # before TF_CPP_MIN_LOG_LEVEL applies, and two it prints once logging is set up.
+    one_dnn = (
+        "I0000 00:00:1795607884.489335   23610 port.cc:153] oneDNN custom operations are on. "
+        "You may see slightly different numerical results due to floating-point round-off "
+        "errors from different computation orders. To turn them off, set the environment "
+        "variable `TF_ENABLE_ONEDNN_OPTS=0`.\n"
+    )
+    no_driver = (
+        "I0000 00:00:1795607489.696636   21265 cudart_stub.cc:31] Could not find cuda "
+        "drivers on your machine, GPU will not be used.\n"
+    )
+    warning = "W0000 00:00:1795607489.7   21265 gpu_device.cc:2431] Cannot dlopen some GPU\n"
+    user = "I0000 is not how this user's own line starts with a bracket]\n"
+    with quiet.filtered_stderr(quiet.stderr_noise()):
+        os.write(2, (one_dnn + no_driver + warning + one_dnn + user).encode())
+    assert capfd.readouterr().err == warning + user
+
+
 def test_an_explicit_log_level_wins(monkeypatch):
     monkeypatch.setattr(quiet, "_level_set_by_kdist", False)
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")
@@ -91,7 +111,9 @@ def test_an_explicit_log_level_wins(monkeypatch):
     assert quiet.enabled()
 
 
-NOISE = re.compile(r"absl::InitializeLog|cudart_stub|failed call to cuInit")
+NOISE = re.compile(
+    r"absl::InitializeLog|cudart_stub|failed call to cuInit|oneDNN custom operations", re.M
+)
 
 
 @pytest.mark.slow  # the fast suite sees the same in the quickstart notebook's clean stderr
