@@ -155,6 +155,7 @@ def test_readme_points_at_files_that_exist():
         "docs/README.md",
         "recipes/notebooks/quickstart.ipynb",
         "recipes/notebooks/multiworker.ipynb",
+        "recipes/notebooks/parameter_server.ipynb",
     ):
         assert path in README, path
         assert (REPO / path).is_file(), path

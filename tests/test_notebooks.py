@@ -1,6 +1,8 @@
 """recipes/notebooks run top to bottom in a real Jupyter kernel, clean, and show a plot.
 
-Cost: ~20 s (quickstart); the multi-worker notebook (~25 s, two worker processes) is slow.
+Cost: ~20 s (quickstart); slow: the quickstart under `strategy=auto` (~10 s), the
+multi-worker notebook (~25 s, two worker processes) and the parameter-server notebook
+(~20 s, a chief, two workers and a ps).
 """
 
 from __future__ import annotations
@@ -8,7 +10,9 @@ from __future__ import annotations
 import ast
 import base64
 import importlib.util
+import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -21,8 +25,13 @@ NOTEBOOKS = REPO / "recipes" / "notebooks"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _execute(name: str, cwd: Path, timeout: int) -> object:
+def _execute(name: str, cwd: Path, timeout: int, edits: dict[str, str] | None = None) -> object:
+    """Run notebook `name` in a fresh kernel in `cwd`, after replacing each key of `edits`
+    (a piece of one code cell's source) with its value, as a user edits a cell."""
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    for old, new in (edits or {}).items():
+        (cell,) = [c for c in notebook.cells if c.cell_type == "code" and old in c.source]
+        cell.source = cell.source.replace(old, new)
     # The kernel starts with this process's environment; it must not inherit the test
     # session's log level, so that what a user sees is what is checked.
     saved = os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
@@ -94,6 +103,25 @@ def test_quickstart_notebook(tmp_path: Path):
 
 
 @pytest.mark.slow
+def test_quickstart_notebook_under_auto(tmp_path: Path):
+    # The user changes one word of the compose cell; on this CPU machine auto is one device.
+    edits = {'"strategy=mirrored",\n        "runtime.logical_devices=2",': '"strategy=auto",'}
+    notebook = _execute("quickstart.ipynb", tmp_path, timeout=600, edits=edits)
+    _check_clean_with_a_plot(notebook)
+    out = _stdout(notebook)
+    assert "_target_: kdist.strategies.auto" in out
+    assert "OneDeviceStrategy with 1 replicas" in out
+    assert out.count("examples/s") >= 5
+    evaluation = next(r for r in _results(notebook) if r.startswith("{'loss'"))
+    assert ast.literal_eval(evaluation)["accuracy"] >= 0.85
+    (run_dir,) = [p for p in (tmp_path / "outputs").glob("*/*") if p.is_dir()]
+    summary = json.loads((run_dir / "metrics.json").read_text())
+    assert summary["num_replicas"] == 1 and summary["strategy"] == "OneDeviceStrategy"
+    for name in ("curves.png", "history.csv", "model.keras", "tensorboard"):
+        assert (run_dir / name).exists(), name
+
+
+@pytest.mark.slow
 @pytest.mark.multiworker
 @pytest.mark.skipif(
     importlib.util.find_spec("kdist.launch") is None,
@@ -112,3 +140,25 @@ def test_multiworker_notebook(tmp_path: Path):
     (run_dir,) = (tmp_path / "outputs").glob("multiworker-*")
     assert (run_dir / "curves.png").is_file()  # written by the chief
     assert len(list((tmp_path / "outputs").iterdir())) == 1  # workers wrote nothing else
+
+
+@pytest.mark.slow
+@pytest.mark.multiworker
+def test_parameter_server_notebook(tmp_path: Path):
+    notebook = _execute("parameter_server.ipynb", tmp_path, timeout=900)
+    _check_clean_with_a_plot(notebook)
+    out = _stdout(notebook)
+    assert "exit status 0" in out
+    assert "ParameterServerStrategyV2 with 1 replica(s), 110 steps" in out
+    for task in ("ps 0", "worker 0", "worker 1"):
+        assert re.search(rf"\[{task}\] .* {task} serving on 127\.0\.0\.1:\d+", out), task
+    # The chief trains and prints; the workers and the ps only serve, and start quietly.
+    assert "[chief 0] Epoch 5/5" in out
+    assert not re.search(r"\[(worker|ps) \d\] .*(Epoch|steps/s)", out)
+    assert not re.search(r"\] I\d{4} |oneDNN", out), out[:3000]
+    evaluation = next(r for r in _results(notebook) if r.startswith("{'loss'"))
+    assert ast.literal_eval(evaluation)["accuracy"] >= 0.85
+    (run_dir,) = (tmp_path / "outputs").glob("parameter-server-*")
+    for name in ("curves.png", "history.csv", "metrics.json", "model.keras"):
+        assert (run_dir / name).is_file(), name
+    assert len(list((tmp_path / "outputs").iterdir())) == 1  # the chief's run folder only
