@@ -253,6 +253,16 @@ def _pipeline_only(ctx: Context) -> list[Comparison]:
     ]
 
 
+def _stages(ctx: Context) -> list[Comparison]:
+    """The MLP job's input pipelines alone, in CPU time per pass (`benchmarks.input_stages`)."""
+    from benchmarks import input_stages
+
+    job = Job(
+        model="mlp", global_batch_size=32, steps_per_execution=32, epochs=1, steps_per_epoch=1
+    )
+    return input_stages.run(ctx, _write_files(ctx, job), job, GROUP)
+
+
 def run(ctx: Context) -> list[Comparison]:
     """Comparison 4, and the input pipelines alone."""
     results: list[Comparison] = []
@@ -261,4 +271,5 @@ def run(ctx: Context) -> list[Comparison]:
             continue
         results += _compare(ctx, spec)
     results += _pipeline_only(ctx)
+    results += _stages(ctx)
     return results

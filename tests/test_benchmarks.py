@@ -23,10 +23,12 @@ from benchmarks import report
 from benchmarks.blocks import file_blocks
 from benchmarks.defaults import HookTimer
 from benchmarks.harness import Case, Target, interleave, summarize
+from benchmarks.input_stages import permuted, read_only
 from benchmarks.probes import parse
 from kdist.callbacks.profile import ProfileSteps, profile_range
 from kdist.config.errors import ConfigError
-from kdist.data.tfrecord_io import READ_BATCH
+from kdist.data.tfrecord_io import READ_BATCH, write_tfrecords
+from kdist.data.tfrecord_source import tfrecord
 
 SIDE_KEYS = {"name", "median", "min", "max", "best", "samples"}
 ROW_KEYS = {
@@ -78,6 +80,9 @@ def test_quick_mode_writes_json_and_markdown(tmp_path: Path):
         "input/mlp_k32_files",
         "input/mlp_k32_files_records",
         "input/mlp_k32_blocks",
+        "input/stages_files",
+        "input/stages_read_only",
+        "input/stages_permuted",
         "defaults/default_vs_loop",
         "defaults/default_vs_minimal",
         "defaults/default_share",
@@ -214,6 +219,28 @@ def test_file_blocks_hand_out_the_arrays_in_interleaved_per_file_blocks():
     assert np.array_equal(np.array([e[1] for e in got]), y[order])
     with pytest.raises(ValueError, match="do not cut into 4 blocks"):
         file_blocks(num_train=10, num_validation=0).dataset("train")
+
+
+def test_the_stage_rows_readers_hand_out_every_example_of_the_files(tmp_path: Path):
+    # input/stages_*: the reader's work alone, and a reader with one permutation a pass.
+    x = np.arange(4 * 48 * 3, dtype=np.float32).reshape(4 * 48, 3)
+    y = np.arange(4 * 48, dtype=np.int64) % 10
+    write_tfrecords(tmp_path / "d", {"train": (x, y)}, num_shards=4, num_classes=10)
+    reader = tfrecord(path=str(tmp_path / "d"))
+    blocks = list(read_only(reader).as_numpy_iterator())
+    assert [len(b[0]) for b in blocks] == [48] * 4
+    assert np.array_equal(np.concatenate([b[0] for b in blocks]), x)
+    batches = list(permuted(reader, 16, seed=7).take(2 * 12).as_numpy_iterator())
+    assert all(b[0].shape == (16, 3) and b[1].shape == (16,) for b in batches)
+    passes = [np.concatenate([b[0] for b in batches[i : i + 12]]) for i in (0, 12)]
+    for seen in passes:
+        # Every example once a pass, with its label.
+        assert np.array_equal(seen[np.argsort(seen[:, 0])], x)
+    labels = np.concatenate([b[1] for b in batches[:12]])
+    assert np.array_equal(labels, y[(passes[0][:, 0] // 3).astype(int)])
+    assert not np.array_equal(passes[0], x) and not np.array_equal(passes[0], passes[1])
+    with pytest.raises(ValueError, match="do not divide into batches of 20"):
+        permuted(reader, 20, seed=7)
 
 
 def test_probe_lines_are_parsed_per_task():
