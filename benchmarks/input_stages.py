@@ -9,7 +9,7 @@ CPU seconds of the whole process (every tf.data thread included). The sides:
   files with `data.cache=false` (read whole, checked, parsed, then shuffled and batched
   per example), both batch 32 as in comparison 4;
 - the reader's own work alone: the 4 files read, checked and parsed into per-file
-  blocks, nothing after;
+  blocks, nothing after; and the files' bytes read, nothing else (any reader's floor);
 - a reader with no per-example stage at all (not in kdist: measured to see whether one
   would meet the target): the 4 files read, checked and parsed, the examples of the pass
   put in a random order with one `gather`, and batches sliced out.
@@ -25,10 +25,11 @@ from benchmarks.context import Context
 from benchmarks.harness import Case, Comparison, interleave, load_average, summarize
 from benchmarks.jobs import Job, kdist_overrides, synthetic_data
 
-__all__ = ["permuted", "read_only", "run"]
+__all__ = ["bytes_only", "permuted", "read_only", "run"]
 
 MEMORY = "kdist pipeline, in-memory (cached)"
 FILES = "kdist pipeline, TFRecord (cache=false)"
+BYTES_ONLY = "the 4 files' bytes read only (tf.io.read_file)"
 READ_ONLY = "the 4 files read, checked and parsed only"
 PERMUTED = "TFRecord read whole, one permutation a pass, batches sliced"
 BATCH = 32
@@ -60,6 +61,15 @@ def read_only(reader: Any) -> Any:
 
     shards = [reader._shard[f] for f in reader.split_files("train")]
     return whole_files(shards).map(lambda *file: reader._examples(read_whole_file(*file)))
+
+
+def bytes_only(reader: Any) -> Any:
+    """Each training file's bytes (`tf.io.read_file`), unchecked: one element a file."""
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensor_slices(list(reader.split_files("train"))).map(
+        tf.io.read_file
+    )
 
 
 def permuted(reader: Any, batch: int, seed: int) -> Any:
@@ -120,13 +130,12 @@ def run(ctx: Context, path: str, job: Job, group: str) -> list[Comparison]:
         raise RuntimeError(f"{path}: the files are not read whole")
     passes = ctx.scale(5, 1)
     batches = reader.size("train") // BATCH
+    files_per_pass = len(reader.split_files("train"))
     cases = [
         Case(MEMORY, _pass_cost(memory, batches, passes)),
         Case(FILES, _pass_cost(files, batches, passes)),
-        Case(
-            READ_ONLY,
-            _pass_cost(read_only(reader).repeat(), len(reader.split_files("train")), passes),
-        ),
+        Case(READ_ONLY, _pass_cost(read_only(reader).repeat(), files_per_pass, passes)),
+        Case(BYTES_ONLY, _pass_cost(bytes_only(reader).repeat(), files_per_pass, passes)),
         Case(PERMUTED, _pass_cost(permuted(reader, BATCH, seed=42), batches, passes)),
     ]
     rounds = ctx.rounds_for(7)
@@ -153,5 +162,10 @@ def run(ctx: Context, path: str, job: Job, group: str) -> list[Comparison]:
             load=load,
             details=details,
         )
-        for key, name in (("files", FILES), ("read_only", READ_ONLY), ("permuted", PERMUTED))
+        for key, name in (
+            ("files", FILES),
+            ("read_only", READ_ONLY),
+            ("bytes_only", BYTES_ONLY),
+            ("permuted", PERMUTED),
+        )
     ]

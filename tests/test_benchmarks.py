@@ -23,7 +23,7 @@ from benchmarks import report
 from benchmarks.blocks import file_blocks
 from benchmarks.defaults import HookTimer
 from benchmarks.harness import Case, Target, interleave, summarize
-from benchmarks.input_stages import permuted, read_only
+from benchmarks.input_stages import bytes_only, permuted, read_only
 from benchmarks.probes import parse
 from kdist.callbacks.profile import ProfileSteps, profile_range
 from kdist.config.errors import ConfigError
@@ -82,6 +82,7 @@ def test_quick_mode_writes_json_and_markdown(tmp_path: Path):
         "input/mlp_k32_blocks",
         "input/stages_files",
         "input/stages_read_only",
+        "input/stages_bytes_only",
         "input/stages_permuted",
         "defaults/default_vs_loop",
         "defaults/default_vs_minimal",
@@ -230,6 +231,8 @@ def test_the_stage_rows_readers_hand_out_every_example_of_the_files(tmp_path: Pa
     blocks = list(read_only(reader).as_numpy_iterator())
     assert [len(b[0]) for b in blocks] == [48] * 4
     assert np.array_equal(np.concatenate([b[0] for b in blocks]), x)
+    files = list(bytes_only(reader).as_numpy_iterator())
+    assert [len(f) for f in files] == [Path(p).stat().st_size for p in reader.split_files("train")]
     batches = list(permuted(reader, 16, seed=7).take(2 * 12).as_numpy_iterator())
     assert all(b[0].shape == (16, 3) and b[1].shape == (16,) for b in batches)
     passes = [np.concatenate([b[0] for b in batches[i : i + 12]]) for i in (0, 12)]
