@@ -23,10 +23,11 @@ NOTES: dict[str, str] = {
         "training): kdist's in-memory pipeline costs 14.5 ms, the uncached TFRecord one 33.5 "
         "ms; reading, checking and parsing the 4 files alone costs 11.4 ms, 0.78 of the whole "
         "in-memory pipeline, and reading their bytes alone 6.0 ms (0.49). A training pass is "
-        "128 steps, about 80 ms of CPU, and in the processes that gave 1.10-1.15 about half of "
-        "the reader's extra CPU showed in the ratio: at that rate reading, checking and "
-        "parsing alone, with no per-example stage after it, costs about 1.07, and the bytes "
-        "alone 1.04. A prototype with no per-example stage (`stages_permuted`) costs 1.98 of "
+        "128 steps, about 80 ms of CPU, and in the processes that gave 1.10-1.15 a third to a "
+        "half of the reader's extra CPU (19 ms) showed in the CPU ratio (1.08-1.12): at that "
+        "rate a reader whose stages after the parse cost no more than the in-memory ones "
+        "would still be 1.05-1.07 for reading, checking and parsing alone, and 1.03-1.04 for "
+        "the bytes alone. A prototype with no per-example stage (`stages_permuted`) costs 1.98 of "
         "the in-memory pipeline. Shapes measured the same way (scratch, 7-9 rounds): "
         "`interleave`, `unbatch` and `flat_map` after per-file blocks are within 1 ms of each "
         "other, 2-4 ms a pass above `from_tensor_slices`; the repeat before or after the "
@@ -116,8 +117,8 @@ NOTES: dict[str, str] = {
         "No target: the whole-file reader's own work, nothing after it: the 4 files read, "
         "their size and farmhash64 checked, the records cut out and parsed into per-file "
         "blocks. It alone costs 0.78 of the whole in-memory pipeline: at the rate the extra "
-        "CPU showed in training (see `mlp_k32_files`), about 1.07 on its own, before any "
-        "stage after it."
+        "CPU showed in training (see `mlp_k32_files`), 1.05-1.07 on its own, before any "
+        "stage after it costs more than the in-memory source's."
     ),
     "input/stages_bytes_only": (
         "No target: the 4 files' bytes read (`tf.io.read_file`), nothing checked or parsed: "
@@ -289,10 +290,11 @@ of memory with nothing read, the `blocks` row), then the bytes read, checked and
 (see the note under the table). Reading files whole took it from 1.19 to 1.08 in an
 earlier run; this run measured 1.31 against 1.32 record by record, and runs of the input
 suite alone 1.00-1.18. Measured alone (the `stages` rows), reading, checking and parsing
-the files costs 0.78 of the whole in-memory pipeline's CPU: about 1.07 in training on its
-own, before any stage after it. A CPU profile puts the reader's own work (copies,
-allocation, the page-cache copy, the checksum) at 4-5 % of the CPU. With the cache (the
-default) and on the CNN's 35 ms step it is within 3 % of memory.
+the files costs 0.78 of the whole in-memory pipeline's CPU: 1.05-1.07 in training on its
+own, at the target's edge before any stage after it costs more than memory's. A CPU
+profile puts the reader's own work (copies, allocation, the page-cache copy, the
+checksum) at 4-5 % of the CPU. With the cache (the default) and on the CNN's 35 ms step
+it is within 3 % of memory.
 
 **Thread pools.** About a third of the small MLP's CPU goes to TensorFlow's intra-op pool
 handing work between its 2 threads (task switches, Eigen's work stealing). One thread per
