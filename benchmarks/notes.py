@@ -16,7 +16,7 @@ NOTES: dict[str, str] = {
         "runs before. In `make bench` this row runs in the process that ran the engine and "
         "overhead suites first, and has come out 0.1-0.2 above the same comparison run alone "
         "(`--only input`: 1.004, 1.138, 1.153, 1.111 and 1.087 on one morning, 1.165, 1.091, "
-        "1.127 and 1.172 the next; 1.10-1.18 in six scratch processes of the two sides on a "
+        "1.127 and 1.172 the next; 1.05-1.16 in six scratch processes of the two sides on a "
         "third): the ratio moves from process to process by more than the target's margin, "
         "while each process's rounds agree. Why no reader meets 1.05 on this job, from the "
         "stage rows below (the pipelines alone, CPU per pass over the 4,096 examples, no "
@@ -293,7 +293,7 @@ costs on a 0.4 ms step sharing 2 cores: every pass, per-file blocks made by a ma
 of memory with nothing read, the `blocks` row), then the bytes read, checked and parsed
 (see the note under the table). Reading files whole took it from 1.19 to 1.08 in an
 earlier run; this run measured 1.31 against 1.32 record by record, and runs of the input
-suite alone 1.00-1.18. Measured alone (the `stages` rows), reading, checking and parsing
+suite alone 1.00-1.17. Measured alone (the `stages` rows), reading, checking and parsing
 the files costs 0.78 of the whole in-memory pipeline's CPU: 1.05-1.07 in training on its
 own, at the target's edge before any stage after it costs more than memory's. A CPU
 profile puts the reader's own work (copies, allocation, the page-cache copy, the
