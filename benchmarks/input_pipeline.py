@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from benchmarks.context import Context
 from benchmarks.harness import Case, Comparison, Target, interleave, load_average, summarize
-from benchmarks.jobs import Job, KdistJob, kdist_overrides, synthetic_data
+from benchmarks.jobs import Job, KdistJob, kdist_overrides, kdist_pipeline, synthetic_data
 
 __all__ = ["GROUP", "run"]
 
@@ -179,10 +179,6 @@ def _pipeline_only(ctx: Context) -> list[Comparison]:
     (`tf.io.parse_example` on a whole batch)."""
     import tensorflow as tf
 
-    import kdist
-    from kdist.config.build import instantiate
-    from kdist.data import make_dataset_fn
-
     job = Job(
         model="mlp", global_batch_size=32, steps_per_execution=32, epochs=1, steps_per_epoch=1
     )
@@ -190,10 +186,7 @@ def _pipeline_only(ctx: Context) -> list[Comparison]:
     batches = ctx.scale(200, 20)
 
     def kdist_dataset(data: list[str]) -> tf.data.Dataset:
-        cfg = kdist.compose(kdist_overrides(job, data=data))
-        source = instantiate(cfg.data.source, _convert_="all")
-        dataset_fn = make_dataset_fn(source, "train", cfg.data, global_batch_size=32, seed=42)
-        return dataset_fn(tf.distribute.InputContext())
+        return kdist_pipeline(job, data, batch=32)[1]
 
     files = ["data=tfrecord", f"data.source.path={path}", "data.cache=false"]
     schema = {

@@ -23,7 +23,7 @@ from typing import Any
 
 from benchmarks.context import Context
 from benchmarks.harness import Case, Comparison, interleave, load_average, summarize
-from benchmarks.jobs import Job, kdist_overrides, synthetic_data
+from benchmarks.jobs import Job, kdist_pipeline, synthetic_data
 
 __all__ = ["bytes_only", "permuted", "read_only", "run"]
 
@@ -112,20 +112,9 @@ def permuted(reader: Any, batch: int, seed: int) -> Any:
 
 def run(ctx: Context, path: str, job: Job, group: str) -> list[Comparison]:
     """The rows; `path` holds `job`'s arrays as 4 TFRecord files (comparison 4's)."""
-    import tensorflow as tf
-
-    import kdist
-    from kdist.config.build import instantiate
-    from kdist.data import make_dataset_fn
-
-    def pipeline(data: list[str]) -> tuple[Any, Any]:
-        cfg = kdist.compose(kdist_overrides(job, data=data))
-        source = instantiate(cfg.data.source, _convert_="all")
-        dataset_fn = make_dataset_fn(source, "train", cfg.data, global_batch_size=BATCH, seed=42)
-        return source, dataset_fn(tf.distribute.InputContext())
-
-    _, memory = pipeline(synthetic_data(job))
-    reader, files = pipeline(["data=tfrecord", f"data.source.path={path}", "data.cache=false"])
+    _, memory = kdist_pipeline(job, synthetic_data(job), BATCH)
+    files_data = ["data=tfrecord", f"data.source.path={path}", "data.cache=false"]
+    reader, files = kdist_pipeline(job, files_data, BATCH)
     if not reader.reads_whole(reader.split_files("train")):
         raise RuntimeError(f"{path}: the files are not read whole")
     passes = ctx.scale(5, 1)

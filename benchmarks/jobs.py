@@ -24,6 +24,7 @@ __all__ = [
     "KerasFit",
     "input_pipeline",
     "kdist_overrides",
+    "kdist_pipeline",
     "synthetic_data",
 ]
 
@@ -113,6 +114,22 @@ def kdist_overrides(job: Job, *more: str, data: Sequence[str] | None = None) -> 
         f"runtime.seed={job.seed}",
         *more,
     ]
+
+
+def kdist_pipeline(job: Job, data: Sequence[str], batch: int) -> tuple[Any, tf.data.Dataset]:
+    """kdist's training input pipeline for `job` with `data` overrides, on one device.
+
+    Returns:
+        The data source and the batched training dataset (batch `batch`, seed 42).
+    """
+    import kdist
+    from kdist.config.build import instantiate
+    from kdist.data import make_dataset_fn
+
+    cfg = kdist.compose(kdist_overrides(job, data=data))
+    source = instantiate(cfg.data.source, _convert_="all")
+    dataset_fn = make_dataset_fn(source, "train", cfg.data, global_batch_size=batch, seed=42)
+    return source, dataset_fn(tf.distribute.InputContext())
 
 
 class KdistJob:
