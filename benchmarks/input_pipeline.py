@@ -11,7 +11,10 @@ in-memory source with `data.cache=false` (a fresh tensor per example on every pa
 reading) is measured in the same rounds: the floor for any uncached source. So is the
 same source handed out in 4 per-file blocks on every pass (`benchmarks.blocks`: the
 shape of the whole-file reader's pipeline, with nothing read, checked or parsed): the
-floor for a reader that produces per-file blocks.
+floor for a reader that produces per-file blocks. Two more sides hand out the same
+blocks while each block reads its TFRecord file's bytes on every pass, and then also
+checksums them as the whole-file reader does: the floors of any reader that reads the
+files every pass, and of one that also checks them.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ MEMORY, FILES, FILES_CACHED = "in-memory", "tfrecord, cache=false", "tfrecord, c
 MEMORY_UNCACHED = "in-memory, cache=false"
 FILES_RECORDS = "tfrecord, cache=false, record by record"
 BLOCKS = "in-memory in per-file blocks, cache=false"
+BLOCKS_READ = "in-memory in per-file blocks, each file's bytes read every pass"
+BLOCKS_CHECKED = "in-memory in per-file blocks, each file's bytes read and checksummed every pass"
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,13 @@ def _compare(ctx: Context, spec: _Spec) -> list[Comparison]:
             ),
             ctx.workdir / f"input_{spec.key}_blocks",
         ),
+        BLOCKS_READ: KdistJob(
+            kdist_overrides(job, *_blocks_reading(path)), ctx.workdir / f"input_{spec.key}_read"
+        ),
+        BLOCKS_CHECKED: KdistJob(
+            kdist_overrides(job, *_blocks_reading(path), "+data.source.checksum=true"),
+            ctx.workdir / f"input_{spec.key}_checked",
+        ),
     }
     rounds = ctx.rounds_for(spec.rounds)
     ctx.log(f"input/{spec.key}: {', '.join(sides)}; {rounds} rounds of {job.steps} steps")
@@ -162,12 +174,36 @@ def _compare(ctx: Context, spec: _Spec) -> list[Comparison]:
             **common,
         ),
         summarize(
+            id=f"input/{spec.key}_blocks_read",
+            title=f"{spec.title}: in-memory in 4 per-file blocks a pass, each block reading its "
+            "TFRecord file's bytes every pass (the floor of a reader that reads the files "
+            "every pass) / in-memory",
+            a=BLOCKS_READ,
+            **common,
+        ),
+        summarize(
+            id=f"input/{spec.key}_blocks_checked",
+            title=f"{spec.title}: the same, each file's bytes also checksummed (farmhash64, "
+            "as the whole-file reader checks them) / in-memory",
+            a=BLOCKS_CHECKED,
+            **common,
+        ),
+        summarize(
             id=f"input/{spec.key}_memory_uncached",
             title=f"{spec.title}: in-memory (cache=false) / in-memory (the floor of an "
             "uncached source)",
             a=MEMORY_UNCACHED,
             **common,
         ),
+    ]
+
+
+def _blocks_reading(path: str) -> list[str]:
+    """Overrides for `benchmarks.blocks.file_blocks` reading the files of `path` every pass."""
+    return [
+        "data.cache=false",
+        "data.source._target_=benchmarks.blocks.file_blocks",
+        f"+data.source.read_path={path}",
     ]
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 from helpers import REPO, compose
 
 import kdist
@@ -80,6 +81,8 @@ def test_quick_mode_writes_json_and_markdown(tmp_path: Path):
         "input/mlp_k32_files",
         "input/mlp_k32_files_records",
         "input/mlp_k32_blocks",
+        "input/mlp_k32_blocks_read",
+        "input/mlp_k32_blocks_checked",
         "input/stages_files",
         "input/stages_read_only",
         "input/stages_bytes_only",
@@ -107,6 +110,20 @@ def test_quick_mode_writes_json_and_markdown(tmp_path: Path):
     markdown = (tmp_path / "out" / "results.md").read_text()
     for heading in ("## 1. ", "## 2. ", "## 3. ", "## 4. ", "## 5. ", "## 7. ", "Machine:"):
         assert heading in markdown
+
+
+def test_isolate_runs_each_suite_in_a_process_of_its_own(tmp_path: Path):
+    # A full run measures every suite in a fresh process (`--isolate` does it in quick
+    # mode too): the rows come back from the suite's own results.json.
+    work = tmp_path / "w"
+    args = ["--quick", "--isolate", "--only", "overhead", "--rounds", "1", "--workdir", str(work)]
+    results = _bench(args, tmp_path, 300)
+    assert [name for name, state in results["suites"].items() if state == "done"] == ["overhead"]
+    own = json.loads((work / "suite-overhead" / "out" / "results.json").read_text())
+    assert [r["id"] for r in results["comparisons"]] == [r["id"] for r in own["comparisons"]]
+    assert {"overhead/minimal_ms_per_epoch", "overhead/minimal_share"} <= {
+        r["id"] for r in own["comparisons"]
+    }
 
 
 @pytest.mark.slow
@@ -220,6 +237,36 @@ def test_file_blocks_hand_out_the_arrays_in_interleaved_per_file_blocks():
     assert np.array_equal(np.array([e[1] for e in got]), y[order])
     with pytest.raises(ValueError, match="do not cut into 4 blocks"):
         file_blocks(num_train=10, num_validation=0).dataset("train")
+
+
+def test_file_blocks_read_and_checksum_their_files_on_every_pass(tmp_path: Path):
+    # Comparison 4's floors for a reader that reads (and checks) the files every pass: the
+    # examples are the arrays', and the bytes are really read (not pruned away).
+    per_file = READ_BATCH
+    kwargs = {"num_train": 4 * per_file, "num_validation": 0, "input_shape": [3]}
+    plain = file_blocks(**kwargs)
+    x, y = plain.arrays("train")
+    write_tfrecords(tmp_path / "d", {"train": (x, y)}, num_shards=4, num_classes=10)
+    expected = list(plain.dataset("train").as_numpy_iterator())
+    for checksum in (False, True):
+        source = file_blocks(read_path=str(tmp_path / "d"), checksum=checksum, **kwargs)
+        got = list(source.dataset("train").repeat(2).as_numpy_iterator())
+        assert len(got) == 2 * len(expected)
+        for (gx, gy), (ex, ey) in zip(got, expected + expected, strict=True):
+            assert np.array_equal(gx, ex) and gy == ey
+    # A missing file fails the read; a changed one fails the checksum (and only then).
+    victim = tmp_path / "d" / "train-00002-of-00004.tfrecord"
+    data = bytearray(victim.read_bytes())
+    data[40] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    assert len(list(file_blocks(read_path=str(tmp_path / "d"), **kwargs).dataset("train"))) == (
+        4 * per_file
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match="checksum"):
+        list(file_blocks(read_path=str(tmp_path / "d"), checksum=True, **kwargs).dataset("train"))
+    victim.unlink()
+    with pytest.raises(tf.errors.NotFoundError):
+        list(file_blocks(read_path=str(tmp_path / "d"), **kwargs).dataset("train"))
 
 
 def test_the_stage_rows_readers_hand_out_every_example_of_the_files(tmp_path: Path):
