@@ -11,83 +11,39 @@ __all__ = ["FINDINGS", "NOTES"]
 
 NOTES: dict[str, str] = {
     "input/mlp_k32_files": (
-        "Missed: 1.315 (CPU 1.285) in this run, against 1.317 for the record-by-record reader "
-        "and 1.101 for the per-file-blocks floor (the rows below); 1.208 and 1.287 in the two "
-        "runs before. In `make bench` this row runs in the process that ran the engine and "
-        "overhead suites first, and has come out 0.1-0.2 above the same comparison run alone "
-        "(`--only input`: 1.004, 1.138, 1.153, 1.111 and 1.087 on one morning, 1.165, 1.091, "
-        "1.127 and 1.172 the next; 1.05-1.16 in six scratch processes of the two sides on a "
-        "third): the ratio moves from process to process by more than the target's margin, "
-        "while each process's rounds agree. Why no reader meets 1.05 on this job, from the "
-        "stage rows below (the pipelines alone, CPU per pass over the 4,096 examples, no "
-        "training): kdist's in-memory pipeline costs 14.5 ms, the uncached TFRecord one 33.5 "
-        "ms; reading, checking and parsing the 4 files alone costs 11.4 ms, 0.78 of the whole "
-        "in-memory pipeline, and reading their bytes alone 6.0 ms (0.49). A training pass is "
-        "128 steps, about 80 ms of CPU, and in the processes that gave 1.10-1.15 a third to a "
-        "half of the reader's extra CPU (19 ms) showed in the CPU ratio (1.08-1.12): at that "
-        "rate a reader whose stages after the parse cost no more than the in-memory ones "
-        "would still be 1.05-1.07 for reading, checking and parsing alone, and 1.03-1.04 for "
-        "the bytes alone. A prototype with no per-example stage (`stages_permuted`) costs 1.98 of "
-        "the in-memory pipeline. Shapes measured the same way (scratch, 7-9 rounds): "
-        "`interleave`, `unbatch` and `flat_map` after per-file blocks are within 1 ms of each "
-        "other, 2-4 ms a pass above `from_tensor_slices`; the repeat before or after the "
-        "reader's map makes no difference (22.40 against 22.42 ms), so functions set up again "
-        "each pass cost nothing here; in training, 16 files of 256 records cost more than 4 of "
-        "1,024 (1.16-1.22 against 1.11-1.15 in 3 processes each), so per-file costs outweigh "
-        "cache sizes. A CPU profile (`perf record`, "
-        "software clock, 250 fits of each side in its own process, start-up left out) shows "
-        "where: both sides spend about 35 % of their CPU in TensorFlow's thread pools "
-        "switching and spinning (the kernel's `finish_task_switch` and spin unlock, Eigen's "
-        "`PopBack` and `GlobalSteal`), and the reader adds memory copies (`memmove` 2.9 % "
-        "against 1.5 %), allocation (`malloc`/`free` about 1.5 % more), the kernel's copy out "
-        "of the page cache (0.9 %) and the checksum (`farmhash` 0.5 %): its own work is "
-        "4-5 % of the CPU, and costs the step 2-3 times that in wall time. Thread pools were "
-        "not the lever: with `runtime.intra_op_threads=1` (both sides 35-40 % faster, 0.22-"
-        "0.25 ms a step) the ratio was 1.126 and 1.138, and with one inter-op thread 1.03-1.15"
-        " because the in-memory side slowed down (0.42-0.45 ms) and the reader did not. "
-        "History: 1.82 before issue 14 (a `scan` per "
-        "record with a formatted message, `parse_single_example` per record); 1.46 with records"
-        " parsed 256 at a time; 1.22-1.23 with each file read by the `TFRecordDataset` op "
-        "itself. Files whose manifest gives a record length and a farmhash64 checksum are read "
-        "whole: one `tf.io.read_file`, the size and checksum checked, the records cut out with "
-        "one `substr` and parsed in the same function, then 256 examples of each of 4 files in "
-        "turn. Where the rest goes, measured in one process with fits alternated (21 rounds, "
-        "3-4 processes each): the pipeline's shape alone (`benchmarks/blocks.py`: 4 per-file "
-        "blocks a pass from a parallel map, nothing read) costs 1.03-1.12 of the cached source;"
-        " the same with each file read and checksummed but not parsed 1.12-1.13; the reader "
-        "1.08-1.19. Handing out the same arrays with `from_tensor_slices` and no map costs "
-        "0.98-1.06. So every part of a reader that makes per-file blocks each pass costs a few "
-        "percent on this 0.4 ms step sharing 2 cores, and none dominates. Tried, with no gain "
-        "beyond the noise: a decoder that cuts the floats out of fixed-layout records without "
-        "the protobuf parse; `unbatch` or `flat_map` instead of the interleave; the files read "
-        "in one function (one element a pass, with `tf.stack` or `concatenate`); the repeat "
-        "moved before the map so its function is not set up again each pass; a sequential map; "
-        "tf.data options (no injected prefetch, a private pool of 1 thread, no autotune, "
-        "intra-op parallelism 1); a fixed prefetch of 64 batches; glibc malloc thresholds. The "
-        "pipeline never made the training wait (no `next` over 0.3 ms with a 0.4 ms consumer), "
-        "and page faults were about 100 per fit. Also tried since, fits alternated in one "
-        "process (11 rounds, 2-3 processes each, the uncached reader against the cached "
-        "source): the floats cut out of fixed-layout records with `decode_raw` and the labels "
-        "read at their byte offset, every record's other bytes checked against the first's (no "
-        "protobuf parse at all), interleaved 1.14 in two processes where the reader gave 1.20 "
-        "and 1.09, and as one element a pass reordered with a transpose 1.17-1.24; files read "
-        "in 256-record chunks by `FixedLengthRecordDataset` (each chunk checksummed; the "
-        "reader's records in its order) 1.20-1.22 where the reader gave 1.12-1.15 and record by"
-        " record 1.25-1.26, and on 4 files of 26 MB (32,768 examples, one pass a fit) 1.11 and "
-        "1.25 against 1.14 and 1.21 whole and 1.18 and 1.30 record by record: reading files "
-        "over `whole_file_max_mb` in chunks would gain a few percent, not the target. Measured "
-        "alone, a pass of the 4 files costs 2.5 ms of CPU read and checked, 4.1-4.4 ms with the"
-        " parse (1.0-1.1 us per example): 4-6 % of the fit's CPU per example (19-28 us) before "
-        "the pipeline's shape. With training data the size of one 320-step epoch (10,240 "
-        "examples, one pass a fit) the reader gives 1.08-1.11 in 3 processes (record by record "
-        "1.24-1.28), so the miss does not come from re-reading the small data set 2.5 times a "
-        "fit. A fit's system time is 0.005-0.02 ms a step above the cached source's (a few "
-        "hundred page faults a fit against a few): part of the gap, not most of it. With the "
-        "reader's threads at the lowest priority (a private pool of 2 threads at nice 19) it "
-        "gave 1.148 where the same reader at normal priority gave 1.122: the training does not "
-        "lose the CPU time the reader's threads take (a reader that yields the cores costs as "
-        "much) but something both share, memory traffic and caches being the likely rest (not "
-        "measured). The cache (the default) meets the target at 1.010."
+        "Missed: 1.092 (CPU 1.090) in this run, where the input suite ran in a process of "
+        "its own (1.315, 1.208 and 1.287 in the three runs before, measured after the "
+        "engine and overhead suites in one process). The rows below take the reader apart "
+        "in the same rounds: the pipeline's shape with nothing read 0.989; the same blocks "
+        "with each block reading its file's bytes every pass (`tf.io.read_file`, nothing "
+        "checked or parsed) 1.098; read and checksummed 1.069. Reading the bytes alone cost "
+        "as much as the whole reader here. In scratch processes of the same sides (21 "
+        "rounds, 2-3 processes each): nothing read 0.97-1.05, bytes read 1.02-1.05, read "
+        "and checksummed 1.04-1.10, the reader 1.05-1.11. So on this job (a step of 32 "
+        "examples that keeps both cores busy) re-reading the 12.8 MB of the 4 files every "
+        "pass of 128 steps costs about what the target allows before anything is checked or "
+        "decoded, and the reader sits 3-5 % above that floor: the checksum its integrity "
+        "check needs, and turning the bytes into new example tensors. Tried this time, none "
+        "adopted: decoding at byte offsets recorded in the manifest instead of the protobuf "
+        "parse (`substr` and `decode_raw`, or `decode_raw` and a strided slice), 1.05-1.11, "
+        "no better than the parse; an index shuffle with each batch gathered from the "
+        "pass's rows, 1.14-1.18 (the in-memory source the same way 1.05-1.08); the files "
+        "memory-mapped with TensorFlow's `ImmutableConst`, 1.00-1.01, but TensorFlow treats "
+        "that op as a constant (folded when a function is instantiated, cached in eager "
+        "mode): the first read's data is served on every later pass and a file changed on "
+        "disk goes unnoticed, so it is a cache, not a reader. A trap for such measurements: "
+        "TensorFlow prunes stateless work that only a control dependency needs (a 200 MB "
+        "`read_file` under `tf.control_dependencies` took 0.7 ms, under a data dependency "
+        "100 ms), so the floor rows make the read reach the examples through a data "
+        "dependency. History: 1.82 before issue 14 (a `scan` and `parse_single_example` per "
+        "record); 1.46 with records parsed 256 at a time; 1.19-1.23 read by the "
+        "`TFRecordDataset` op; then files read whole (one `read_file`, the size and "
+        "farmhash64 checked, the records cut out with one `substr` and parsed in the same "
+        "function). A CPU profile of an earlier run put the reader's own work (copies, "
+        "allocation, the page-cache copy, the checksum) at 4-5 % of the CPU, with a third "
+        "of both sides' CPU in the thread pools' hand-offs; one thread per op "
+        "(`runtime.intra_op_threads=1`) left the ratio at 1.13-1.14. The cache (the "
+        "default) meets the target: 1.002."
     ),
     "input/mlp_k32_files_records": (
         "No target: the reader for files without a record length and checksum in their "
@@ -99,8 +55,20 @@ NOTES: dict[str, str] = {
         "No target: the floor of any reader that produces per-file blocks on every pass "
         "(`benchmarks/blocks.py`): the in-memory arrays in 4 blocks a pass, each a slice "
         "from a parallel map, interleaved as the whole-file reader interleaves files; "
-        "nothing is read, checked, parsed or copied. 1.101 in this run, 1.123 in the one "
-        "before, 1.025-1.093 in six runs before that."
+        "nothing is read, checked, parsed or copied. 0.989 in this run, 1.101 and 1.123 in "
+        "the two before, 1.025-1.093 in six runs before that."
+    ),
+    "input/mlp_k32_blocks_read": (
+        "No target: the floor of any reader that reads the files on every pass: the blocks "
+        "of the row above, each block also reading its TFRecord file's bytes "
+        "(`tf.io.read_file`, 3.2 MB) every pass, the examples still the arrays'. 1.098 in "
+        "this run (CNN 1.029); 1.02-1.05 in scratch processes."
+    ),
+    "input/mlp_k32_blocks_checked": (
+        "No target: the same with each file's farmhash64 compared with the manifest's on "
+        "every pass, as the whole-file reader checks it. 1.069 in this run (CNN 1.018); "
+        "1.04-1.10 in scratch processes. What the reader adds to this is cutting the "
+        "records out and parsing them into new tensors."
     ),
     "input/mlp_k32_memory_uncached": (
         "No target: the floor of any uncached source in this job (nothing is read; each "
@@ -109,53 +77,50 @@ NOTES: dict[str, str] = {
     "input/stages_files": (
         "No target: the two pipelines of the `mlp_k32_files` row alone, with no training "
         "(`benchmarks/input_stages.py`): CPU seconds of the whole process (every tf.data "
-        "thread) per pass over the 4,096 examples, consumed inside TensorFlow. In training "
-        "about half of this extra CPU showed in the processes that gave 1.10-1.15 (see that "
-        "row's note)."
+        "thread) per pass over the 4,096 examples, consumed inside TensorFlow. 2.51 in this "
+        "run (2.31 in the one before)."
     ),
     "input/stages_read_only": (
         "No target: the whole-file reader's own work, nothing after it: the 4 files read, "
         "their size and farmhash64 checked, the records cut out and parsed into per-file "
-        "blocks. It alone costs 0.78 of the whole in-memory pipeline: at the rate the extra "
-        "CPU showed in training (see `mlp_k32_files`), 1.05-1.07 on its own, before any "
-        "stage after it costs more than the in-memory source's. A decoder without the cut "
-        "into records and the protobuf parse (`decode_raw` of the whole file, the floats "
-        "and label taken at their offsets, every record's other bytes checked against the "
-        "first's; scratch, 9 rounds, the same values as the parse) costs the same: 9.72 "
-        "against 9.73 ms a pass, where the bytes alone cost 6.12."
+        "blocks. 0.84 of the whole in-memory pipeline in this run (0.78 before). A decoder "
+        "without the cut into records and the protobuf parse (`decode_raw` of the whole "
+        "file, the floats and label taken at their offsets, every record's other bytes "
+        "checked against the first's; scratch, 9 rounds, the same values as the parse) "
+        "costs the same: 9.72 against 9.73 ms a pass, where the bytes alone cost 6.12."
     ),
     "input/stages_bytes_only": (
         "No target: the 4 files' bytes read (`tf.io.read_file`), nothing checked or parsed: "
-        "the floor of any reader of these files. The checksum, the cut into records and the "
-        "parse make the rest of `read_only` (scratch, per op: the checksum about 0.8 ms a "
-        "pass, the cut into records 3.6 ms, the parse within the noise)."
+        "the floor of any reader of these files, 0.40 of the in-memory pipeline's CPU in "
+        "this run. The checksum, the cut into records and the parse make the rest of "
+        "`read_only` (scratch, per op: the checksum about 0.8 ms a pass, the cut into "
+        "records 3.6 ms, the parse within the noise)."
     ),
     "input/stages_permuted": (
         "No target: a prototype, not kdist's reader: after the same read, check and parse, "
-        "the pass's examples put in a random order with one `gather` and batches sliced out, "
-        "so no stage handles single examples. It costs less than kdist's pipeline (1.98 "
-        "against 2.31) and still twice the in-memory one, and it would replace the shuffle "
-        "buffer's order with one permutation a pass: not adopted."
+        "the pass's examples put in a random order with one `gather` and batches sliced "
+        "out, so no stage handles single examples. It costs less than kdist's pipeline "
+        "(1.96 against 2.51) and still twice the in-memory one, and in training a reader of "
+        "that shape was slower (1.14-1.18, see `mlp_k32_files`): not adopted."
     ),
     "defaults/default_vs_loop": (
-        "Met: 0.954 (CPU 0.926; 0.964 and 0.892 in the two runs before). Saves were the "
-        "cost (a backup every 100 steps and a checkpoint every "
-        "epoch: 85 per 20-epoch fit, plus the final one). TensorFlow's async helper spent "
-        "20-30 ms of CPU per save in Python on its own thread, holding the GIL against "
-        "the step calls. Now the next train call copies a save's variables to host "
-        "memory before its first step (no call of its own on the training thread), and "
-        "kdist's writer thread writes them with a traced `tf.train.Checkpoint.write` and "
-        "then does the CheckpointManager bookkeeping, starting while the training thread "
-        "is in a train call. There are two sets of host copies, so a checkpoint a few "
-        "steps after a backup does not wait for the backup's write, and the step both "
-        "savers save at the end is written once and hard-linked. The 3-epoch version of "
-        "this job before the saver work: 1.260 (CPU 1.243) at a load of 0.3 "
-        "(`results/rerun-defaults-before.json`)."
+        "Met: 0.933 (CPU 0.938; 0.954, 0.964 and 0.892 in the three runs before). Saves "
+        "were the cost (a backup every 100 steps and a checkpoint every epoch: 85 per "
+        "20-epoch fit, plus the final one). TensorFlow's async helper spent 20-30 ms of CPU "
+        "per save in Python on its own thread, holding the GIL against the step calls. Now "
+        "the next train call copies a save's variables to host memory before its first step "
+        "(no call of its own on the training thread), and kdist's writer thread writes them "
+        "with a traced `tf.train.Checkpoint.write` and then does the CheckpointManager "
+        "bookkeeping, starting while the training thread is in a train call. There are two "
+        "sets of host copies, so a checkpoint a few steps after a backup does not wait for "
+        "the backup's write, and the step both savers save at the end is written once and "
+        "hard-linked. The 3-epoch version of this job before the saver work: 1.260 (CPU "
+        "1.243) at a load of 0.3 (`results/rerun-defaults-before.json`)."
     ),
     "defaults/default_share": (
-        "Met: 1.96 % of a 20-epoch fit; 2.62 %, 1.96 %, 2.40 %, 2.15 %, 2.8 % and 5.0 % in "
-        "the six runs before; a 3-epoch run 4.1 % (4.6 %, 4.1 %, 3.2 %, 4.0 % and 5.2 % "
-        "before). "
+        "Met: 2.24 % of a 20-epoch fit; 1.96 %, 2.62 %, 1.96 %, 2.40 %, 2.15 %, 2.8 % and "
+        "5.0 % in the seven runs before; a 3-epoch run 3.6 % (4.1 %, 4.6 %, 4.1 %, 3.2 %, "
+        "4.0 % and 5.2 % before). "
         "Sampling the "
         "training thread with py-spy showed that every TensorFlow call between two step calls"
         " costs 15-40 times its warm cost (40 us for the first `.numpy()` after a call), and "
@@ -172,30 +137,29 @@ NOTES: dict[str, str] = {
         " still takes a call of its own while the backup before it is written."
     ),
     "input/cnn_k1_cached": (
-        "Met: 0.995 (CPU 0.991; 0.991, 0.989, 0.975 and 1.022 in the four runs before). With "
-        "`cache=true` "
-        "the steady state reads the same cached tensors as the in-memory source. In an "
-        "earlier run it missed on wall time (1.24, CPU 0.995): its 7 rounds of 4 CNN steps "
-        "ran at a load average of 5-5.5 (other jobs' tests), and single rounds vary by ±40%."
+        "Met: 1.024 (CPU 0.994; 0.995, 0.991, 0.989, 0.975 and 1.022 in the five runs "
+        "before). With `cache=true` the steady state reads the same cached tensors as the "
+        "in-memory source. In an earlier run it missed on wall time (1.24, CPU 0.995): its "
+        "7 rounds of 4 CNN steps ran at a load average of 5-5.5 (other jobs' tests), and "
+        "single rounds vary by ±40%."
     ),
     "strategy/mirrored1_vs_none_mlp_k1": (
-        "Missed at 1 step per call: 1.116 (CPU 1.105; 1.088, 1.139, 1.075, 1.087, 1.100, 1.040 "
-        "and 1.157 in earlier runs). At 32 steps per call missed by 0.001 in this run, 1.031 "
-        "(CPU 1.000; 0.980, 0.993, 1.008, 1.031 and 0.987 in the five before): within the "
-        "noise of the target. What is left is"
-        " a per-call cost of a function under MirroredStrategy (about 0.1 ms: mirrored "
+        "Missed at 1 step per call: 1.143 (CPU 1.117; 1.116, 1.088, 1.139, 1.075, 1.087, "
+        "1.100, 1.040 and 1.157 in earlier runs). At 32 steps per call 1.069 (CPU 1.055; "
+        "1.031, 0.980, 0.993, 1.008, 1.031 and 0.987 in the six before). What is left is a "
+        "per-call cost of a function under MirroredStrategy (about 0.1 ms: mirrored "
         "variables and the per-replica iterator as captured inputs), which "
-        "`trainer.steps_per_execution` amortises. The hand-written loop pays 14% (1 step "
-        "per call) and 11% (32) for the same strategy; kdist's CPU input path (see "
-        "Findings) removed most of it."
+        "`trainer.steps_per_execution` amortises. The hand-written loop pays 29% (1 step "
+        "per call) and 25% (32) for the same strategy in this run; kdist's CPU input path "
+        "(see Findings) removed most of it."
     ),
     "strategy/mirrored1_vs_none_mlp_k32": (
-        "Missed by 0.001: 1.031 (CPU 1.000); 0.980 in the run before, then 0.993, 1.008, "
-        "1.031 (missed by 0.001) and 0.987. See the note above."
+        "Missed: 1.069 (CPU 1.055); 1.031, 0.980, 0.993, 1.008, 1.031 and 0.987 in the six "
+        "runs before. See the note above."
     ),
     "cluster/mwms2_vs_one_process": (
-        "Missed: 0.541 (0.516 and 0.475 in the two runs before, 0.54, 0.54, 0.45 and 0.65 "
-        "earlier). On one "
+        "Missed: 0.584 (0.541, 0.516 and 0.475 in the three runs before, 0.54, 0.54, 0.45 "
+        "and 0.65 earlier). On one "
         "2-core machine two workers share the cores that one process already uses, so the "
         "best possible is 1.0x; then each step all-reduces 13 MB of gradients (3.3M "
         "parameters) through gRPC on loopback and every worker applies Adam to all "
@@ -213,7 +177,8 @@ NOTES: dict[str, str] = {
         "cores (other machines)."
     ),
     "cluster/ps_vs_one_process": (
-        "Missed: 0.65 (0.64, 0.66, 0.75, 0.68, 0.55 and 0.62 in earlier runs). The worker gets "
+        "Missed: 0.71 (0.65, 0.64, 0.66, 0.75, 0.68, 0.55 and 0.62 in earlier runs). The "
+        "worker gets "
         "both cores (`cores // workers` with one worker), as before."
         " The worker reads all 3.3M "
         "parameters"
@@ -228,24 +193,26 @@ NOTES: dict[str, str] = {
         "profile shows only scheduling.)"
     ),
     "threads/mlp_k32_intra1": (
-        "No target: what `runtime.intra_op_threads=1` does to a small model. 0.604 (0.599 "
-        "and 0.62 in earlier runs of the suite): one thread per op takes 0.24 ms a step where "
-        "TensorFlow's pool of 2 takes 0.40. A 784x128 matrix product on 32 rows is too small "
-        "to split; the split costs more in hand-offs between the pool's threads (a third of "
-        "the CPU in a profile: task switches and Eigen's work stealing) than it saves."
+        "No target: what `runtime.intra_op_threads=1` does to a small model. 0.611 (0.604, "
+        "0.599 and 0.62 in earlier runs of the suite): one thread per op takes 0.40 ms a step "
+        "where TensorFlow's pool of 2 takes 0.67 on this run's machine. A 784x128 matrix "
+        "product on 32 rows is too small to split; the split costs more in hand-offs "
+        "between the pool's threads (a third of the CPU in a profile: task switches and "
+        "Eigen's work stealing) than it saves."
     ),
     "threads/cnn_k1_intra1": (
-        "No target: the CNN's convolutions do use the second core: 1.152 (1.172 and 1.14 in "
-        "earlier runs), so the default stays TensorFlow's and the key is the user's choice."
+        "No target: the CNN's convolutions do use the second core: 1.112 (1.152, 1.172 and "
+        "1.14 in earlier runs), so the default stays TensorFlow's and the key is the user's choice."
     ),
     "startup/kdist_train_vs_plain_script": (
-        "No target. 3.56 s against 2.86 s in this run, 3.95 s against 3.11 s and 3.62 s "
-        "against 2.90 s in the two before (5.30 s against 4.13 s, 5.16 s "
-        "against 4.12 s and 4.87 s against 3.91 s in the three before: the import of "
+        "No target. 5.02 s against 3.99 s in this run (a slower machine: every step time "
+        "in this run is about twice the run before's), 3.56 s against 2.86 s, 3.95 s "
+        "against 3.11 s and 3.62 s against 2.90 s in the three before (5.30 s against "
+        "4.13 s, 5.16 s against 4.12 s and 4.87 s against 3.91 s earlier: the import of "
         "TensorFlow varies most between machines and runs; a fit makes its "
         "first set of host copies and traces the copy into the train function before the "
         "first step, about 0.1-0.2 s). "
-        "`python -m kdist.train` reaches its first step 0.7-1.2 s later: "
+        "`python -m kdist.train` reaches its first step 0.7-1.1 s later: "
         "about 0.3 s more imports (Hydra, OmegaConf and kdist's modules: 3.86 s against "
         "3.55 s for keras and sklearn under `python -X importtime`), the config composed "
         "twice (the pre-check that turns a bad key into one line before TensorFlow "
@@ -256,14 +223,15 @@ NOTES: dict[str, str] = {
 # The analysis under "Findings" in a full run's results.md.
 FINDINGS = """
 **Where kdist stands.** Its engine is faster than the hand-written tutorial loop on one
-device (0.87 at 1 step per call, 0.77 at 32) and on 2 mirrored replicas (0.91, 0.77), as
-fast on the CNN (0.97, 0.95: compute-bound, within the noise), and faster than Keras 3
-`fit` on every job `fit` can run (0.49-0.62). Keras 3.15 `fit` cannot run the mirrored
+device (0.89 at 1 step per call, 0.82 at 32) and on 2 mirrored replicas (0.96, 0.83), as
+fast on the CNN (1.03, 1.02: compute-bound, within the noise), and faster than Keras 3
+`fit` on every job `fit` can run (0.42-0.80). Keras 3.15 `fit` cannot run the mirrored
 job at 32 steps per call at all (keras-team/keras#19246). The engine's own time outside
-the step calls is 0.7 ms per epoch with the minimal callbacks (1.4 % of a 10-epoch
+the step calls is 1.3 ms per epoch with the minimal callbacks (1.6 % of a 10-epoch
 run); with the default ones (TensorBoard, CSV, a checkpoint every epoch, a backup every
-100 steps, curves, the progress bar) the default job runs at 0.96 of the hand-written
-loop, 2.6 % of its wall time outside the step calls.
+100 steps, curves, the progress bar) the default job runs at 0.93 of the hand-written
+loop, 2.2 % of its wall time outside the step calls. (This run's machine was about half
+as fast as the one before: every step time is about twice the earlier ones.)
 
 **Engine changes these measurements led to** (`kdist/engine/standard_runner.py`; the
 engine, equivalence and checkpoint tests pass):
@@ -288,17 +256,17 @@ engine, equivalence and checkpoint tests pass):
    compiled reset takes 0.3-0.6 ms. The epoch's training metrics are now the ones the
    last train call returned instead of a second eager read of the (mirrored) variables.
 
-**Not engine-bound.** TFRecord input without the cache costs what an uncached file source
-costs on a 0.4 ms step sharing 2 cores: every pass, per-file blocks made by a map (1.03-1.12
-of memory with nothing read, the `blocks` row), then the bytes read, checked and parsed
-(see the note under the table). Reading files whole took it from 1.19 to 1.08 in an
-earlier run; this run measured 1.31 against 1.32 record by record, and runs of the input
-suite alone 1.00-1.17. Measured alone (the `stages` rows), reading, checking and parsing
-the files costs 0.78 of the whole in-memory pipeline's CPU: 1.05-1.07 in training on its
-own, at the target's edge before any stage after it costs more than memory's. A CPU
-profile puts the reader's own work (copies, allocation, the page-cache copy, the
-checksum) at 4-5 % of the CPU. With the cache (the default) and on the CNN's 35 ms step
-it is within 3 % of memory.
+**Not engine-bound.** TFRecord input without the cache re-reads the files every pass, and
+on the MLP job (a step of 32 examples that keeps both cores busy) that alone costs about
+what the target allows: the floor rows, in the same rounds, put the in-memory arrays in
+the reader's per-file blocks (0.99 with nothing read), then read each file's bytes every
+pass (1.10 in this run, 1.02-1.05 in scratch processes) and also checksum them (1.07;
+1.04-1.10). The reader (1.09; 1.05-1.11 in scratch processes) adds cutting the records
+out and parsing them into new tensors. Decoding at byte offsets instead of the protobuf
+parse, and batches gathered from a pass's rows, were no faster; memory-mapping the files
+with `ImmutableConst` looked free only because TensorFlow treats the op as a constant (the
+first read is served every pass). With the cache (the default) and on the CNN's step it
+is within 3 % of memory.
 
 **Thread pools.** About a third of the small MLP's CPU goes to TensorFlow's intra-op pool
 handing work between its 2 threads (task switches, Eigen's work stealing). One thread per
