@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import base64
-import importlib.util
 import json
 import os
 import re
@@ -127,10 +126,6 @@ def test_quickstart_notebook_under_auto(tmp_path: Path):
 
 @pytest.mark.slow
 @pytest.mark.multiworker
-@pytest.mark.skipif(
-    importlib.util.find_spec("kdist.launch") is None,
-    reason="kdist.launch (issue 3) is not in this tree yet; the notebook calls kdist.launch.run",
-)
 def test_multiworker_notebook(tmp_path: Path):
     notebook = _execute("multiworker.ipynb", tmp_path, timeout=900)
     _check_clean_with_a_plot(notebook)
