@@ -22,7 +22,6 @@ so a `tf.control_dependencies` on the read would measure nothing (a 200 MB
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -31,7 +30,7 @@ import tensorflow as tf
 
 from kdist.data.builtin import synthetic
 from kdist.data.source import ArraySource
-from kdist.data.tfrecord_io import MANIFEST_NAME, interleave_files
+from kdist.data.tfrecord_io import MANIFEST_NAME, interleave_files, read_manifest
 
 __all__ = ["FileBlocks", "file_blocks"]
 
@@ -116,11 +115,10 @@ def file_blocks(
     )
     read_files = fingerprints = None
     if read_path is not None:
-        with open(os.path.join(read_path, MANIFEST_NAME)) as handle:
-            entries = json.load(handle)["splits"]["train"]
-        read_files = [os.path.join(read_path, e["file"]) for e in entries]
+        shards = read_manifest(os.path.join(read_path, MANIFEST_NAME)).splits["train"]
+        read_files = [shard.path for shard in shards]
         if checksum:
-            fingerprints = [bytes.fromhex(e["fingerprint"]) for e in entries]
+            fingerprints = [bytes.fromhex(str(shard.fingerprint)) for shard in shards]
     return FileBlocks(
         blocks=blocks,
         read_files=read_files,
