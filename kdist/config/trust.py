@@ -1,26 +1,39 @@
 """Which callables a run folder's config may name when kdist reads it back.
 
-`kdist.evaluate run_dir=X` rebuilds the strategy, data and metrics from
-`X/.hydra/config.yaml`. A run folder can come from anyone, and Hydra's `instantiate`
-calls whatever importable callable a `_target_` names, so a config read from a folder is
-rebuilt only from kdist's and Keras's building blocks unless the user says the folder is
-trusted (`trust_run_dir=true`).
+`kdist.evaluate run_dir=X`, `kdist.predict` and the sidecar evaluator rebuild the
+strategy, data and metrics from `X/.hydra/config.yaml`. A run folder can come from
+anyone, and Hydra's `instantiate` calls whatever importable callable a `_target_` names,
+so a config read from a folder is rebuilt only from kdist's and Keras's building blocks
+unless the user says the folder is trusted (`trust_run_dir=true`).
+
+Trust is decided on the object a `_target_` resolves to, not on its spelling: the dotted
+path is walked as Hydra's `_locate` walks it, every step before the last must be a module
+of that very name (never a module reached as an attribute of another, such as
+`kdist.data.files.tf` or `kdist.data.csv_source.os`), and the object found must be a
+public class or function *defined* in one of kdist's or Keras's building-block modules
+(`TRUSTED_PREFIXES`, `TRUSTED_DEFINITIONS`). Only paths that start with a trusted prefix
+are imported at all. Every `_target_` of the tree is checked: nested ones, those under
+`_args_`, and `_partial_` ones.
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import types
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from kdist.config.errors import ConfigError
 
-__all__ = ["TRUSTED_PREFIXES", "TRUST_FLAG", "check_trusted_targets"]
+__all__ = ["TRUSTED_PREFIXES", "TRUST_FLAG", "check_trusted_targets", "trusted_target"]
 
 TRUST_FLAG = "trust_run_dir"
 
-# Modules whose callables only build training objects. Not `keras.utils` (`get_file`
-# downloads and extracts), `keras.models`/`keras.saving` (loaders), `keras.config`.
+# How a target may be spelled: the modules whose callables only build training objects.
+# Not `keras.utils` (`get_file` downloads and extracts), `keras.models`/`keras.saving`
+# (loaders), `keras.config`.
 TRUSTED_PREFIXES = (
     "kdist.strategies.",
     "kdist.models.",
@@ -29,6 +42,7 @@ TRUSTED_PREFIXES = (
     "kdist.schedules.",
     "kdist.callbacks.",
     "kdist.tuning.oracles.",
+    "kdist.lazy_optimizers.",
     "keras.losses.",
     "keras.metrics.",
     "keras.optimizers.",
@@ -38,19 +52,91 @@ TRUSTED_PREFIXES = (
     "keras.activations.",
     "keras.callbacks.",
 )
-# Inside a trusted module, still not: it sends the metrics to a URL.
-UNTRUSTED = ("keras.callbacks.RemoteMonitor",)
+# Where the object found must be defined (its `__module__`, or a module under it): Keras's
+# public names are re-exports of `keras.src` definitions.
+TRUSTED_DEFINITIONS = (
+    "kdist.strategies",
+    "kdist.models",
+    "kdist.data",
+    "kdist.optimizers",
+    "kdist.schedules",
+    "kdist.callbacks",
+    "kdist.tuning.oracles",
+    "kdist.lazy_optimizers",
+    "keras.src.losses",
+    "keras.src.metrics",
+    "keras.src.optimizers",
+    "keras.src.layers",
+    "keras.src.initializers",
+    "keras.src.regularizers",
+    "keras.src.activations",
+    "keras.src.callbacks",
+)
+# Inside a trusted module, still not: they send metrics to a URL, or write or delete
+# files at a path they are given when a run uses them.
+UNTRUSTED = (
+    "keras.src.callbacks.remote_monitor.RemoteMonitor",
+    "keras.src.callbacks.backup_and_restore.BackupAndRestore",
+    "keras.src.callbacks.model_checkpoint.ModelCheckpoint",
+    "keras.src.callbacks.csv_logger.CSVLogger",
+    "keras.src.callbacks.tensorboard.TensorBoard",
+    "kdist.callbacks.preemption.save_on_ctrl_c",
+)
 # Nor callables that write or fetch files (`kdist.data.write_tfrecords`, ...).
 UNTRUSTED_VERBS = ("write", "save", "export", "remove", "delete", "download", "load_model")
 
 
-def _trusted(target: str) -> bool:
-    name = target.rsplit(".", 1)[-1].lower()
-    return (
-        target.startswith(TRUSTED_PREFIXES)
-        and target not in UNTRUSTED
-        and not name.startswith(UNTRUSTED_VERBS)
-    )
+def _defined_in_trusted_module(module: str) -> bool:
+    return any(module == m or module.startswith(f"{m}.") for m in TRUSTED_DEFINITIONS)
+
+
+def _resolve(target: str) -> Any:
+    """The object `target` names, walked as Hydra's `_locate` walks it; `None` if refused.
+
+    Refused: a step before the last that is not a module of exactly that dotted name
+    (a module imported by another module, a class, an instance, ...).
+    """
+    parts = target.split(".")
+    if any(not part or part.startswith("_") for part in parts):
+        return None  # private names, relative or malformed paths
+    obj: Any = importlib.import_module(parts[0])
+    for depth in range(1, len(parts)):
+        name = ".".join(parts[:depth])
+        if not isinstance(obj, types.ModuleType) or obj.__name__ != name:
+            return None
+        try:
+            obj = getattr(obj, parts[depth])
+        except AttributeError:
+            obj = importlib.import_module(".".join(parts[: depth + 1]))
+    return obj
+
+
+def trusted_target(target: Any) -> bool:
+    """Whether `target` (a `_target_` value) names a kdist or Keras building block.
+
+    Args:
+        target: the value of a `_target_` key.
+
+    Returns:
+        `True` only for a dotted path spelled under `TRUSTED_PREFIXES` that resolves,
+        through modules of the same names, to a public class or function defined in
+        `TRUSTED_DEFINITIONS`, not listed in `UNTRUSTED` and not named like a writer.
+    """
+    if not isinstance(target, str) or not target.startswith(TRUSTED_PREFIXES):
+        return False  # nothing outside kdist and Keras is imported to find out
+    try:
+        obj = _resolve(target)
+    except Exception:  # an import error: not a building block (and nothing to call)
+        return False
+    if obj is None or not (inspect.isclass(obj) or inspect.isfunction(obj)):
+        return False
+    module, name = getattr(obj, "__module__", None), getattr(obj, "__name__", "")
+    if not isinstance(module, str) or not _defined_in_trusted_module(module):
+        return False
+    if name != target.rsplit(".", 1)[-1] or name.startswith("_"):
+        return False  # an alias: the object is not what its name says
+    qualified = f"{module}.{getattr(obj, '__qualname__', name)}"
+    return qualified not in UNTRUSTED and not name.lower().startswith(UNTRUSTED_VERBS)
 
 
 def _targets(node: Any, key: str = "") -> list[tuple[str, Any]]:
@@ -91,12 +177,12 @@ def check_trusted_targets(
     for key, target in _targets(container):
         if any(key == e or key.startswith(f"{e}.") or key.startswith(f"{e}[") for e in exempt):
             continue
-        if isinstance(target, str) and _trusted(target):
+        if trusted_target(target):
             continue
         raise ConfigError(
             key,
-            f"in {source} names code outside kdist and Keras, which reading a run folder "
-            "does not run",
+            f"in {source} names code outside kdist's and Keras's building blocks, which "
+            "reading a run folder does not run",
             value=target,
             hint=f"pass {TRUST_FLAG}=true if you trust whoever wrote this run folder",
         )
