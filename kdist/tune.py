@@ -133,6 +133,16 @@ def _check_space_overrides(argv: list[str]) -> None:
             )
 
 
+def _default_space(argv: list[str]) -> bool:
+    """Whether the search uses conf/tune.yaml's default `tuner/space` (none chosen)."""
+    from hydra._internal.utils import get_args_parser
+
+    args, _ = get_args_parser().parse_known_args(argv)
+    if args.config_name not in (None, "tune") or args.config_dir is not None:
+        return False  # a recipe chooses its own space
+    return not any(o.lstrip("~+").startswith("tuner/space") for o in args.overrides)
+
+
 def main() -> None:
     """Entry point of `python -m kdist.tune`."""
     register()
@@ -162,8 +172,13 @@ def main() -> None:
         sys.argv.extend(non_chief_overrides(info))
     cfg = precheck(sys.argv[1:], config_name="tune")
     if cfg is not None:
-        from kdist.tuning.driver import check
+        from kdist.tuning.driver import check, uses_hypermodel
 
+        if uses_hypermodel(cfg) and _default_space(sys.argv[1:]):
+            # conf/tune.yaml's space is model=mlp's; a hypermodel declares its own.
+            sys.argv.append("~tuner/space")
+            cfg = precheck(sys.argv[1:], config_name="tune")
+            assert cfg is not None
         try:
             check(cfg)
         except ConfigError as error:

@@ -114,6 +114,20 @@ def check_choice(key: str, value: Any, choices: Iterable[Any]) -> None:
         raise ConfigError(key, "is not a valid choice", value=value, hint=f"use one of: {shown}")
 
 
+def _hypermodel_instance(target: str) -> Any | None:
+    """A `keras_tuner.HyperModel` instance `target` names (not callable, but a model)."""
+    from hydra._internal.utils import _locate as locate
+
+    try:
+        obj = locate(target)
+    except Exception:  # as in `_locate`: not importable
+        return None
+    kinds = type(obj).__mro__
+    if any(c.__name__ == "HyperModel" and c.__module__.startswith("keras_tuner") for c in kinds):
+        return obj
+    return None
+
+
 def _locate(key: str, target: Any) -> Callable[..., Any]:
     if not isinstance(target, str) or not target or target == "???":
         raise ConfigError(
@@ -124,6 +138,9 @@ def _locate(key: str, target: Any) -> Callable[..., Any]:
     try:
         return get_method(target)
     except Exception as error:  # Hydra wraps ImportError/AttributeError in its own types
+        instance = _hypermodel_instance(target)
+        if instance is not None:
+            return instance
         raise ConfigError(
             f"{key}._target_",
             f"cannot be imported ({type(error).__name__})",
@@ -330,7 +347,8 @@ def validate(cfg: DictConfig) -> None:
     if "cross_device_ops" in strategy:
         check_choice("strategy.cross_device_ops", strategy.cross_device_ops, CROSS_DEVICE_OPS)
 
-    check_target_keys("model", cfg.model, injected=MODEL_INJECTED_KEYS)
+    # `model.hp`: a keras-tuner hypermodel's values (checked when it is built).
+    check_target_keys("model", cfg.model, injected=MODEL_INJECTED_KEYS, ignore=("hp",))
     if str(cfg.model.get("_target_")) == "kdist.models.resnet":
         check_choice("model.variant", cfg.model.get("variant"), RESNET_VARIANTS)
 

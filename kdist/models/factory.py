@@ -12,6 +12,7 @@ from kdist.config.build import instantiate
 from kdist.config.constants import MODEL_INJECTED_KEYS
 from kdist.config.errors import ConfigError
 from kdist.config.validate import check_target_keys
+from kdist.models import hypermodel
 
 __all__ = ["build", "from_config"]
 
@@ -32,9 +33,22 @@ def from_config(
     Returns:
         The `keras.Model`.
 
+    A keras-tuner hypermodel (`build_model(hp)`, a `keras_tuner.HyperModel`) is built
+    with the values in `model.hp`, the others at their defaults (`kdist.models.hypermodel`).
+
     Raises:
         ConfigError: when a key is unknown or the callable does not return a keras.Model.
     """
+    if hypermodel.is_hypermodel(hypermodel.locate(model_cfg)):
+        return hypermodel.build(
+            model_cfg, input_shape=input_shape, num_classes=num_classes, key=key
+        )
+    if model_cfg.get(hypermodel.HP_KEY) is not None:
+        raise ConfigError(
+            f"{key}.{hypermodel.HP_KEY}",
+            f"sets hyperparameters, but {model_cfg.get('_target_')} is not a keras-tuner "
+            "hypermodel (a keras_tuner.HyperModel, or a callable whose first parameter is hp)",
+        )
     target = check_target_keys(key, model_cfg, injected=MODEL_INJECTED_KEYS)
     given = {"input_shape": tuple(input_shape), "num_classes": int(num_classes)}
     try:

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from kdist.compiling import resolve_objective
 from kdist.config.errors import ConfigError
 from kdist.config.validate import validate
+from kdist.models import hypermodel
 from kdist.tuning import hparams, oracles, results
 from kdist.tuning.oracle_chief import OracleServer
 from kdist.tuning.oracle_client import DeadlineOracleClient
@@ -34,7 +35,7 @@ from kdist.tuning.roles import Role, resolve_role
 from kdist.tuning.space import Space
 from kdist.tuning.tuner import KdistTuner
 
-__all__ = ["SearchResult", "check", "run"]
+__all__ = ["SearchResult", "check", "run", "uses_hypermodel"]
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,62 @@ def check(cfg: DictConfig) -> Space:
     # `objective: auto` becomes the metric the trials log (tuner.objective follows it).
     resolve_objective(cfg)
     oracles.check(cfg.tuner)
-    return Space.from_config(cfg.tuner.space)
+    # A hypermodel brings its own hyperparameters: the config keys may be none.
+    return Space.from_config(cfg.tuner.space, allow_empty=uses_hypermodel(cfg))
+
+
+def uses_hypermodel(cfg: DictConfig) -> bool:
+    """Whether `model._target_` is a keras-tuner hypermodel (`build_model(hp)`)."""
+    model_cfg = cfg.get("model")
+    return model_cfg is not None and hypermodel.is_hypermodel(hypermodel.locate(model_cfg))
+
+
+# Config keys that a model compiled by its hypermodel ignores (its compile is kept).
+_COMPILE_KEYS = ("optimizer", "trainer.loss", "trainer.loss_weights", "trainer.metrics")
+
+
+def _add_hypermodel(space: Space, base_cfg: DictConfig) -> Space:
+    """The space with the hyperparameters `model._target_` declares (found by building it).
+
+    Raises:
+        ConfigError: as `kdist.models.hypermodel.search_space`; naming `tuner.space.<key>`
+            for a compile key tuned for a model its hypermodel compiles; naming
+            `tuner.space` when nothing is left to tune.
+    """
+    from kdist import runtime
+    from kdist.data.pipeline import build_source
+
+    # Building the model starts TensorFlow: logical devices, seeds and precision first.
+    runtime.setup(base_cfg.runtime)
+
+    def shapes() -> tuple[Any, int]:
+        source = build_source(base_cfg.data.source)
+        return source.input_shape, source.num_classes
+
+    found = hypermodel.search_space(base_cfg.model, shapes=shapes)
+    if found.compiled:
+        for d in space:
+            if d.key.startswith(tuple(f"{k}." for k in _COMPILE_KEYS)) or d.key in _COMPILE_KEYS:
+                raise ConfigError(
+                    f"tuner.space.{d.key}",
+                    f"has no effect: {found.target} compiles the model itself, and its "
+                    "optimizer, loss and metrics are kept",
+                    hint="tune it in build_model with hp (e.g. hp.Float('learning_rate', "
+                    "1e-4, 1e-2, sampling='log')), or remove it from tuner.space",
+                )
+    space = space.with_hypermodel(found.hyperparameters)
+    if not len(space):
+        raise ConfigError(
+            "tuner.space",
+            f"is empty and {found.target} declares no hyperparameters: there is nothing to tune",
+        )
+    log.info(
+        "%s declares %d hyperparameter(s): %s",
+        found.target,
+        len(found.hyperparameters.space),
+        ", ".join(p.name for p in found.hyperparameters.space) or "none",
+    )
+    return space
 
 
 def _check_resume(project: Path, plan: TrialPlan, target: str) -> None:
@@ -152,6 +208,8 @@ def run(
     base_cfg = plan.compose()
     validate(base_cfg)
     space.check_keys(base_cfg)
+    if uses_hypermodel(base_cfg):
+        space = plan.space = _add_hypermodel(space, base_cfg)
     plan.objective_overrides(base_cfg)
     if role.distributed and any(s in _strategy_target(base_cfg) for s in _MULTI_PROCESS):
         raise ConfigError(
@@ -230,11 +288,11 @@ def run(
 def _check_same_space(client: DeadlineOracleClient, space: Space) -> None:
     """A worker launched with other `tuner.space` settings than the chief stops at once."""
     remote = {hp.name for hp in client.get_space().space}
-    if remote != set(space.keys):
+    if remote != set(space.names):
         raise ConfigError(
             "tuner.space",
             f"differs from the chief's ({', '.join(sorted(remote))})",
-            value=", ".join(space.keys),
+            value=", ".join(space.names),
             hint="give every process the same overrides",
         )
 

@@ -112,7 +112,7 @@ class TrialPlan:
             extra.append(f"trainer.epochs={int(values[HYPERBAND_EPOCHS])}")
         # A key the search adds (`+model.width=8`) is still new to the config in a trial.
         added = {_key(o): o[: len(o) - len(o.lstrip("+"))] for o in self.base if o[:1] == "+"}
-        extra = [added.get(_key(o), "") + o for o in extra]
+        extra = [o if o[:1] == "+" else added.get(_key(o), "") + o for o in extra]
         replaced = {_key(o) for o in extra}
         return [*(o for o in self.base if _key(o) not in replaced), *extra]
 

@@ -108,6 +108,8 @@ def write_best(path: Path, oracle: Any, *, plan: TrialPlan, run_dir: Path) -> di
         "config_dir": plan.config_dir,
         "overrides": overrides,
         "hyperparameters": {**plan.space.decode(values), **_epochs(plan, values)},
+        # What `build_model(hp)` reads: `hp.values` for keras-tuner's own code.
+        **({"hp": plan.space.hp_values(values)} if plan.space.hypermodel is not None else {}),
         "command": command,
         "run_dir": str(run_dir / "trials" / f"trial_{trial.trial_id}"),
     }

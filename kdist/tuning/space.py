@@ -105,6 +105,8 @@ class Dimension:
         log: whether values are sampled on a log scale.
         encoded: whether the choice values are override text (lists, mixed types),
             because keras-tuner choices hold only scalars of one type.
+        hp_name: for a hyperparameter a hypermodel declares (`build_model(hp)`), its name
+            in keras-tuner; `key` is then `model.hp.<hp_name>`. Empty for config keys.
     """
 
     key: str
@@ -116,11 +118,18 @@ class Dimension:
     step: float | None = None
     log: bool = False
     encoded: bool = False
+    hp_name: str = ""
+
+    @property
+    def name(self) -> str:
+        """The hyperparameter's name in keras-tuner's space (the config key, or `hp_name`)."""
+        return self.hp_name or self.key
 
     def override(self, value: Any) -> str:
         """The Hydra override that sets this key to a trial's `value`."""
         text = value if self.encoded else format_value(value)
-        return f"{self.key}={text}"
+        # `model.hp` holds only the values given: add the key, or replace it.
+        return f"{'++' if self.hp_name else ''}{self.key}={text}"
 
     def display(self, value: Any) -> Any:
         """A trial's value as a scalar for tables and TensorBoard (override text if encoded)."""
@@ -234,11 +243,56 @@ def _fixed_text(key: str, value: str) -> Dimension:
     return Dimension(key, format_value(value), "fixed", (value,))
 
 
+def _hp_dimension(hp: Any, key: str) -> Dimension:
+    """A hyperparameter a hypermodel declares, as the dimension of `<key>.hp.<name>`."""
+    from keras_tuner.src.engine.hyperparameters import hp_types
+
+    config = {k: v for k, v in hp.get_config().items() if k not in ("name", "conditions")}
+    expression = f"hp.{type(hp).__name__}({', '.join(f'{k}={v!r}' for k, v in config.items())})"
+    where = f"{key}.hp.{hp.name}"
+    log = getattr(hp, "sampling", "linear") in ("log", "reverse_log")
+    if isinstance(hp, hp_types.Choice):
+        values = tuple(_plain(v) for v in hp.values)
+        return Dimension(where, expression, "choice", values, hp_name=hp.name)
+    if isinstance(hp, hp_types.Boolean):
+        return Dimension(where, expression, "choice", (False, True), hp_name=hp.name)
+    if isinstance(hp, hp_types.Int):
+        step = int(hp.step) if hp.step and int(hp.step) != 1 else None
+        return Dimension(
+            where,
+            expression,
+            "int",
+            low=hp.min_value,
+            high=hp.max_value,
+            step=step,
+            log=log,
+            hp_name=hp.name,
+        )
+    if isinstance(hp, hp_types.Float):
+        return Dimension(
+            where,
+            expression,
+            "float",
+            low=hp.min_value,
+            high=hp.max_value,
+            step=hp.step,
+            log=log,
+            hp_name=hp.name,
+        )
+    return Dimension(where, expression, "fixed", (_plain(hp.value),), hp_name=hp.name)
+
+
 class Space:
-    """The search space of `tuner.space`, parsed and checked before TensorFlow starts.
+    """The search space: `tuner.space`'s config keys, and a hypermodel's hyperparameters.
+
+    Config keys are parsed and checked before TensorFlow starts (`from_config`); the
+    hyperparameters a `build_model(hp)` declares join them once it has been built
+    (`with_hypermodel`), each as the config key `model.hp.<name>`.
 
     Args:
         dimensions: the tuned keys.
+        hypermodel: the hypermodel's `keras_tuner.HyperParameters` (with its conditional
+            scopes), whose hyperparameters are among `dimensions`. Defaults to `None`.
 
     Raises:
         ValueError: when two dimensions share a key.
@@ -252,16 +306,22 @@ class Space:
     ```
     """
 
-    def __init__(self, dimensions: Sequence[Dimension]):
+    def __init__(self, dimensions: Sequence[Dimension], *, hypermodel: Any = None):
         keys = [d.key for d in dimensions]
         duplicates = sorted({k for k in keys if keys.count(k) > 1})
         if duplicates:
             raise ValueError(f"`dimensions` repeat the key(s) {', '.join(duplicates)}.")
         self.dimensions: tuple[Dimension, ...] = tuple(dimensions)
+        self.hypermodel = hypermodel
 
     @classmethod
-    def from_config(cls, node: Any) -> Space:
+    def from_config(cls, node: Any, *, allow_empty: bool = False) -> Space:
         """Parse a `tuner.space` node.
+
+        Args:
+            node: the node.
+            allow_empty: whether an empty space is valid (a hypermodel's hyperparameters
+                come later). Defaults to `False`.
 
         Raises:
             ConfigError: naming `tuner.space.<key>` for an expression that does not parse
@@ -269,7 +329,7 @@ class Space:
         """
         flat: dict[str, Any] = {}
         _flatten(node if node is not None else {}, "", flat)
-        if not flat:
+        if not flat and not allow_empty:
             raise ConfigError(
                 "tuner.space",
                 "is empty: there is nothing to tune",
@@ -277,6 +337,31 @@ class Space:
                 "or pick a space with tuner/space=mlp",
             )
         return cls([_dimension(key, raw) for key, raw in flat.items()])
+
+    def with_hypermodel(self, hyperparameters: Any, *, key: str = "model") -> Space:
+        """This space and the hyperparameters a hypermodel declares.
+
+        Args:
+            hyperparameters: `kdist.models.hypermodel.search_space(...).hyperparameters`.
+            key: the model node's config path. Defaults to `"model"`.
+
+        Raises:
+            ConfigError: naming `tuner.space.<key>.hp.<name>` for a config key that tunes
+                a declared hyperparameter a second time.
+        """
+        found: dict[str, Dimension] = {}
+        for hp in hyperparameters.space:
+            found.setdefault(hp.name, _hp_dimension(hp, key))
+        for d in self.dimensions:
+            if d.key.startswith(f"{key}.hp.") and d.key[len(key) + 4 :] in found:
+                name = d.key[len(key) + 4 :]
+                raise ConfigError(
+                    f"tuner.space.{d.key}",
+                    f"tunes the hyperparameter {name!r} that {key}._target_ declares itself",
+                    hint=f"remove it from tuner.space (the search tunes it), or fix it with "
+                    f"++{key}.hp.{name}=<value>",
+                )
+        return Space([*self.dimensions, *found.values()], hypermodel=hyperparameters)
 
     def __iter__(self) -> Iterator[Dimension]:
         return iter(self.dimensions)
@@ -289,6 +374,11 @@ class Space:
         """The tuned config keys, in order."""
         return [d.key for d in self.dimensions]
 
+    @property
+    def names(self) -> list[str]:
+        """The hyperparameters' names in keras-tuner's space, in order."""
+        return [d.name for d in self.dimensions]
+
     def describe(self) -> dict[str, str]:
         """Key -> expression, as written (recorded with the search to check a resume)."""
         return {d.key: d.expression for d in self.dimensions}
@@ -299,6 +389,8 @@ class Space:
 
         hps = keras_tuner.HyperParameters()
         for d in self.dimensions:
+            if d.hp_name:
+                continue  # the hypermodel's own, with its conditions, below
             if d.kind == "choice":
                 hps.Choice(d.key, list(d.values))
             elif d.kind == "int":
@@ -315,19 +407,33 @@ class Space:
                 hps.Float(d.key, d.low, d.high, step=d.step, sampling="log" if d.log else "linear")
             else:
                 hps.Fixed(d.key, d.values[0])
+        if self.hypermodel is not None:
+            hps.merge(self.hypermodel)
         return hps
 
     def overrides(self, values: Mapping[str, Any]) -> list[str]:
-        """Hydra overrides setting each tuned key to its value in `values`."""
-        return [d.override(values[d.key]) for d in self.dimensions if d.key in values]
+        """Hydra overrides setting each tuned key to its value in `values`.
+
+        A hypermodel's hyperparameter that is inactive in a trial (a conditional scope
+        not taken) has no value, and no override.
+        """
+        return [d.override(values[d.name]) for d in self.dimensions if d.name in values]
 
     def display(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """Tuned key -> scalar value, for `trials.csv` and TensorBoard HParams."""
-        return {d.key: d.display(values[d.key]) for d in self.dimensions if d.key in values}
+        return {d.key: d.display(values[d.name]) for d in self.dimensions if d.name in values}
 
     def decode(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """Tuned key -> the value the config receives (lists parsed back)."""
-        return {d.key: d.decode(values[d.key]) for d in self.dimensions if d.key in values}
+        return {d.key: d.decode(values[d.name]) for d in self.dimensions if d.name in values}
+
+    def hp_values(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The hypermodel's hyperparameters' values by name, as `build_model` reads them."""
+        return {
+            d.hp_name: d.decode(values[d.name])
+            for d in self.dimensions
+            if d.hp_name and d.name in values
+        }
 
     def owns(self, key: str) -> bool:
         """Whether a config error on `key` comes from a tuned key (so the trial's values)."""
@@ -340,6 +446,8 @@ class Space:
     def check_keys(self, cfg: DictConfig) -> None:
         """Raise `ConfigError` for a tuned key that the training config does not have."""
         for d in self.dimensions:
+            if d.hp_name:
+                continue  # `model.hp` holds only the values given
             if OmegaConf.select(cfg, d.key, default=_MISSING) is _MISSING:
                 raise ConfigError(
                     f"tuner.space.{d.key}",

@@ -178,7 +178,8 @@ class KdistTuner(keras_tuner.Tuner):
             experiment.build_model()
         except ConfigError as error:
             if self.plan.space.owns(error.key):
-                raise kt_errors.FailedTrialError(str(error)) from None
+                # Chained: `error.txt` keeps the traceback (of `build_model(hp)`, say).
+                raise kt_errors.FailedTrialError(str(error)) from error
             raise FatalConfigError(error) from None
         callbacks: list[keras.callbacks.Callback] = [keras.callbacks.TerminateOnNaN()]
         heartbeat = None
