@@ -168,6 +168,8 @@ def _builder(
             )
         return target.build
     accepts = _accepts(target)
+    if accepts is None and _is_hypermodel_class(target):
+        accepts = set()  # a HyperModel's `**kwargs` are keras-tuner's (name, tunable)
     wanted = [k for k in MODEL_INJECTED_KEYS if accepts is None or k in accepts]
     if wanted and shapes is not None:
         input_shape, num_classes = shapes()
