@@ -10,6 +10,8 @@ import keras
 from omegaconf import OmegaConf
 
 from kdist.config.build import instantiate
+from kdist.config.constants import LAZY_OPTIMIZERS
+from kdist.config.errors import ConfigError
 from kdist.config.validate import OPTIMIZER_KDIST_KEYS
 from kdist.schedules import build_schedule
 
@@ -38,6 +40,9 @@ def build(
 ) -> keras.optimizers.Optimizer:
     """Build the optimizer; call it inside `strategy.scope()`.
 
+    With `optimizer.sparse_updates`, Adam and Adagrad are built in their row-sparse
+    form (`kdist.lazy_optimizers`): embedding tables update only the looked-up rows.
+
     The (scaled) learning rate is the peak of the schedule `optimizer.schedule`,
     `warmup_steps`, `decay_steps` and `alpha` describe (see `kdist.schedules`).
 
@@ -51,10 +56,23 @@ def build(
 
     Returns:
         The Keras optimizer.
+
+    Raises:
+        ConfigError: `optimizer.sparse_updates` for an optimizer with no row-sparse form.
     """
     node = OmegaConf.to_container(optimizer_cfg, resolve=True)
     assert isinstance(node, dict)
     rule = str(node.get("lr_scaling", "none"))
+    if node.get("sparse_updates"):
+        lazy = LAZY_OPTIMIZERS.get(str(node["_target_"]))
+        if lazy is None:
+            raise ConfigError(
+                "optimizer.sparse_updates",
+                f"has no row-sparse form for {node['_target_']}",
+                value=True,
+                hint="use optimizer=adam or optimizer=adagrad, or sparse_updates=false",
+            )
+        node["_target_"] = lazy
     schedule_keys = {k: node.get(k) for k in ("schedule", "warmup_steps", "decay_steps", "alpha")}
     for key in OPTIMIZER_KDIST_KEYS:
         node.pop(key, None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "FLIP_MODES",
     "HYDRA_KEYS",
+    "LAZY_OPTIMIZERS",
     "LR_SCHEDULES",
     "MODEL_INJECTED_KEYS",
     "OPTIMIZER_KDIST_KEYS",
@@ -19,7 +20,22 @@ __all__ = [
 # Keys Hydra's `instantiate` consumes itself.
 HYDRA_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
 # Keys of the optimizer node that kdist consumes before building the Keras optimizer.
-OPTIMIZER_KDIST_KEYS = ("lr_scaling", "schedule", "warmup_steps", "decay_steps", "alpha")
+OPTIMIZER_KDIST_KEYS = (
+    "lr_scaling",
+    "schedule",
+    "warmup_steps",
+    "decay_steps",
+    "alpha",
+    "sparse_updates",
+)
+# `optimizer._target_` -> its row-sparse form (`optimizer.sparse_updates=true`,
+# kdist.lazy_optimizers); an optimizer missing here has none.
+LAZY_OPTIMIZERS = {
+    "keras.optimizers.Adam": "kdist.lazy_optimizers.LazyAdam",
+    "keras.optimizers.Adagrad": "kdist.lazy_optimizers.LazyAdagrad",
+    "kdist.lazy_optimizers.LazyAdam": "kdist.lazy_optimizers.LazyAdam",
+    "kdist.lazy_optimizers.LazyAdagrad": "kdist.lazy_optimizers.LazyAdagrad",
+}
 LR_SCHEDULES = (None, "cosine")
 RESNET_VARIANTS = ("resnet20", "resnet32", "resnet44", "resnet56", "resnet110", "resnet50")
 FLIP_MODES = (None, "horizontal", "vertical", "horizontal_and_vertical")

@@ -25,6 +25,7 @@ from omegaconf import II, MISSING
 from kdist.config.groups import GROUPS
 
 __all__ = [
+    "AdagradConfig",
     "AdamConfig",
     "AdamWConfig",
     "AugmentConfig",
@@ -200,6 +201,9 @@ class OptimizerConfig:
     decay_steps: int | None = None
     alpha: float = 0.0
     clipnorm: float | None = None
+    # kdist: true updates only the embedding rows a batch looked up, moments included
+    # (kdist.lazy_optimizers: Adam and Adagrad have a row-sparse form; others stop, status 2).
+    sparse_updates: bool = False
 
 
 @dataclass
@@ -213,6 +217,14 @@ class AdamConfig(OptimizerConfig):
 class AdamWConfig(AdamConfig):
     _target_: str = "keras.optimizers.AdamW"
     weight_decay: float = 0.004
+
+
+@dataclass
+class AdagradConfig(OptimizerConfig):
+    _target_: str = "keras.optimizers.Adagrad"
+    learning_rate: float = 0.01
+    initial_accumulator_value: float = 0.1
+    epsilon: float = 1e-7
 
 
 @dataclass
@@ -478,7 +490,12 @@ _OPTION_SCHEMAS: dict[str, dict[str, type]] = {
         "base_wide_deep": WideDeepConfig,
     },
     "data": {"base_data": DataConfig},
-    "optimizer": {"base_adam": AdamConfig, "base_adamw": AdamWConfig, "base_sgd": SGDConfig},
+    "optimizer": {
+        "base_adagrad": AdagradConfig,
+        "base_adam": AdamConfig,
+        "base_adamw": AdamWConfig,
+        "base_sgd": SGDConfig,
+    },
     "trainer": {"base_trainer": TrainerConfig},
     "runtime": {"base_runtime": RuntimeConfig},
     "callbacks": {"base_callbacks": CallbacksConfig},

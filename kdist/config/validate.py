@@ -19,6 +19,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from kdist.config.constants import (
     FLIP_MODES,
     HYDRA_KEYS,
+    LAZY_OPTIMIZERS,
     LR_SCHEDULES,
     MODEL_INJECTED_KEYS,
     OPTIMIZER_KDIST_KEYS,
@@ -326,6 +327,13 @@ def validate(cfg: DictConfig) -> None:
     if not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
         raise ConfigError("optimizer.alpha", "must be in [0, 1]", value=alpha)
     check_target_keys("optimizer", optimizer, ignore=OPTIMIZER_KDIST_KEYS)
+    if optimizer.get("sparse_updates") and str(optimizer._target_) not in LAZY_OPTIMIZERS:
+        raise ConfigError(
+            "optimizer.sparse_updates",
+            f"has no row-sparse form for {optimizer._target_}",
+            value=True,
+            hint="use optimizer=adam or optimizer=adagrad, or sparse_updates=false",
+        )
 
     runtime = cfg.runtime
     check_positive("runtime.logical_devices", runtime.logical_devices, allow_none=True)

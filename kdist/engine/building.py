@@ -7,8 +7,13 @@ from typing import Any
 import keras
 
 from kdist.engine.sharded import training_variables
+from kdist.lazy_optimizers import is_lazy, sparse_lookups
 
-__all__ = ["build_for_training"]
+__all__ = ["UnbuildableModel", "build_for_training", "optimizer_steps", "own_optimizers"]
+
+
+class UnbuildableModel(ValueError):
+    """A model kdist cannot build before its first step (see `build_for_training`)."""
 
 
 def build_for_training(model: keras.Model, element_spec: Any) -> None:
@@ -34,11 +39,63 @@ def build_for_training(model: keras.Model, element_spec: Any) -> None:
         x, _, _ = keras.utils.unpack_x_y_sample_weight(_symbolic(element_spec))
         from keras.src import backend
 
-        backend.compute_output_spec(model, x, training=False)
+        try:
+            backend.compute_output_spec(model, x, training=False)
+        except NotImplementedError:
+            _build_without_call(model)
+    for other in own_optimizers(model):
+        # A GAN's `compile(d_optimizer, g_optimizer, ...)`: the model does not say which
+        # variables each updates, so each gets slots for all (it updates some). Built
+        # lazily, inside the replicas' step, their variables would be made in a branch of
+        # the train function, which a distributed strategy cannot run.
+        if not other.built:
+            other.build(training_variables(model))
     optimizer = model.optimizer
     if optimizer is not None and not optimizer.built:
         optimizer.build(training_variables(model))
+    if optimizer is not None and is_lazy(optimizer):
+        sparse_lookups(model)
     model._symbolic_build(data_batch=_symbolic(element_spec))
+
+
+def own_optimizers(model: keras.Model) -> list[keras.optimizers.Optimizer]:
+    """The optimizers `model` holds besides `model.optimizer` (a GAN's two), in order."""
+    found: list[keras.optimizers.Optimizer] = []
+    for value in vars(model).values():
+        if (
+            isinstance(value, keras.optimizers.Optimizer)
+            and value is not model.optimizer
+            and all(value is not seen for seen in found)
+        ):
+            found.append(value)
+    return found
+
+
+def optimizer_steps(model: keras.Model) -> int:
+    """Updates applied: the most `iterations` of the model's optimizers (a GAN's two)."""
+    optimizers = [model.optimizer, *own_optimizers(model)]
+    return max(int(o.iterations.numpy()) for o in optimizers if o is not None)
+
+
+def _build_without_call(model: keras.Model) -> None:
+    """Mark built a model with no `call` whose parts are built (keras.io's VAE and GAN).
+
+    Such a model trains through its own `train_step`, which calls its sub-models;
+    `fit` without a strategy never calls it whole either.
+
+    Raises:
+        UnbuildableModel: when it has no `call` and a part of it is not built.
+    """
+    from kdist.engine.runner import overrides
+
+    unbuilt = [layer.name for layer in model._flatten_layers(include_self=False) if not layer.built]
+    if not overrides(model, "train_step") or unbuilt:
+        raise UnbuildableModel(
+            f"{type(model).__name__} has no `call` to build it with"
+            + (f", and {', '.join(unbuilt)} are not built" if unbuilt else "")
+            + ": build its layers (call them on a batch) before kdist trains it"
+        )
+    model.built = True
 
 
 def _symbolic(element_spec: Any) -> Any:

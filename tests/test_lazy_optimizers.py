@@ -1,0 +1,215 @@
+"""Row-sparse Adam and Adagrad (kdist.lazy_optimizers) against a NumPy reference.
+
+Lazy Adam (TensorFlow Addons' semantics): for the rows a batch looked up (duplicate ids
+summed), m and v move as in Adam and the row takes Adam's bias-corrected step; every
+other row, and its moments, is left as it is. Dense gradients get Keras's Adam.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from helpers import compose
+
+import kdist
+from kdist import optimizers
+from kdist.config import ConfigError
+from kdist.config.validate import validate
+from kdist.lazy_optimizers import LazyAdagrad, LazyAdam, is_lazy, sparse_lookups
+
+ROWS, DIM = 5000, 8
+
+
+def _reference_lazy_adam(table, batches, *, lr=0.01, b1=0.9, b2=0.999, eps=1e-7):
+    """NumPy lazy Adam: returns (table, m, v) after applying `batches` of (ids, rows)."""
+    table = table.astype(np.float64).copy()
+    m, v = np.zeros_like(table), np.zeros_like(table)
+    for step, (ids, values) in enumerate(batches, start=1):
+        unique, positions = np.unique(ids, return_inverse=True)
+        grad = np.zeros((len(unique), table.shape[1]))
+        np.add.at(grad, positions, values)
+        m[unique] = b1 * m[unique] + (1 - b1) * grad
+        v[unique] = b2 * v[unique] + (1 - b2) * grad**2
+        alpha = lr * np.sqrt(1 - b2**step) / (1 - b1**step)
+        table[unique] -= alpha * m[unique] / (np.sqrt(v[unique]) + eps)
+    return table, m, v
+
+
+def _batches(count: int, touched: int = 300, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        ids = rng.integers(0, ROWS // 2, size=touched).astype(np.int32)  # duplicates too
+        out.append((ids, rng.normal(size=(touched, DIM)).astype(np.float32)))
+    return out
+
+
+def test_lazy_adam_matches_the_numpy_reference_moments_included():
+    start = np.random.default_rng(1).normal(size=(ROWS, DIM)).astype(np.float32)
+    table = keras.Variable(start)
+    kernel = keras.Variable(np.ones((3, 2), np.float32))
+    dense_twin = keras.Variable(np.ones((3, 2), np.float32))
+    optimizer, reference_adam = LazyAdam(learning_rate=0.01), keras.optimizers.Adam(0.01)
+    optimizer.build([table, kernel])
+    reference_adam.build([dense_twin])
+    batches = _batches(4)
+    for ids, values in batches:
+        sparse = tf.IndexedSlices(tf.constant(values), tf.constant(ids))
+        dense = tf.fill((3, 2), float(ids[0] % 7) - 3.0)
+        optimizer.apply_gradients([(sparse, table), (dense, kernel)])
+        reference_adam.apply_gradients([(dense, dense_twin)])
+    want, want_m, want_v = _reference_lazy_adam(start, batches)
+    m, v = (optimizer._momentums[0].numpy(), optimizer._velocities[0].numpy())
+    np.testing.assert_allclose(table.numpy(), want, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(m, want_m, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(v, want_v, atol=1e-6, rtol=0)
+    # Rows never looked up: the table unchanged, bit for bit, and zero moments.
+    untouched = np.setdiff1d(np.arange(ROWS), np.concatenate([ids for ids, _ in batches]))
+    assert len(untouched) > ROWS // 2
+    assert np.array_equal(table.numpy()[untouched], start[untouched])
+    assert not m[untouched].any() and not v[untouched].any()
+    # A dense gradient gets Keras's Adam.
+    np.testing.assert_allclose(kernel.numpy(), dense_twin.numpy(), atol=1e-7)
+
+
+def test_lazy_adagrad_matches_the_numpy_reference():
+    start = np.random.default_rng(2).normal(size=(ROWS, DIM)).astype(np.float32)
+    table = keras.Variable(start)
+    optimizer = LazyAdagrad(learning_rate=0.05, initial_accumulator_value=0.1)
+    optimizer.build([table])
+    want, acc = start.astype(np.float64).copy(), np.full(start.shape, 0.1)
+    for ids, values in _batches(3, seed=5):
+        optimizer.apply_gradients([(tf.IndexedSlices(values, ids), table)])
+        unique, positions = np.unique(ids, return_inverse=True)
+        grad = np.zeros((len(unique), DIM))
+        np.add.at(grad, positions, values)
+        acc[unique] += grad**2
+        want[unique] -= 0.05 * grad / np.sqrt(acc[unique] + 1e-7)
+    np.testing.assert_allclose(table.numpy(), want, atol=1e-6, rtol=0)
+    # Accumulators grow past 10: float32 holds them to 1e-6 relative, not absolute.
+    np.testing.assert_allclose(optimizer._accumulators[0].numpy(), acc, atol=1e-6, rtol=1e-6)
+
+
+def _embedding_model():
+    inputs = keras.Input((4,), dtype="int32")
+    x = keras.layers.Embedding(ROWS, DIM, name="table")(inputs)
+    x = keras.layers.Flatten()(x)
+    return keras.Model(inputs, keras.layers.Dense(1, name="head")(x))
+
+
+def test_sparse_lookups_read_rows_and_keep_the_outputs():
+    model = _embedding_model()
+    ids = np.array([[1, 2, 3, 1], [9, 8, 7, 6]], np.int32)
+    before = model(ids).numpy()
+    assert sparse_lookups(model) == 1
+    np.testing.assert_allclose(model(ids).numpy(), before, rtol=1e-6)
+    # The gradient of the table stays IndexedSlices (no densifying on the way).
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(ids))
+    grads = tape.gradient(loss, model.trainable_variables)
+    assert isinstance(grads[0], tf.IndexedSlices)
+    assert is_lazy(LazyAdam()) and is_lazy(keras.optimizers.LossScaleOptimizer(LazyAdagrad()))
+    assert not is_lazy(keras.optimizers.Adam())
+
+
+def test_mirrored_all_reduce_keeps_the_gradient_sparse_and_updates_the_union_of_rows():
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    start = np.random.default_rng(3).normal(size=(ROWS, DIM)).astype(np.float32)
+    with strategy.scope():
+        table = keras.Variable(start)
+        optimizer = LazyAdam(learning_rate=0.01)
+        optimizer.build([table])
+    per_replica_ids = [np.arange(0, 40, dtype=np.int32), np.arange(20, 60, dtype=np.int32)]
+    values = np.random.default_rng(4).normal(size=(40, DIM)).astype(np.float32)
+    seen: list[type] = []
+
+    @tf.function
+    def step():
+        def replica_fn():
+            index = tf.distribute.get_replica_context().replica_id_in_sync_group
+            ids = tf.gather(tf.constant(np.stack(per_replica_ids)), index)
+            gradient = tf.IndexedSlices(tf.constant(values), ids)
+            reduced = tf.distribute.get_replica_context().all_reduce("sum", [gradient])
+            seen.append(type(reduced[0]))
+            optimizer.apply_gradients([(gradient, table)])
+
+        strategy.run(replica_fn)
+
+    step()
+    assert tf.IndexedSlices in seen  # an all-reduce of IndexedSlices stays IndexedSlices
+    all_ids = np.concatenate(per_replica_ids)
+    want, _, _ = _reference_lazy_adam(start, [(all_ids, np.concatenate([values, values]))])
+    for replica_value in strategy.experimental_local_results(table.value):
+        np.testing.assert_allclose(replica_value.numpy(), want, atol=1e-6, rtol=0)
+    assert np.array_equal(table.numpy()[60:], start[60:])
+
+
+def test_sparse_updates_config_builds_the_lazy_form_and_rejects_others():
+    cfg = compose(["optimizer.sparse_updates=true"])
+    validate(cfg)
+    optimizer = optimizers.build(cfg.optimizer)
+    assert type(optimizer) is LazyAdam
+    assert float(optimizer.learning_rate) == pytest.approx(1e-3)
+    adagrad = optimizers.build(
+        compose(["optimizer=adagrad", "optimizer.sparse_updates=true"]).optimizer
+    )
+    assert type(adagrad) is LazyAdagrad
+    for option in ("sgd", "adamw"):
+        bad = compose([f"optimizer={option}", "optimizer.sparse_updates=true"])
+        with pytest.raises(ConfigError) as error:
+            validate(bad)
+        assert error.value.key == "optimizer.sparse_updates"
+        assert "no row-sparse form" in str(error.value)
+        with pytest.raises(ConfigError, match=r"optimizer\.sparse_updates"):
+            optimizers.build(bad.optimizer)
+
+
+def _wide_deep(tmp_path: Path, name: str, *more: str) -> list[str]:
+    return [
+        "model=wide_deep",
+        "model.num_buckets=50000",
+        "data=categorical",
+        "data.source.num_train=512",
+        "data.source.num_validation=128",
+        "optimizer.sparse_updates=true",
+        "trainer.epochs=2",
+        "trainer.steps_per_epoch=6",
+        "trainer.steps_per_execution=1",
+        "trainer.global_batch_size=64",
+        "trainer.verbose=0",
+        "callbacks.backup.every_n_steps=4",
+        "callbacks.saved_model=false",
+        f"run_dir={tmp_path / name}",
+        *more,
+    ]
+
+
+def test_resume_with_lazy_adam_is_step_exact(tmp_path: Path):
+    stopped = kdist.Experiment(
+        compose(
+            _wide_deep(tmp_path, "run", "callbacks.extra=[{_target_: helpers.StopAtStep, step: 5}]")
+        )
+    )
+    stopped.fit()
+    assert type(stopped.model.optimizer) is LazyAdam
+    assert int(stopped.optimizer.iterations.numpy()) == 5
+    resumed = kdist.Experiment(compose(_wide_deep(tmp_path, "run")))
+    resumed.fit()
+    reference = kdist.Experiment(compose(_wide_deep(tmp_path, "reference")))
+    reference.fit()
+    assert int(resumed.optimizer.iterations.numpy()) == 12
+    for got, want in zip(resumed.model.get_weights(), reference.model.get_weights(), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-6)
+    slots = [np.asarray(v) for v in resumed.optimizer.variables]
+    ref_slots = [np.asarray(v) for v in reference.optimizer.variables]
+    for got, want in zip(slots, ref_slots, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-6)
+    # Lazy: most rows of the 50,000-row deep table were never looked up, moments zero.
+    m = resumed.optimizer._momentums[
+        resumed.optimizer._get_variable_index(resumed.model.get_layer("deep_embedding").embeddings)
+    ]
+    assert (np.abs(np.asarray(m)).sum(axis=1) == 0).mean() > 0.5
