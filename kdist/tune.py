@@ -8,7 +8,11 @@ python -m kdist.tune tuner=bayesian strategy=mirrored runtime.logical_devices=2
 python -m kdist.tune tuner=hyperband model=cnn tuner/space=cnn trainer.epochs=9
 python -m kdist.tune ... hydra.run.dir=outputs/2026-11-21/10-00-00   # resume a search
 python -m kdist.launch --workers 2 --module kdist.tune -- tuner.max_trials=8   # in parallel
+python -m kdist.tune model=custom model._target_=my.build_model    # a keras-tuner hypermodel
 ```
+
+From a notebook, `kdist.tune.search(build_model, x, y, validation_data=..., max_trials=4)`
+(`kdist.tuning.notebook`) returns a tuner with `get_best_hyperparameters()`.
 
 Exit status: 0 when the search finished with a best trial; 1 when it stopped early (too
 many failed trials in a row, the chief lost) or no trial completed; 2 for bad config.
@@ -19,7 +23,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -32,9 +36,22 @@ from kdist.exit_codes import EXIT_FAILED
 from kdist.runtime import quiet_tensorflow
 from kdist.train import non_chief_overrides, precheck
 
-__all__ = ["main"]
+if TYPE_CHECKING:  # imported on first use, see `__getattr__`
+    from kdist.tuning.notebook import Tuner, search
+
+__all__ = ["Tuner", "main", "search"]
 
 log = logging.getLogger("kdist.tune")
+
+
+def __getattr__(name: str) -> Any:
+    """`kdist.tune.search` and `kdist.tune.Tuner` (`kdist.tuning.notebook`), imported on
+    first use: the command line checks its config before TensorFlow starts."""
+    if name in ("Tuner", "search"):
+        from kdist.tuning import notebook
+
+        return getattr(notebook, name)
+    raise AttributeError(f"module 'kdist.tune' has no attribute {name!r}")
 
 
 def _config_dir(hydra_cfg: Any) -> str | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import hypermodels
 import keras
+import keras_tuner
 import pytest
 import yaml
 from helpers import LOGICAL, compose, run_module
@@ -298,3 +299,64 @@ def test_command_line_search_under_mirrored_and_rerun_of_the_best(tmp_path):
     assert metrics["objective"]["name"] == best["objective"]["name"] == "val_accuracy"
     assert metrics["num_replicas"] == 2
     assert abs(metrics["objective"]["value"] - best["objective"]["value"]) < 0.01
+
+
+# --- from a notebook: kdist.tune.search ------------------------------------------------------
+
+
+def _digits():
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).astype("float32").reshape(-1, 8, 8, 1)
+    return (x[:1400], y[:1400]), (x[1400:], y[1400:])
+
+
+def test_notebook_search_with_arrays_returns_best_hp_and_model(tmp_path):
+    import kdist.tune
+
+    (x, y), (xv, yv) = _digits()
+
+    def build_model(hp):  # a closure: no importable name, as often in a notebook
+        return hypermodels.build_model(hp)
+
+    tuner = kdist.tune.search(
+        build_model,
+        x,
+        y,
+        validation_data=(xv, yv),
+        objective="val_accuracy",
+        max_trials=2,
+        epochs=1,
+        batch_size=32,
+        directory=tmp_path / "search",
+        overrides=["callbacks=minimal", "callbacks.save_model=true", "trainer.steps_per_epoch=5"],
+    )
+    assert [row["status"] for row in tuner.result.trials] == ["COMPLETED", "COMPLETED"]
+    best_hp = tuner.get_best_hyperparameters()[0]
+    assert isinstance(best_hp, keras_tuner.HyperParameters)
+    assert set(best_hp.values) == {"units", "activation"}
+    assert best_hp.values == tuner.result.best["hp"]
+    scores = [row["objective"] for row in tuner.result.trials]
+    assert tuner.result.best["objective"]["value"] == pytest.approx(max(scores))
+
+    model = tuner.get_best_models()[0]
+    assert _dense_units(model)[0] == best_hp.values["units"]
+    accuracy = model.evaluate(xv, yv, verbose=0, return_dict=True)["accuracy"]
+    assert accuracy == pytest.approx(tuner.result.best["objective"]["value"], abs=0.01)
+    # build_model(best_hp) is keras-tuner's way to a fresh model.
+    assert _dense_units(build_model(best_hp))[0] == best_hp.values["units"]
+    # The trials' config says where the hypermodel came from.
+    assert (
+        "model._target_=kdist.models.hypermodel.given_in_notebook" in tuner.result.best["overrides"]
+    )
+
+
+def test_notebook_search_refuses_what_is_not_a_hypermodel(tmp_path):
+    import kdist.tune
+
+    with pytest.raises(ValueError, match="must be build_model"):
+        kdist.tune.Tuner(kdist.models.mlp)
+    (x, y), _ = _digits()
+    with pytest.raises(ConfigError, match="34 in y"):
+        kdist.tune.search(hypermodels.build_model, x, y[:34], directory=tmp_path)

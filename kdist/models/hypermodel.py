@@ -39,6 +39,7 @@ __all__ = [
     "HP_KEY",
     "SpaceFound",
     "build",
+    "given_in_notebook",
     "hp_values",
     "is_hypermodel",
     "locate",
@@ -203,6 +204,24 @@ def _call(build_fn: Callable[[Any], Any], hp: Any, *, target: Any, key: str) -> 
     return model
 
 
+def given_in_notebook(hp: Any) -> keras.Model:
+    """`model._target_` of a search over a hypermodel that has no importable name (a
+    closure or lambda given to `kdist.tune.search`): that search builds the object it
+    was given; anything else that reads this config cannot.
+
+    Raises:
+        ConfigError: always, naming `model._target_`.
+    """
+    raise ConfigError(
+        "model._target_",
+        "names a hypermodel that was given to kdist.tune.search as a Python object "
+        "without an importable name",
+        value="kdist.models.hypermodel.given_in_notebook",
+        hint="define build_model at the top level of a module or notebook, or rerun the "
+        "trial in that notebook with build_model(best_hp)",
+    )
+
+
 def model_target_text(target: Any) -> str:
     """How `model._target_` spells `target`."""
     return _name(target).removesuffix(" instance")
@@ -260,6 +279,7 @@ def build(
     input_shape: Sequence[int],
     num_classes: int,
     key: str = "model",
+    target: Any = None,
 ) -> keras.Model:
     """Build the model of a hypermodel node with the values in `model.hp`.
 
@@ -272,6 +292,8 @@ def build(
         input_shape: shape of one example, passed when the callable takes `input_shape`.
         num_classes: number of classes, passed when it takes `num_classes`.
         key: the node's config path, for messages. Defaults to `"model"`.
+        target: the hypermodel itself (a notebook's `build_model`), instead of the
+            node's `_target_`. Defaults to `None`.
 
     Returns:
         The `keras.Model`.
@@ -283,7 +305,7 @@ def build(
     """
     import keras_tuner
 
-    target = locate(model_cfg)
+    target = locate(model_cfg) if target is None else target
     given = hp_values(model_cfg, key=key)
     build_fn = _builder(
         target, model_cfg, key=key, shapes=lambda: (tuple(input_shape), int(num_classes))
@@ -317,6 +339,7 @@ def search_space(
     *,
     shapes: Callable[[], tuple[Sequence[int], int]] | None = None,
     key: str = "model",
+    target: Any = None,
 ) -> SpaceFound:
     """The hyperparameters a hypermodel declares, found the way keras-tuner finds them.
 
@@ -329,6 +352,8 @@ def search_space(
         shapes: returns `(input_shape, num_classes)` of the data, called only when the
             hypermodel takes them. Defaults to `None`.
         key: the node's config path, for messages. Defaults to `"model"`.
+        target: the hypermodel itself, instead of the node's `_target_`.
+            Defaults to `None`.
 
     Returns:
         A `SpaceFound`.
@@ -341,7 +366,7 @@ def search_space(
 
     import keras_tuner
 
-    target = locate(model_cfg)
+    target = locate(model_cfg) if target is None else target
     given = hp_values(model_cfg, key=key)
     build_fn = _builder(target, model_cfg, key=key, shapes=shapes)
     space = keras_tuner.HyperParameters()
@@ -382,4 +407,4 @@ def search_space(
                 hint="name hyperparameters with letters, digits, _ and - (dots nest), "
                 "without hp.name_scope",
             )
-    return SpaceFound(space, compiled, str(model_cfg.get("_target_")))
+    return SpaceFound(space, compiled, model_target_text(target))

@@ -55,6 +55,7 @@ class SearchResult:
         best: the content of `best.yaml`, or `None` when no trial completed (or on workers).
         stop_reason: why the search stopped early (too many failures in a row), or `None`.
         lost_tuners: tuners the chief gave up on.
+        oracle: the search's keras-tuner oracle (its trials, `get_best_trials`).
     """
 
     run_dir: Path
@@ -63,6 +64,7 @@ class SearchResult:
     best: dict[str, Any] | None = None
     stop_reason: str | None = None
     lost_tuners: list[str] = field(default_factory=list)
+    oracle: Any = None
 
 
 def check(cfg: DictConfig) -> Space:
@@ -93,7 +95,7 @@ def uses_hypermodel(cfg: DictConfig) -> bool:
 _COMPILE_KEYS = ("optimizer", "trainer.loss", "trainer.loss_weights", "trainer.metrics")
 
 
-def _add_hypermodel(space: Space, base_cfg: DictConfig) -> Space:
+def _add_hypermodel(space: Space, base_cfg: DictConfig, target: Any = None) -> Space:
     """The space with the hyperparameters `model._target_` declares (found by building it).
 
     Raises:
@@ -111,7 +113,7 @@ def _add_hypermodel(space: Space, base_cfg: DictConfig) -> Space:
         source = build_source(base_cfg.data.source)
         return source.input_shape, source.num_classes
 
-    found = hypermodel.search_space(base_cfg.model, shapes=shapes)
+    found = hypermodel.search_space(base_cfg.model, shapes=shapes, target=target)
     if found.compiled:
         for d in space:
             if d.key.startswith(tuple(f"{k}." for k in _COMPILE_KEYS)) or d.key in _COMPILE_KEYS:
@@ -170,6 +172,7 @@ def run(
     config_name: str = "tune",
     config_dir: str | Path | None = None,
     env: Mapping[str, str] | None = None,
+    hypermodel_object: Any = None,
 ) -> SearchResult:
     """Run (or resume) the search `cfg.tuner` describes.
 
@@ -181,6 +184,8 @@ def run(
         config_name: the config `cfg` was composed from. Defaults to `"tune"`.
         config_dir: the folder given with `-cd`. Defaults to `None`.
         env: the environment to read the role from. Defaults to `None`: `os.environ`.
+        hypermodel_object: the hypermodel that trials build (a notebook's
+            `build_model`), instead of `model._target_`. Defaults to `None`.
 
     Returns:
         A `SearchResult`.
@@ -208,8 +213,8 @@ def run(
     base_cfg = plan.compose()
     validate(base_cfg)
     space.check_keys(base_cfg)
-    if uses_hypermodel(base_cfg):
-        space = plan.space = _add_hypermodel(space, base_cfg)
+    if hypermodel_object is not None or uses_hypermodel(base_cfg):
+        space = plan.space = _add_hypermodel(space, base_cfg, hypermodel_object)
     plan.objective_overrides(base_cfg)
     if role.distributed and any(s in _strategy_target(base_cfg) for s in _MULTI_PROCESS):
         raise ConfigError(
@@ -230,12 +235,16 @@ def run(
                 shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
         _check_resume(project, plan, str(tuner_cfg._target_))
     tuner = KdistTuner(
-        oracle=oracle, plan=plan, run_dir=run_dir, heartbeat=float(distributed.heartbeat)
+        oracle=oracle,
+        plan=plan,
+        run_dir=run_dir,
+        heartbeat=float(distributed.heartbeat),
+        hypermodel=hypermodel_object,
     )
     if role.is_chief:
         oracle.trial_ended = lambda _: results.write_tables(oracle, plan=plan, run_dir=run_dir)
 
-    result = SearchResult(run_dir=run_dir, role=role)
+    result = SearchResult(run_dir=run_dir, role=role, oracle=oracle)
     server = client = None
     try:
         if role.distributed and role.is_chief:

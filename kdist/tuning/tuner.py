@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 
 from kdist.config.compose import format_hydra_error
 from kdist.config.errors import ConfigError
+from kdist.models import hypermodel
 from kdist.tuning import hparams, results
 from kdist.tuning.oracle_client import DeadlineOracleClient, Heartbeat, OracleUnreachable
 from kdist.tuning.oracles import is_finite, reason
@@ -62,6 +63,9 @@ class KdistTuner(keras_tuner.Tuner):
         plan: how trials become training configs.
         run_dir: the search's run directory.
         heartbeat: seconds between heartbeats to a remote oracle. Defaults to `5.0`.
+        hypermodel: a keras-tuner hypermodel that each trial builds with its values
+            (a notebook's `build_model`), instead of the config's `model`.
+            Defaults to `None`.
 
     Raises:
         ValueError: for a non-positive `heartbeat`.
@@ -74,6 +78,7 @@ class KdistTuner(keras_tuner.Tuner):
         plan: TrialPlan,
         run_dir: str | Path,
         heartbeat: float = 5.0,
+        hypermodel: Any = None,
     ):
         if heartbeat <= 0:
             raise ValueError(f"`heartbeat` ({heartbeat}) must be positive.")
@@ -81,6 +86,7 @@ class KdistTuner(keras_tuner.Tuner):
         self.run_dir = Path(run_dir)
         self.trials_dir = self.run_dir / "trials"
         self.heartbeat_seconds = float(heartbeat)
+        self.hypermodel_object = hypermodel
         self._records: dict[str, dict[str, Any]] = {}
         super().__init__(
             oracle=oracle,
@@ -175,7 +181,7 @@ class KdistTuner(keras_tuner.Tuner):
         keras.backend.clear_session(free_memory=False)
         try:
             experiment = Experiment(cfg, run_dir=folder)
-            experiment.build_model()
+            experiment.build_model(model=self._model(experiment))
         except ConfigError as error:
             if self.plan.space.owns(error.key):
                 # Chained: `error.txt` keeps the traceback (of `build_model(hp)`, say).
@@ -218,6 +224,19 @@ class KdistTuner(keras_tuner.Tuner):
                 f"not finite after {experiment.result.epochs_run} epoch(s): {shown}"
             )
         return logs
+
+    def _model(self, experiment: Any) -> keras.Model | None:
+        """The trial's model from `hypermodel` (`None`: the experiment builds `cfg.model`)."""
+        if self.hypermodel_object is None:
+            return None
+        source = experiment.source
+        with experiment.strategy.scope():
+            return hypermodel.build(
+                experiment.cfg.model,
+                input_shape=source.input_shape,
+                num_classes=source.num_classes,
+                target=self.hypermodel_object,
+            )
 
     def on_trial_end(self, trial: Any) -> None:
         record = self._records.pop(trial.trial_id)
