@@ -360,3 +360,42 @@ def test_notebook_search_refuses_what_is_not_a_hypermodel(tmp_path):
     (x, y), _ = _digits()
     with pytest.raises(ConfigError, match="34 in y"):
         kdist.tune.search(hypermodels.build_model, x, y[:34], directory=tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.multiworker
+def test_distributed_search_over_a_hypermodel(tmp_path, monkeypatch):
+    """`kdist.launch --workers 2 --module kdist.tune` with a hypermodel: every tuner finds
+    the same space (the chief checks it), both run trials of build_model(hp)."""
+    import io
+
+    from kdist.launch import run as launch
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+    run_dir = tmp_path / "tune"
+    output = io.StringIO()
+    code = launch(
+        2,
+        [
+            "model=custom",
+            "model._target_=hypermodels.build_model",
+            "tuner.max_trials=4",
+            "trainer=fast_dev",
+            "callbacks=minimal",
+            "tuner.verbose=0",
+            "trainer.verbose=0",
+            "tuner.distributed.timeout=30",
+        ],
+        module="kdist.tune",
+        run_dir=run_dir,
+        timeout=600,
+        output=output,
+    )
+    assert code == 0, output.getvalue()[-4000:]
+    rows = read_csv(run_dir / "trials.csv")
+    assert len(rows) == 4 and {r["status"] for r in rows} == {"COMPLETED"}
+    assert {r["tuner_id"] for r in rows} == {"chief", "worker1"}
+    assert len({(r["model.hp.units"], r["model.hp.activation"]) for r in rows}) == 4
+    best = yaml.safe_load((run_dir / "best.yaml").read_text())
+    assert set(best["hp"]) == {"units", "activation"}
