@@ -210,6 +210,7 @@ def runner_for(
                 steps_per_execution=schedule.steps_per_execution,
                 jit_compile=bool(cfg.runtime.jit_compile),
                 accumulate_steps=int(cfg.trainer.get("accumulate_steps", 1)),
+                allreduce_dtype=str(cfg.trainer.get("allreduce_dtype", "float32")),
             )
         except ValueError as error:
             raise ConfigError("model", str(error), value=type(model).__name__) from None

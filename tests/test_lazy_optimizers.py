@@ -20,6 +20,7 @@ from kdist import optimizers
 from kdist.config import ConfigError
 from kdist.config.validate import validate
 from kdist.lazy_optimizers import LazyAdagrad, LazyAdam, is_lazy, sparse_lookups
+from kdist.strategies import mirrored
 
 ROWS, DIM = 5000, 8
 
@@ -117,7 +118,7 @@ def test_sparse_lookups_read_rows_and_keep_the_outputs():
 
 
 def test_mirrored_all_reduce_keeps_the_gradient_sparse_and_updates_the_union_of_rows():
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = mirrored(devices=["/cpu:0", "/cpu:1"])
     start = np.random.default_rng(3).normal(size=(ROWS, DIM)).astype(np.float32)
     with strategy.scope():
         table = keras.Variable(start)
@@ -188,6 +189,7 @@ def _wide_deep(tmp_path: Path, name: str, *more: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_resume_with_lazy_adam_is_step_exact(tmp_path: Path):
     stopped = kdist.Experiment(
         compose(

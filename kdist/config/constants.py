@@ -8,6 +8,7 @@ model does not import the config checks.
 from __future__ import annotations
 
 __all__ = [
+    "ALLREDUCE_DTYPES",
     "FLIP_MODES",
     "HYDRA_KEYS",
     "LAZY_OPTIMIZERS",
@@ -37,6 +38,8 @@ LAZY_OPTIMIZERS = {
     "kdist.lazy_optimizers.LazyAdagrad": "kdist.lazy_optimizers.LazyAdagrad",
 }
 LR_SCHEDULES = (None, "cosine")
+# `trainer.allreduce_dtype`: the type gradients are summed across replicas in.
+ALLREDUCE_DTYPES = ("float32", "bfloat16", "float16")
 RESNET_VARIANTS = ("resnet20", "resnet32", "resnet44", "resnet56", "resnet110", "resnet50")
 FLIP_MODES = (None, "horizontal", "vertical", "horizontal_and_vertical")
 # Arguments kdist gives a model callable from the data.

@@ -92,6 +92,8 @@ class MultiWorkerMirroredStrategyConfig(_ClusterStrategyConfig):
     _target_: str = "kdist.strategies.multi_worker_mirrored"
     communication: str = "auto"
     timeout_seconds: float | None = None
+    # Split each all-reduce into packs of about this many bytes; 0: TensorFlow's choice.
+    bytes_per_pack: int = 0
 
 
 @dataclass
@@ -254,6 +256,9 @@ class TrainerConfig:
     # Micro-batches per optimizer update: global_batch_size / accumulate_steps examples
     # each, gradients averaged, one update (the same as one step on the global batch).
     accumulate_steps: int = 1
+    # The type gradients are all-reduced in (kdist.strategies.compression): float32, or
+    # bfloat16 / float16 for half the bytes (mirrored and multi-worker strategies only).
+    allreduce_dtype: str = "float32"
     # true: every BatchNormalization layer (the user's models' too) computes its
     # statistics over the global batch (Keras's synchronized=True) under mirrored and
     # multi-worker strategies.

@@ -17,6 +17,7 @@ from hydra.utils import get_method
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from kdist.config.constants import (
+    ALLREDUCE_DTYPES,
     FLIP_MODES,
     HYDRA_KEYS,
     LAZY_OPTIMIZERS,
@@ -29,6 +30,7 @@ from kdist.config.errors import ConfigError
 from kdist.config.groups import TRAIN_GROUPS
 
 __all__ = [
+    "check_allreduce_dtype",
     "check_batch_size",
     "check_choice",
     "check_positive",
@@ -284,6 +286,24 @@ def check_run_dir(key: str, path: str | os.PathLike[str]) -> None:
         return
 
 
+# Strategies that all-reduce nothing (`trainer.allreduce_dtype` must stay float32).
+NO_ALLREDUCE = ("kdist.strategies.one_device", "kdist.strategies.parameter_server")
+
+
+def check_allreduce_dtype(cfg: DictConfig) -> None:
+    """`trainer.allreduce_dtype`: a known type, and 16 bits only where gradients are all-reduced."""
+    dtype = cfg.trainer.get("allreduce_dtype", "float32")
+    check_choice("trainer.allreduce_dtype", dtype, ALLREDUCE_DTYPES)
+    target = str(cfg.strategy.get("_target_"))
+    if dtype != "float32" and target in NO_ALLREDUCE:
+        raise ConfigError(
+            "trainer.allreduce_dtype",
+            f"compresses the all-reduce, and strategy {target.rsplit('.', 1)[-1]} has none",
+            value=dtype,
+            hint="use strategy=mirrored or multi_worker_mirrored, or allreduce_dtype=float32",
+        )
+
+
 def validate(cfg: DictConfig) -> None:
     """Check ranges, choices and `_target_` keys of a composed train config.
 
@@ -312,6 +332,7 @@ def validate(cfg: DictConfig) -> None:
     check_positive("trainer.steps_per_execution", trainer.steps_per_execution)
     check_positive("trainer.validation_freq", trainer.validation_freq)
     check_positive("trainer.accumulate_steps", trainer.get("accumulate_steps", 1))
+    check_allreduce_dtype(cfg)
     from kdist.compiling import check_compile, resolve_objective
 
     check_compile(trainer)

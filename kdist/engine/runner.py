@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from kdist.data.pipeline import DatasetFn
 from kdist.engine.sharded import has_sharded_variables, training_variables
+from kdist.strategies.compression import compress_all_reduce
 
 __all__ = [
     "TRAIN_CALLS",
@@ -188,6 +189,9 @@ class StepRunner(Runner):
         steps_per_execution: most steps run by one call of `train_steps`.
         jit_compile: compile the step's forward and backward pass with XLA. Defaults to
             `False`.
+        allreduce_dtype: the type gradients are summed across replicas in: `float32`, or
+            `bfloat16`/`float16` for half the bytes (`kdist.strategies.compression`).
+            Defaults to `"float32"`.
         accumulate_steps: micro-batches per optimizer update. Each update reads this many
             batches (of `global_batch_size / accumulate_steps` examples), sums their
             gradients and applies their mean once: the same update as one step on the
@@ -211,6 +215,7 @@ class StepRunner(Runner):
         steps_per_execution: int,
         jit_compile: bool = False,
         accumulate_steps: int = 1,
+        allreduce_dtype: str = "float32",
     ):
         for name, value in (
             ("global_batch_size", global_batch_size),
@@ -248,6 +253,8 @@ class StepRunner(Runner):
                 type(model).__name__,
             )
         self.variables = training_variables(model)
+        if allreduce_dtype != "float32":
+            compress_all_reduce(self.optimizer, allreduce_dtype)
         self.train_dataset_fn = train_dataset_fn
         self.validation_dataset_fn = validation_dataset_fn
         self.replica_train_step = self._make_replica_train_step(jit_compile)
@@ -308,7 +315,7 @@ class StepRunner(Runner):
                 total = compute(data[0])
                 for micro_batch in data[1:]:
                     total = _add(total, compute(micro_batch))
-                gradients = [None if g is None else g / steps for g in total]
+                gradients = [None if g is None else _divide(g, steps) for g in total]
             optimizer.apply_gradients(zip(gradients, variables, strict=True))
 
         return replica_step
@@ -358,16 +365,33 @@ class StepRunner(Runner):
 
 
 def _add(total: Sequence[Any], more: Sequence[Any]) -> list[Any]:
-    """Gradients summed variable by variable (sparse ones made dense; `None` stays)."""
+    """Gradients summed variable by variable (sparse ones stay sparse; `None` stays)."""
     summed = []
     for a, b in zip(total, more, strict=True):
         if a is None or b is None:
             summed.append(a if b is None else b)
             continue
+        if isinstance(a, tf.IndexedSlices) and isinstance(b, tf.IndexedSlices):
+            # Rows of both micro-batches, kept sparse (a row looked up twice is summed by
+            # the optimizer's update, or by the all-reduce).
+            summed.append(
+                tf.IndexedSlices(
+                    tf.concat([a.values, b.values], 0),
+                    tf.concat([a.indices, b.indices], 0),
+                    a.dense_shape,
+                )
+            )
+            continue
         if isinstance(a, tf.IndexedSlices) or isinstance(b, tf.IndexedSlices):
             a, b = tf.convert_to_tensor(a), tf.convert_to_tensor(b)
         summed.append(a + b)
     return summed
+
+
+def _divide(gradient: Any, steps: int) -> Any:
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.IndexedSlices(gradient.values / steps, gradient.indices, gradient.dense_shape)
+    return gradient / steps
 
 
 def _per_replica_xla(function: Callable[..., Any]) -> Callable[..., Any]:

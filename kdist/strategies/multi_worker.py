@@ -31,6 +31,7 @@ def multi_worker_mirrored(
     *,
     communication: str = "auto",
     timeout_seconds: float | None = None,
+    bytes_per_pack: int = 0,
     cluster: str = "auto",
     port_base: int = 8888,
 ) -> tf.distribute.Strategy:
@@ -42,6 +43,9 @@ def multi_worker_mirrored(
         timeout_seconds: deadline of each collective; a worker that stops responding makes
             the others fail with `DeadlineExceededError` instead of waiting for the
             heartbeat. Defaults to `None` (TensorFlow's default).
+        bytes_per_pack: split each step's all-reduce into packs of about this many bytes
+            (TensorFlow's `CommunicationOptions(bytes_per_pack=...)`), which can start
+            while the backward pass still runs; 0 lets TensorFlow choose. Defaults to `0`.
         cluster: where the cluster comes from: `auto` (TF_CONFIG, else a multi-task SLURM
             step, else this process alone), `tf_config`, `slurm` or `none`.
             Defaults to `"auto"`.
@@ -52,6 +56,7 @@ def multi_worker_mirrored(
 
     Raises:
         ConfigError: naming `strategy.communication`, `strategy.timeout_seconds`,
+            `strategy.bytes_per_pack`,
             TF_CONFIG or a SLURM variable.
     """
     check_choice("strategy.communication", communication, _IMPLEMENTATIONS)
@@ -62,6 +67,10 @@ def multi_worker_mirrored(
     if timeout_seconds is not None and timeout_seconds <= 0:
         raise ConfigError(
             "strategy.timeout_seconds", "must be a positive number or null", value=timeout_seconds
+        )
+    if not isinstance(bytes_per_pack, int) or bytes_per_pack < 0:
+        raise ConfigError(
+            "strategy.bytes_per_pack", "must be an integer >= 0", value=bytes_per_pack
         )
     info = kdist_cluster.resolve(mode=cluster, port_base=port_base)
     if "ps" in info.cluster:
@@ -85,6 +94,7 @@ def multi_worker_mirrored(
     key = (
         communication,
         timeout_seconds,
+        bytes_per_pack,
         info.source,
         info.task_type,
         info.task_index,
@@ -99,7 +109,9 @@ def multi_worker_mirrored(
     if reused is not None:
         return reused
     options = tf.distribute.experimental.CommunicationOptions(
-        implementation=_IMPLEMENTATIONS[communication], timeout_seconds=timeout_seconds
+        implementation=_IMPLEMENTATIONS[communication],
+        timeout_seconds=timeout_seconds,
+        bytes_per_pack=bytes_per_pack,
     )
     strategy = tf.distribute.MultiWorkerMirroredStrategy(
         cluster_resolver=info.resolver(), communication_options=options
