@@ -235,8 +235,9 @@ def test_bad_tuner_settings_name_the_key(override, key):
 
 def test_objective_must_be_a_metric_of_the_run(tmp_path: Path):
     cfg = compose(["objective.name=val_f1", *TINY[:3]])
+    # Checked once the model is built (before training): a model logs its own metrics.
     with pytest.raises(ConfigError, match=r"objective\.name='val_f1': is not a metric"):
-        kdist.Experiment(cfg, run_dir=tmp_path)
+        kdist.Experiment(cfg, run_dir=tmp_path).build_model()
 
 
 def test_a_validation_objective_without_validation_stops_the_search(tmp_path: Path):
@@ -790,6 +791,11 @@ def test_the_tuning_package_exports_what_users_call():
     """`kdist.tuning` re-exports the search and its result; the parts stay in their modules."""
     import kdist.tuning
 
-    assert kdist.tuning.__all__ == ["SearchResult", "run"]
+    assert kdist.tuning.__all__ == ["SearchResult", "Tuner", "run", "search"]
     assert kdist.tuning.run is run_search
     assert kdist.tuning.SearchResult.__module__ == "kdist.tuning.driver"
+    # The notebook's search, also as kdist.tune.search (imported on first use).
+    import kdist.tune
+
+    assert kdist.tune.search is kdist.tuning.search
+    assert kdist.tuning.Tuner.__module__ == "kdist.tuning.notebook"
