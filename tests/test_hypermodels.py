@@ -105,6 +105,8 @@ def test_train_runs_a_hypermodel_with_a_hydra_override(tiny):
         (_node("build_failing", hp={"units": 16}), "model.hp", "raised ValueError: 16 units"),
         (_node("build_not_a_model"), "model._target_", "returned str, not a keras.Model"),
         (_node("digits_hypermodel", width=3), "model.width", "HyperModel instance"),
+        (_node("build_model", width=3), "model.width", "unknown key for hypermodels.build_model"),
+        (_node("build_uncompiled", num_classes=3), "model.num_classes", "set by kdist"),
         ({"_target_": "kdist.models.mlp", "hp": {"units": 3}}, "model.hp", "not a keras-tuner"),
     ],
 )

@@ -169,21 +169,41 @@ def _builder(
             )
         return target.build
     accepts = _accepts(target)
-    if accepts is None and _is_hypermodel_class(target):
+    is_class = _is_hypermodel_class(target)
+    if accepts is not None:
+        valid = accepts - {HP_KEY} - set(MODEL_INJECTED_KEYS)
+        for name in kwargs:
+            if name in MODEL_INJECTED_KEYS:
+                raise ConfigError(f"{key}.{name}", "is set by kdist from the data; remove it")
+            if name not in valid:
+                raise ConfigError(
+                    f"{key}.{name}",
+                    f"unknown key for {_name(target)}",
+                    hint=f"valid keys: {', '.join(sorted(valid)) or 'none'}; "
+                    f"hyperparameter values go in {key}.{HP_KEY}.<name>",
+                )
+    if accepts is None and is_class:
         accepts = set()  # a HyperModel's `**kwargs` are keras-tuner's (name, tunable)
     wanted = [k for k in MODEL_INJECTED_KEYS if accepts is None or k in accepts]
     if wanted and shapes is not None:
         input_shape, num_classes = shapes()
         given = {"input_shape": tuple(input_shape), "num_classes": int(num_classes)}
         kwargs.update({k: given[k] for k in wanted})
-    if _is_hypermodel_class(target):
-        instance = target(**kwargs)
+    if is_class:
+        try:
+            instance = target(**kwargs)
+        except Exception as error:
+            text = " ".join(str(error).split()) or "no message"
+            raise ConfigError(
+                f"{key}._target_",
+                f"{_name(target)}(...) raised {type(error).__name__}: {text}",
+                value=model_target_text(target),
+            ) from error
         return instance.build
     return lambda hp: target(hp, **kwargs)
 
 
 def _call(build_fn: Callable[[Any], Any], hp: Any, *, target: Any, key: str) -> keras.Model:
-    values = dict(hp.values)
     try:
         model = build_fn(hp)
     except ConfigError:
@@ -193,7 +213,7 @@ def _call(build_fn: Callable[[Any], Any], hp: Any, *, target: Any, key: str) -> 
         raise ConfigError(
             f"{key}.{HP_KEY}",
             f"{_name(target)}(hp) raised {type(error).__name__}: {text}",
-            value=values,
+            value=dict(hp.values),  # the values it had read (defaults included)
         ) from error
     if not isinstance(model, keras.Model):
         raise ConfigError(
