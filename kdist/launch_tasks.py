@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO
 
 from kdist.cluster import scratch_prefix, tf_config_for
+from kdist.config.constants import LOCAL_CLUSTER_ENV
 from kdist.config.errors import ConfigError
 from kdist.runtime import INTRA_OP_THREADS
 from kdist.sandbox import Guardian, start_in_own_group
@@ -196,7 +197,8 @@ def plan_tasks(
     threads = threads_per_worker(workers, base_env)
 
     def env_of(role: str, index: int, tf_config: str) -> dict[str, str]:
-        env = {**base_env, "TF_CONFIG": tf_config}
+        # The chief's `ClusterSpeed` line (kdist.callbacks.cluster_speed).
+        env = {**base_env, "TF_CONFIG": tf_config, LOCAL_CLUSTER_ENV: f"{workers},{ps}"}
         if role == "worker" and threads is not None:
             env[INTRA_OP_THREADS] = str(threads)
         if (role, index) in devices:

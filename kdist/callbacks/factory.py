@@ -18,6 +18,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from kdist.callbacks import cluster_speed
 from kdist.callbacks.best_model import BestModelExport
 from kdist.callbacks.checkpoint import PeriodicCheckpoint
 from kdist.callbacks.curves import Curves
@@ -236,6 +237,11 @@ def build_run(
         # Its last drawing starts once the run's files are written (`kdist.outputs`).
         run.curves = Curves(path=output_dir / "curves.png", history=earlier, draw_at_end=False)
         run.callbacks.append(run.curves)
+    if is_chief:
+        # Under `kdist.launch` on one machine: what one process must beat (printed once).
+        speed = cluster_speed.from_environment(cfg.trainer.get("global_batch_size"))
+        if speed is not None:
+            run.callbacks.append(speed)
     if verbose != 0:
         # Keras adds no bar of its own when a ProgbarLogger is in the list.
         run.callbacks.append(ProgressBar(examples_per_step=int(cfg.trainer.global_batch_size)))

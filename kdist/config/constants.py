@@ -12,6 +12,7 @@ __all__ = [
     "FLIP_MODES",
     "HYDRA_KEYS",
     "LAZY_OPTIMIZERS",
+    "LOCAL_CLUSTER_ENV",
     "LR_SCHEDULES",
     "MODEL_INJECTED_KEYS",
     "OPTIMIZER_KDIST_KEYS",
@@ -38,6 +39,9 @@ LAZY_OPTIMIZERS = {
     "kdist.lazy_optimizers.LazyAdagrad": "kdist.lazy_optimizers.LazyAdagrad",
 }
 LR_SCHEDULES = (None, "cosine")
+# Set by `kdist.launch` on the tasks of a local cluster: "<workers>,<ps>"
+# (kdist.callbacks.cluster_speed prints what one process must beat).
+LOCAL_CLUSTER_ENV = "KDIST_LOCAL_CLUSTER"
 # `trainer.allreduce_dtype`: the type gradients are summed across replicas in.
 ALLREDUCE_DTYPES = ("float32", "bfloat16", "float16")
 RESNET_VARIANTS = ("resnet20", "resnet32", "resnet44", "resnet56", "resnet110", "resnet50")
