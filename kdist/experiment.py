@@ -18,7 +18,7 @@ import keras
 import tensorflow as tf
 from omegaconf import DictConfig
 
-from kdist import batch_plan, outputs, runtime, strategies
+from kdist import batch_plan, outputs, resume_check, runtime, strategies
 from kdist.callbacks.best_model import BestModelExport
 from kdist.callbacks.factory import build_run
 from kdist.cluster import chief
@@ -151,9 +151,14 @@ class Experiment:
         Returns:
             The global step to continue from (0 when there is nothing to restore).
         """
-        step = self._controller().restore(
+        controller = self._controller()
+        # A change allowed on resume is applied after the restore (`kdist.resume_check`).
+        configured = resume_check.optimizer_hyperparameters(controller.model.optimizer)
+        step = controller.restore(
             self.run_dir / "backup", self.run_dir / "checkpoints", clean=self.is_chief
         )
+        if step:
+            resume_check.apply_allowed_changes(self.run_dir, controller.model.optimizer, configured)
         if step and self.is_chief:
             outputs.trim_history(self.output_dir, step // self.steps_per_epoch)
         return step

@@ -1,7 +1,10 @@
 """Files kdist writes and reads: atomic writes and CSV tables, one way each.
 
 A file a reader (or a kill) may catch half-written is written to a hidden sibling first and
-moved into place with `os.replace`, which is atomic on one filesystem.
+moved into place with `os.replace`, which is atomic on one filesystem (and replaces a
+symbolic link at `path` instead of writing through it). A file kdist appends to or writes
+in place is opened with `O_NOFOLLOW` (`open_nofollow`): a link planted at its name is an
+error, never a way to write another file.
 """
 
 from __future__ import annotations
@@ -17,13 +20,40 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "LinkError",
     "atomic_directory",
     "atomic_path",
+    "open_nofollow",
     "read_csv",
     "read_csv_numbers",
     "write_csv_atomic",
     "write_text_atomic",
 ]
+
+
+class LinkError(OSError):
+    """A file kdist writes is a symbolic link: kdist does not write through it."""
+
+
+def open_nofollow(path: str | Path, mode: str = "a", *, newline: str | None = None) -> Any:
+    """Open `path` for writing (`"w"`, `"a"`) or reading and writing (`"r+"`) without
+    following a symbolic link at it; created (mode 0666 less the umask) when missing.
+
+    Raises:
+        LinkError: when `path` is a symbolic link (nothing is opened or created).
+    """
+    flags = {"w": os.O_WRONLY | os.O_TRUNC, "a": os.O_WRONLY | os.O_APPEND, "r+": os.O_RDWR}
+    if mode not in flags:
+        raise ValueError(f"`mode` ({mode!r}) must be one of w, a, r+.")
+    try:
+        fd = os.open(path, flags[mode] | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    except OSError as error:
+        if os.path.islink(path):
+            raise LinkError(
+                error.errno, f"{path} is a symbolic link; kdist does not write through it"
+            ) from None
+        raise
+    return os.fdopen(fd, mode, newline=newline)
 
 
 @contextmanager
@@ -43,6 +73,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     # The suffix is kept: some writers (Keras's `model.save`) check it.
     partial = path.with_name(f".{path.stem}.partial-{os.getpid()}{path.suffix}")
+    partial.unlink(missing_ok=True)  # a link planted at the name is removed, not followed
     try:
         yield partial
         os.replace(partial, path)

@@ -1,16 +1,24 @@
-"""A resumed run trains what it trained before: compare its config with the saved one.
+"""A resumed run trains what it trained before, and what it says it changed is changed.
 
 A backup holds the weights and optimizer state of a run; resuming it with another model,
-data, optimizer or seed would silently mix two experiments (`.hydra/config.yaml` is
-rewritten by Hydra at every start, so it cannot tell). The chief saves the resolved
-config beside the checkpoints (`backup/config.yaml`, `checkpoints/config.yaml`) when
-training starts, and a run that finds checkpoints compares its config with that copy.
+data, optimizer or seed would silently mix two experiments. The chief saves the resolved
+config beside the checkpoints (`backup/config.yaml`, `checkpoints/config.yaml`) once the
+run is accepted, and a run that finds checkpoints compares its config with that copy; a
+folder written before those copies existed is compared with its `.hydra/config.yaml`
+(which kdist now writes only once a run is accepted), and a folder with checkpoints and
+no config at all is refused, saying what cannot be checked.
 
 Keys that may change on resume: how long and how verbosely to train
 (`trainer.epochs`, `trainer.verbose`, `trainer.validation*`, `trainer.steps_per_execution`),
 `callbacks.*`, the strategy and devices (`strategy.*`, `runtime.logical_devices`,
 `runtime.memory_growth`, `runtime.tf_log_level`; resuming on another strategy is a feature),
-`objective.*` and `run_dir`. `trainer.allow_resume_changes=true` allows any other change.
+`objective.*` and `run_dir`. `trainer.allow_resume_changes=true` allows any other change,
+and the change is applied: the data, model and loss are built from the new config, the
+optimizer's hyperparameters (`beta_1`, a schedule, ...) are its constructor's, and the
+learning rate, which the checkpoint holds, is set again after the restore
+(`apply_allowed_changes`). A change the checkpoint's optimizer state cannot take (another
+optimizer class, a constant learning rate turned into a schedule, loss scaling, EMA or
+momentum slots added or removed) is refused with one line instead.
 """
 
 from __future__ import annotations
@@ -25,7 +33,15 @@ from omegaconf import DictConfig, OmegaConf
 from kdist.config.errors import ConfigError
 from kdist.fileio import write_text_atomic
 
-__all__ = ["ALLOW_KEY", "MAY_CHANGE", "changed_keys", "check_resume", "save_config"]
+__all__ = [
+    "ALLOW_KEY",
+    "MAY_CHANGE",
+    "apply_allowed_changes",
+    "changed_keys",
+    "check_resume",
+    "optimizer_hyperparameters",
+    "save_config",
+]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +55,7 @@ MAY_CHANGE = (
     "trainer.validation",
     "trainer.validation_freq",
     "trainer.steps_per_execution",
+    "trainer.allow_foreign_files",
     ALLOW_KEY,
     "callbacks",
     "strategy",
@@ -49,6 +66,10 @@ MAY_CHANGE = (
     "tuner",
     "run_dir",
 )
+# Marks "the saved config is unknown" in the accepted changes.
+UNKNOWN = "*"
+# Accepted changes of a run folder (its real path), from `check_resume` to the restore.
+_ACCEPTED: dict[str, list[str]] = {}
 
 
 def _flatten(node: Any, key: str = "") -> dict[str, Any]:
@@ -68,7 +89,10 @@ def _may_change(key: str) -> bool:
 
 def _plain(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
     if isinstance(cfg, DictConfig):
-        container = OmegaConf.to_container(cfg, resolve=True)
+        try:
+            container = OmegaConf.to_container(cfg, resolve=True)
+        except Exception:  # an interpolation only Hydra resolves: compare as written
+            container = OmegaConf.to_container(cfg, resolve=False)
         assert isinstance(container, dict)
         return {str(k): v for k, v in container.items()}
     return cfg
@@ -84,34 +108,100 @@ def changed_keys(saved: DictConfig | dict[str, Any], new: DictConfig | dict[str,
     )
 
 
+def _optimizer_layout(cfg: dict[str, Any]) -> dict[str, Any]:
+    """What decides the optimizer's variables in a checkpoint (their number and order)."""
+    optimizer = cfg.get("optimizer") or {}
+    runtime = cfg.get("runtime") or {}
+    constant = optimizer.get("schedule") in (None, "none") and not optimizer.get("warmup_steps")
+    return {
+        "optimizer._target_": optimizer.get("_target_"),
+        "optimizer.schedule": "a constant rate" if constant else "a schedule",
+        "runtime.mixed_precision": (
+            "loss scaling" if runtime.get("mixed_precision") == "mixed_float16" else "none"
+        ),
+        "optimizer.use_ema": bool(optimizer.get("use_ema")),
+        "optimizer.amsgrad": bool(optimizer.get("amsgrad")),
+        "optimizer.momentum": "momentum slots" if optimizer.get("momentum") else "none",
+    }
+
+
 def _has_checkpoints(folder: Path) -> bool:
     return folder.is_dir() and any(folder.glob("ckpt-*.index"))
 
 
-def _saved_config(run_dir: Path) -> tuple[Path, DictConfig] | None:
-    for name in FOLDERS:
-        path = run_dir / name / CONFIG_NAME
-        if _has_checkpoints(run_dir / name) and path.is_file():
-            saved = OmegaConf.load(path)
-            assert isinstance(saved, DictConfig)
-            return path, saved
-    return None
+def _load(path: Path) -> DictConfig:
+    try:
+        saved = OmegaConf.load(path)
+    except Exception as error:  # YAML errors of many types
+        raise ConfigError(
+            "hydra.run.dir",
+            f"holds checkpoints whose saved config {path} does not read ({error})",
+            value=str(path.parent.parent),
+        ) from None
+    if not isinstance(saved, DictConfig):
+        raise ConfigError(
+            "hydra.run.dir", f"holds checkpoints whose saved config {path} is not a mapping"
+        )
+    return saved
 
 
-def check_resume(run_dir: str | os.PathLike[str], cfg: DictConfig) -> None:
+def _saved_config(run_dir: Path) -> tuple[Path, DictConfig] | bool | None:
+    """The config the folder's checkpoints were trained with: `(path, config)`.
+
+    `None` when the folder holds no checkpoint; `False` when it holds some but no config
+    says how they were trained.
+    """
+    folders = [run_dir / name for name in FOLDERS if _has_checkpoints(run_dir / name)]
+    if not folders:
+        return None
+    for folder in folders:
+        if (folder / CONFIG_NAME).is_file():
+            return folder / CONFIG_NAME, _load(folder / CONFIG_NAME)
+    # Written before kdist saved a copy beside the checkpoints.
+    for path in (run_dir / ".hydra" / CONFIG_NAME, run_dir / CONFIG_NAME):
+        if path.is_file():
+            return path, _load(path)
+    return False
+
+
+def check_resume(run_dir: str | os.PathLike[str], cfg: DictConfig, *, record: bool = True) -> None:
     """Refuse to resume `run_dir`'s checkpoints with a config that changes what is trained.
+
+    Reads only: nothing in the folder changes.
 
     Args:
         run_dir: the run folder.
         cfg: the new run's composed config.
+        record: log an allowed change and keep it for `apply_allowed_changes` (the
+            check made under the run's lock); `False` for the check before it.
+            Defaults to `True`.
 
     Raises:
         ConfigError: listing the changed keys, unless `trainer.allow_resume_changes` is
-            true (then the changes are logged).
+            true; naming a change the checkpoints' optimizer state cannot take; or saying
+            that the folder's checkpoints have no saved config to compare with.
     """
+    allowed = bool(OmegaConf.select(cfg, ALLOW_KEY, default=False))
     found = _saved_config(Path(run_dir))
+    key = str(Path(run_dir).resolve())
+    if record:
+        _ACCEPTED.pop(key, None)
     if found is None:
         return
+    if found is False:
+        if not allowed:
+            raise ConfigError(
+                "hydra.run.dir",
+                "holds checkpoints but no saved config (backup/config.yaml, "
+                ".hydra/config.yaml): cannot check that they were trained with these settings",
+                value=str(run_dir),
+                hint=f"another hydra.run.dir, or {ALLOW_KEY}=true to resume them as configured",
+            )
+        if record:
+            log.warning("resuming checkpoints without a saved config (%s=true)", ALLOW_KEY)
+            _ACCEPTED[key] = [UNKNOWN]
+        return
+    assert not isinstance(found, bool)
     path, saved = found
     changed = changed_keys(saved, cfg)
     if not changed:
@@ -119,19 +209,73 @@ def check_resume(run_dir: str | os.PathLike[str], cfg: DictConfig) -> None:
     shown = ", ".join(changed[:12])
     if len(changed) > 12:
         shown += f" and {len(changed) - 12} more"
-    if OmegaConf.select(cfg, ALLOW_KEY, default=False):
+    if not allowed:
+        raise ConfigError(
+            "hydra.run.dir",
+            f"holds checkpoints trained with other settings ({path}); changed: {shown}",
+            value=str(run_dir),
+            hint=f"use the run's settings, another hydra.run.dir, or {ALLOW_KEY}=true",
+        )
+    before, after = _optimizer_layout(_plain(saved)), _optimizer_layout(_plain(cfg))
+    for name in before:
+        if before[name] != after[name]:
+            raise ConfigError(
+                name,
+                f"cannot change on resume ({before[name]} -> {after[name]}): the "
+                f"checkpoints in {run_dir} hold the optimizer state of the other one",
+                value=OmegaConf.select(cfg, name, default=None),
+                hint="keep it, or train in another hydra.run.dir",
+            )
+    if record:
         log.warning("resuming with changed settings (%s=true): %s", ALLOW_KEY, shown)
-        return
-    raise ConfigError(
-        "hydra.run.dir",
-        f"holds checkpoints trained with other settings ({path}); changed: {shown}",
-        value=str(run_dir),
-        hint=f"use the run's settings, another hydra.run.dir, or {ALLOW_KEY}=true",
-    )
+        _ACCEPTED[key] = changed
+
+
+def optimizer_hyperparameters(optimizer: Any) -> dict[str, float]:
+    """The hyperparameters a checkpoint holds and a restore overwrites: the learning rate
+    of an optimizer built with a constant one. Read before the restore."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)  # a LossScaleOptimizer's
+    rate = getattr(inner, "_learning_rate", None)
+    if rate is None or not hasattr(rate, "assign") or not hasattr(rate, "numpy"):
+        return {}  # a schedule: built from the new config, not restored
+    return {"learning_rate": float(rate.numpy())}
+
+
+def apply_allowed_changes(
+    run_dir: str | os.PathLike[str], optimizer: Any, configured: dict[str, float]
+) -> list[str]:
+    """After a restore: set again what an allowed change changed and the checkpoint reset.
+
+    Args:
+        run_dir: the run folder (its changes were accepted by `check_resume`).
+        optimizer: the restored optimizer.
+        configured: `optimizer_hyperparameters(optimizer)` read before the restore.
+
+    Returns:
+        The keys set again (e.g. `["optimizer.learning_rate"]`), each logged.
+    """
+    changed = _ACCEPTED.pop(str(Path(run_dir).resolve()), [])
+    if not any(k == UNKNOWN or k.startswith("optimizer.") for k in changed):
+        return []  # the restored rate is the run's own (a callback may have lowered it)
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    applied = []
+    for name, value in configured.items():
+        variable = getattr(inner, f"_{name}")
+        restored = float(variable.numpy())
+        if restored != value:
+            variable.assign(value)
+            log.warning(
+                "resuming with optimizer.%s %g as configured (the checkpoint held %g)",
+                name,
+                value,
+                restored,
+            )
+            applied.append(f"optimizer.{name}")
+    return applied
 
 
 def save_config(run_dir: str | os.PathLike[str], cfg: DictConfig) -> None:
-    """Save the resolved config beside the checkpoints (the chief, as training starts)."""
+    """Save the resolved config beside the checkpoints (the chief, once the run is accepted)."""
     text = OmegaConf.to_yaml(cfg, resolve=True)
     for name in FOLDERS:
         write_text_atomic(Path(run_dir) / name / CONFIG_NAME, text)

@@ -5,6 +5,10 @@ half-written backups. The chief takes an exclusive `fcntl.flock` on `run_dir/.lo
 writes its pid and host into it; the kernel releases the lock when the process exits,
 however it exits (kill -9 included), so a lock file left behind by a dead process is
 stale by construction and the next run takes it over.
+
+`check_free` asks the same question without writing anything (a run checks its folder
+before it changes a byte of it), and the lock file is opened with `O_NOFOLLOW`: a
+symbolic link at `.lock` is refused, never written through.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pathlib import Path
 
 from kdist.config.errors import ConfigError
 
-__all__ = ["LOCK_NAME", "hold", "holder"]
+__all__ = ["LOCK_NAME", "check_free", "hold", "holder"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +62,56 @@ def _holder_alive(fields: list[str]) -> bool:
     return True
 
 
+def _in_use(run_dir: str | os.PathLike[str], key: str) -> ConfigError:
+    return ConfigError(
+        key,
+        f"is in use by another kdist run ({holder(run_dir)})",
+        value=str(run_dir),
+        hint="wait for it to finish, stop it, or choose another hydra.run.dir",
+    )
+
+
+def _link_error(run_dir: str | os.PathLike[str], key: str) -> ConfigError:
+    return ConfigError(
+        key,
+        f"holds a symbolic link at {LOCK_NAME}; kdist does not write through links",
+        value=str(run_dir),
+        hint=f"remove {Path(run_dir) / LOCK_NAME} or choose another hydra.run.dir",
+    )
+
+
+def check_free(run_dir: str | os.PathLike[str], *, key: str = "hydra.run.dir") -> None:
+    """Refuse a run folder another process holds, without writing anything to it.
+
+    Args:
+        run_dir: the run folder (it may not exist yet).
+        key: the config key that names the folder, for the message. Defaults to
+            `"hydra.run.dir"`.
+
+    Raises:
+        ConfigError: naming `key` when another process holds the lock, or when `.lock`
+            is a symbolic link.
+    """
+    path = Path(run_dir) / LOCK_NAME
+    if path.is_symlink():
+        raise _link_error(run_dir, key)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return
+    try:
+        try:
+            # A shared lock conflicts only with the holder's exclusive one; released below.
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _in_use(run_dir, key) from None
+        except OSError:
+            if _holder_alive(os.pread(fd, 200, 0).decode(errors="replace").split()):
+                raise _in_use(run_dir, key) from None
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def hold(
     run_dir: str | os.PathLike[str], *, key: str = "hydra.run.dir", enabled: bool = True
@@ -71,21 +125,22 @@ def hold(
         enabled: take the lock; `False` (a non-chief task) does nothing. Defaults to `True`.
 
     Raises:
-        ConfigError: naming `key` and the holder's pid when another process holds it.
+        ConfigError: naming `key` and the holder's pid when another process holds it,
+            or when `.lock` is a symbolic link.
     """
     if not enabled:
         yield
         return
     folder = Path(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        in_use = ConfigError(
-            key,
-            f"is in use by another kdist run ({holder(folder)})",
-            value=str(run_dir),
-            hint="wait for it to finish, stop it, or choose another hydra.run.dir",
-        )
+        fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError:
+        if (folder / LOCK_NAME).is_symlink():
+            raise _link_error(run_dir, key) from None
+        raise
+    try:
+        in_use = _in_use(folder, key)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -16,12 +16,13 @@ import logging
 import shutil
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import hydra
 from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from kdist import resume_check, run_lock
 from kdist.cli import requested_log_level
@@ -31,11 +32,18 @@ from kdist.config import ConfigError, exit_with, register
 from kdist.config.compose import compose, format_hydra_error
 from kdist.config.validate import check_run_dir, validate
 from kdist.exit_codes import EXIT_CHECKPOINT, EXIT_INTERRUPTED, EXIT_PS_UNAVAILABLE
+from kdist.fileio import write_text_atomic
+from kdist.run_dir import foreign_entries, linked_entries
 from kdist.runtime import quiet_tensorflow
 
-__all__ = ["main", "non_chief_overrides", "precheck", "run"]
+__all__ = ["accept_run_dir", "main", "non_chief_overrides", "precheck", "run"]
 
 log = logging.getLogger("kdist.train")
+
+FOREIGN_KEY = "trainer.allow_foreign_files"
+# `train.log` of the run folder named on the command line, when it did not exist before
+# Hydra opened it: a refused run removes it again (empty), leaving the folder as it was.
+_NEW_LOG: Path | None = None
 
 
 def precheck(argv: list[str], *, config_name: str = "train") -> DictConfig | None:
@@ -66,12 +74,87 @@ def precheck(argv: list[str], *, config_name: str = "train") -> DictConfig | Non
         exit_with(error)
     except Exception as error:  # Hydra and OmegaConf raise many types; all are bad input
         exit_with(format_hydra_error(error))
+    named = _run_dir_override(args.overrides)
     try:
         validate(cfg)
-        check_run_dir("hydra.run.dir", _run_dir_override(args.overrides) or "outputs")
+        check_run_dir("hydra.run.dir", named or "outputs")
+        if named and resolve_cluster().is_chief:
+            # Before Hydra opens the folder's train.log (a link there would be followed).
+            accept_run_dir(named, cfg)
     except ConfigError as error:
         exit_with(error)
+    global _NEW_LOG
+    _NEW_LOG = (
+        None if not named or (Path(named) / "train.log").exists() else Path(named) / "train.log"
+    )
     return cfg
+
+
+def accept_run_dir(run_dir: str | Path, cfg: DictConfig) -> None:
+    """Refuse a run folder before anything in it changes; reads only.
+
+    In this order: another run holds its lock (`kdist.run_lock.check_free`); a name kdist
+    writes there is a symbolic link (`kdist.run_dir.linked_entries`); it holds files
+    kdist does not write (`kdist.run_dir.foreign_entries`, unless
+    `trainer.allow_foreign_files=true`); its checkpoints were trained with other settings
+    (`kdist.resume_check`). The run's `.hydra/` and the config beside the checkpoints are
+    written only once all of these have passed (and the lock is held).
+
+    Args:
+        run_dir: the run folder (it may not exist yet).
+        cfg: the run's composed config.
+
+    Raises:
+        ConfigError: naming `hydra.run.dir` (or the key at fault) and what to do.
+    """
+    run_lock.check_free(run_dir)
+    links = linked_entries(run_dir)
+    if links:
+        raise ConfigError(
+            "hydra.run.dir",
+            f"holds symbolic links where kdist writes ({', '.join(links[:5])}); kdist "
+            "does not write through links",
+            value=str(run_dir),
+            hint="remove them, or choose another hydra.run.dir",
+        )
+    foreign = foreign_entries(run_dir)
+    if foreign and not OmegaConf.select(cfg, FOREIGN_KEY, default=False):
+        shown = ", ".join(foreign[:5]) + (
+            f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        )
+        raise ConfigError(
+            "hydra.run.dir",
+            f"already holds files kdist does not write ({shown}); a run would mix its "
+            "outputs into them",
+            value=str(run_dir),
+            hint=f"choose a new or empty folder, or {FOREIGN_KEY}=true",
+        )
+    resume_check.check_resume(run_dir, cfg, record=False)
+
+
+def _write_run_config(run_dir: str, cfg: DictConfig) -> None:
+    """`.hydra/` as Hydra writes it (config, hydra, overrides), once the run is accepted.
+
+    Hydra would write it before the job starts (`hydra.output_subdir`, null in kdist's
+    config), so that a refused run would already have replaced the folder's config.
+    """
+    folder = Path(run_dir) / ".hydra"
+    hydra_cfg = HydraConfig.get()
+    write_text_atomic(folder / "config.yaml", OmegaConf.to_yaml(cfg))
+    write_text_atomic(folder / "hydra.yaml", OmegaConf.to_yaml({"hydra": hydra_cfg}))
+    overrides = OmegaConf.to_container(hydra_cfg.overrides.task)
+    write_text_atomic(folder / "overrides.yaml", OmegaConf.to_yaml(overrides))
+    resume_check.save_config(run_dir, cfg)
+
+
+def _forget_new_log() -> None:
+    """A refused run leaves no `train.log` it created (empty: nothing was logged)."""
+    path = _NEW_LOG
+    try:
+        if path is not None and not path.is_symlink() and path.stat().st_size == 0:
+            path.unlink()
+    except OSError:
+        pass
 
 
 def _run_dir_override(overrides: list[str]) -> str | None:
@@ -94,16 +177,22 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         The run's `metrics.json` content.
     """
     run_dir = HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else None
+    accepted = False
     try:
         if run_dir is None:
             return _train(cfg, None)
         is_chief = resolve_cluster().is_chief
+        if is_chief:
+            accept_run_dir(run_dir, cfg)  # reads only: a refused run changes nothing
         with run_lock.hold(run_dir, enabled=is_chief):
+            # Again under the lock (another run may have trained here since); records
+            # the allowed changes for the restore.
             resume_check.check_resume(run_dir, cfg)
-            if is_chief:
-                resume_check.save_config(run_dir, cfg)
-            return _train(cfg, run_dir)
+            accepted = True
+            return _train(cfg, run_dir, write_config=is_chief)
     except ConfigError as error:
+        if not accepted:
+            _forget_new_log()
         exit_with(error)
     except KeyboardInterrupt:
         message = "interrupted (Ctrl-C), no backup saved now; a re-run resumes from the last one"
@@ -112,14 +201,22 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         raise SystemExit(EXIT_INTERRUPTED) from None
 
 
-def _train(cfg: DictConfig, run_dir: str | None) -> dict[str, Any]:
+def _train(cfg: DictConfig, run_dir: str | None, *, write_config: bool = False) -> dict[str, Any]:
+    from kdist import batch_plan
     from kdist.callbacks.preemption import save_on_ctrl_c
+    from kdist.data.checks import check_batch_memory
     from kdist.experiment import Experiment
 
     save_on_ctrl_c(True)
 
     try:
         experiment = Experiment(cfg, run_dir=run_dir)
+        # Config checks that need the data (not the model), before the folder changes.
+        check_batch_memory(
+            experiment.source, batch_plan.global_batch_size(cfg, experiment.num_replicas)
+        )
+        if write_config and run_dir is not None:
+            _write_run_config(run_dir, cfg)
         experiment.build_model()
     except ConfigError as error:
         exit_with(error)

@@ -16,9 +16,12 @@ During `fit` the copy is made by the runner's next call, before its first step
 (`_HostWriter.defer`): the saved state is the one of the save's step, and the training
 thread makes no call of its own for it. Otherwise (the end of training, a preemption,
 or while that set of copies is still written) it makes the copy in one traced call.
-There are two sets of host copies for models up to `DOUBLE_BUFFER_BYTES`, so a save
-soon after another does not wait for the first one's write, and a step two savers save
-(the last backup and the last checkpoint) is written once and hard-linked, index last.
+There is one set of host copies, so at most one asynchronous save is in flight: a save
+waits for the write of the one before it (as TensorFlow's own async checkpointing does)
+before it copies. Hence the bound on how far saves may lag: when save N starts, every
+earlier save is complete, so a crash loses at most the steps since the save before the
+newest one started (under `every_n_steps`, fewer than two intervals). A step two savers
+save (the last backup and the last checkpoint) is written once and hard-linked, index last.
 Multi-worker runs save synchronously (see `_supports_async`).
 
 It stays one file (over 400 lines): the saver and its writer thread share one protocol
@@ -111,9 +114,9 @@ def _enable_async_copies() -> None:
 # Most seconds a queued write waits for the training thread to enter a train call.
 GATE_SECONDS = 0.05
 
-# Two sets of host copies (a save need not wait while the one before it is written)
-# when one set is at most this large; one set otherwise.
-DOUBLE_BUFFER_BYTES = 256 * 2**20
+# Asynchronous saves in flight at most: one set of host copies, so a save waits for the
+# write of the one before it and a crash never loses more than that one save.
+MAX_IN_FLIGHT = 1
 
 
 class _Copies:
@@ -212,11 +215,11 @@ class _HostWriter:
     `snapshot` runs on the training thread: it takes a set of host copies no queued
     write still reads (waiting only when none is free), copies every variable to host
     memory with TensorFlow's async-checkpoint copy function (one traced call) and checks
-    the weights are finite. There are two sets when one is at most
-    `DOUBLE_BUFFER_BYTES`, so a save soon after another (a checkpoint at the end of an
-    epoch, a few steps after a backup) does not wait for the first one's write. A
-    writer thread runs queued jobs (a `tf.train.CheckpointManager.save` whose write is
-    `write`, a traced `tf.train.Checkpoint.write` of the set), one at a time, in order.
+    the weights are finite. There is one set (`MAX_IN_FLIGHT`): a save soon after
+    another (a checkpoint at the end of an epoch, a few steps after a backup) waits for
+    the first one's write, so at most one save is ever unwritten. A writer thread
+    runs queued jobs (a `tf.train.CheckpointManager.save` whose write is `write`, a
+    traced `tf.train.Checkpoint.write` of the set), one at a time, in order.
     Savers that share the checkpoint (periodic checkpoints and backups) share its
     writer, so a set is never overwritten while it is written. An error in the writer
     thread is raised by the next `snapshot` or `sync`.
@@ -272,18 +275,19 @@ class _HostWriter:
         self._copies.append(copies)
         return copies
 
-    def _doubled(self) -> bool:
-        """Whether a second set is allowed (one set is at most `DOUBLE_BUFFER_BYTES`)."""
-        return len(self._copies) == 1 and self._copies[0].nbytes <= DOUBLE_BUFFER_BYTES
-
     def _free_copies(self, weights: list[Any]) -> _Copies:
+        """A set of host copies no queued write reads: waits for the save in flight."""
         for copies in self._copies:
             if copies.free.is_set():
                 return copies
-        if not self._copies or self._doubled():
+        if len(self._copies) < MAX_IN_FLIGHT:
             return self._add_copies(weights)
         oldest = self._copies[0]  # taken first, so written first
-        oldest.free.wait()
+        TRAIN_CALLS.open()  # this thread now waits: the write need not
+        try:
+            oldest.free.wait()
+        finally:
+            TRAIN_CALLS.close()
         return oldest
 
     def snapshot(self, weights: list[Any], steps: int) -> bool:
@@ -390,10 +394,8 @@ class _HostWriter:
         """Let `runner`'s calls make the host copies of deferred saves (`defer`).
 
         Makes the first set of host copies now, if no save has: the runner traces its
-        train function with it. Only that set is copied in the runner's calls: a
-        second one there adds about 0.3 s to the tracing (TensorFlow 2.21, the default
-        MLP). A save while it is still written (a checkpoint a few steps after a
-        backup) copies into the other set in a call of its own, as before.
+        train function with it. A save while it is still written (a checkpoint a few
+        steps after a backup) waits for that write and copies in a call of its own.
         """
         if runner is self._runner:
             return

@@ -279,6 +279,9 @@ class TrainerConfig:
     # true: resume a run folder's checkpoints even though model, data, optimizer, seed or
     # loss changed (kdist.resume_check lists the keys; without it the run stops, status 2).
     allow_resume_changes: bool = False
+    # true: train into a run folder that already holds files kdist does not write (a
+    # dataset folder, say); without it such a folder is refused (status 2), untouched.
+    allow_foreign_files: bool = False
 
 
 # --- runtime ----------------------------------------------------------------------------

@@ -5,15 +5,30 @@ that would otherwise train on garbage (NaN features, an extra class) or fail min
 with a TensorFlow traceback (labels outside the model's classes, strings, mismatched
 lengths). The label-range check is its own function so that callers can apply it only
 where labels are class ids (classification losses).
+
+`check_batch_memory` bounds the batch before any work: one batch's tensors (the data's
+element size times the global batch) must fit in half the memory the machine has
+available, since the input pipeline prepares the next batch while a step uses one.
 """
 
 from __future__ import annotations
+
+import os
+from typing import Any
 
 import numpy as np
 
 from kdist.config.errors import ConfigError
 
-__all__ = ["check_features", "check_finite", "check_label_range", "check_lengths"]
+__all__ = [
+    "available_memory",
+    "check_batch_memory",
+    "check_features",
+    "check_finite",
+    "check_label_range",
+    "check_lengths",
+    "element_bytes",
+]
 
 
 def _where(index: tuple[int, ...]) -> str:
@@ -81,3 +96,62 @@ def check_label_range(key: str, y: np.ndarray, num_classes: int) -> None:
         hint=f"class ids must be 0..{num_classes - 1}"
         + ("" if num_classes > max(values) else " (or set data.source.num_classes)"),
     )
+
+
+def available_memory() -> int:
+    """Bytes of memory available to a new allocation: `MemAvailable` of `/proc/meminfo`,
+    else the machine's physical memory (`os.sysconf`)."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+
+
+def element_bytes(element_spec: Any) -> int:
+    """Bytes of one example of a dataset with `element_spec` (unknown dimensions count 1,
+    strings 1 byte)."""
+    import tensorflow as tf
+
+    total = 0
+    for spec in tf.nest.flatten(element_spec):
+        shape = getattr(spec, "shape", None)
+        dtype = getattr(spec, "dtype", None)
+        if shape is None or dtype is None:
+            continue
+        count = 1
+        for dim in shape:
+            count *= int(dim) if dim is not None else 1
+        size = 1 if dtype == tf.string else int(tf.as_dtype(dtype).size)
+        total += count * size
+    return total
+
+
+def check_batch_memory(
+    source: Any, global_batch_size: int, *, key: str = "trainer.global_batch_size"
+) -> None:
+    """Refuse a global batch whose tensors would not fit in memory, before any work.
+
+    Args:
+        source: the run's `kdist.data.Source` (its training examples' `element_spec`).
+        global_batch_size: examples per step over all replicas.
+        key: the config key to name. Defaults to `"trainer.global_batch_size"`.
+
+    Raises:
+        ConfigError: naming `key` when one batch needs more than half the available
+            memory.
+    """
+    per_example = element_bytes(source.dataset("train").element_spec)
+    needed = per_example * int(global_batch_size)
+    available = available_memory()
+    if needed * 2 > available:
+        raise ConfigError(
+            key,
+            f"makes one batch of {needed / 2**30:.1f} GiB ({per_example} bytes an example), "
+            f"and two must fit in the {available / 2**30:.1f} GiB of memory available",
+            value=int(global_batch_size),
+            hint=f"at most {max(available // (2 * max(per_example, 1)), 1)} here",
+        )
