@@ -215,3 +215,37 @@ def test_resume_with_lazy_adam_is_step_exact(tmp_path: Path):
         resumed.optimizer._get_variable_index(resumed.model.get_layer("deep_embedding").embeddings)
     ]
     assert (np.abs(np.asarray(m)).sum(axis=1) == 0).mean() > 0.5
+
+
+@pytest.mark.slow
+@pytest.mark.multiworker
+def test_parameter_servers_train_sharded_tables_with_lazy_adam(tmp_path: Path):
+    import io
+
+    from kdist.launch import run
+
+    log = io.StringIO()
+    overrides = [
+        "strategy=parameter_server",
+        "strategy.min_shard_bytes=65536",
+        "strategy.steps_per_schedule=4",
+        "model=wide_deep",
+        "model.num_buckets=50000",
+        "data=categorical",
+        "data.source.num_train=2048",
+        "data.source.num_validation=256",
+        "data.source.vocab_size=50000",
+        "optimizer.sparse_updates=true",
+        "trainer.epochs=2",
+        "trainer.steps_per_epoch=8",
+        "trainer.global_batch_size=128",
+        "trainer.verbose=0",
+        "callbacks=minimal",
+    ]
+    code = run(2, overrides, ps=2, run_dir=tmp_path / "run", timeout=300, output=log)
+    text = log.getvalue()
+    assert code == 0, text[-3000:]
+    # The tables are split over both ps, and each update runs where its shard lives.
+    assert "deep_embedding/embeddings: 2 shards on ps 0, ps 1" in text
+    assert "this local cluster (2 worker(s) + 2 ps) trained" in text
+    assert "trained 16 steps" in text
