@@ -401,3 +401,22 @@ def test_distributed_search_over_a_hypermodel(tmp_path, monkeypatch):
     assert len({(r["model.hp.units"], r["model.hp.activation"]) for r in rows}) == 4
     best = yaml.safe_load((run_dir / "best.yaml").read_text())
     assert set(best["hp"]) == {"units", "activation"}
+
+
+def test_best_trial_skips_a_completed_trial_not_yet_scored(tmp_path):
+    """The chief's tuner marks its trial COMPLETED before `end_trial` scores it; a worker's
+    trial ending in between writes best.yaml from the scored trials only."""
+    from kdist.tuning import oracles, results
+
+    cfg = compose(["tuner.max_trials=3"], config_name="tune")
+    space = Space.from_config(cfg.tuner.space)
+    oracle = oracles.build(cfg.tuner, hyperparameters=space.hyperparameters())
+    oracle._set_project_dir(str(tmp_path), "kt")
+    first, second = oracle.create_trial("chief"), oracle.create_trial("tuner1")
+    oracle.update_trial(second.trial_id, {"val_accuracy": 0.5})
+    first.status = oracles.TrialStatus.COMPLETED  # not scored yet
+    second.status = oracles.TrialStatus.COMPLETED
+    oracle.end_trial(second)
+    assert first.score is None
+    assert oracle.get_best_trials(1) == [second]
+    assert results.best_trial(oracle) is second

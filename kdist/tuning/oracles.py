@@ -124,6 +124,28 @@ class _KdistOracleMixin:
         if self.trial_ended is not None:
             self.trial_ended(self.trials[trial.trial_id])
 
+    @synchronized
+    def get_best_trials(self, num_trials: int = 1) -> list[Any]:
+        """keras-tuner's, without the completed trials not yet scored.
+
+        The chief's own tuner shares its `Trial` objects with the oracle and marks one
+        COMPLETED before `end_trial` scores it; a worker's `end_trial` in between (a gRPC
+        thread writing `best.yaml`) would otherwise sort a `None` score.
+        """
+        scored = [
+            t
+            for t in self.trials.values()
+            if t.status == TrialStatus.COMPLETED and t.score is not None
+        ]
+        best = sorted(
+            scored,
+            key=lambda trial: trial.score,
+            reverse=self.objective.direction == "max",  # type: ignore[attr-defined]
+        )
+        if len(best) < num_trials:
+            best += [t for t in self.trials.values() if t not in scored]
+        return best[:num_trials]
+
     def reload(self) -> None:
         super().reload()  # type: ignore[misc]
         # Trials keras-tuner found "ongoing" but whose own record says they ended (a kill

@@ -84,7 +84,7 @@ def trial_rows(oracle: Any, *, plan: TrialPlan, trials_dir: Path) -> list[dict[s
 def best_trial(oracle: Any) -> Any | None:
     """The best completed trial, or `None` when no trial has completed."""
     for trial in oracle.get_best_trials(1):
-        if trial.status == TrialStatus.COMPLETED:
+        if trial.status == TrialStatus.COMPLETED and trial.score is not None:
             return trial
     return None
 
