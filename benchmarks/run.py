@@ -44,11 +44,12 @@ SUITES = {
     "threads": "benchmarks.threads",
     # Not in a default run: only when named in --only.
     "cluster_loops": "benchmarks.cluster_loops",
+    "scaling": "benchmarks.scaling",
 }
 # Suites that start other processes: minutes, not seconds; not in quick mode.
-SUBPROCESS_SUITES = ("cluster", "startup", "threads", "cluster_loops")
+SUBPROCESS_SUITES = ("cluster", "startup", "threads", "cluster_loops", "scaling")
 # Suites that run only when `--only` names them (spot checks).
-ON_REQUEST = ("cluster_loops",)
+ON_REQUEST = ("cluster_loops", "scaling")
 # The longest a suite's own process may run (the full `cluster` suite takes about 8 min).
 SUITE_TIMEOUT_S = 3600.0
 

@@ -88,6 +88,7 @@ def test_quick_mode_writes_json_and_markdown(tmp_path: Path):
         "input/stages_bytes_only",
         "input/stages_permuted",
         "defaults/default_vs_loop",
+        "defaults/user_run_vs_loop",
         "defaults/default_vs_minimal",
         "defaults/default_share",
     } <= ids
@@ -387,3 +388,25 @@ def test_profile_steps_only_profiles_on_the_chief(monkeypatch):
     profiler.on_train_begin()
     profiler.on_train_batch_begin(0)
     assert started == []
+
+
+def test_scaling_suite_is_on_request_and_over_perfect_scaling_is_the_excess_step_time():
+    from benchmarks import run as bench_run
+    from benchmarks.scaling import _over_perfect_ms
+
+    assert "scaling" in bench_run.ON_REQUEST and "scaling" in bench_run.SUBPROCESS_SUITES
+    # One process: 1,000 examples/s at batch 100 (100 ms a step); 2 workers would take
+    # 50 ms a step if perfect; at 800 examples/s they take 125 ms: 75 ms over.
+    assert _over_perfect_ms(800.0, 1000.0, 2, 100) == pytest.approx(75.0)
+
+
+@pytest.mark.slow
+def test_scaling_suite_sparse_updates_row_measures_both_optimizers(tmp_path: Path):
+    from benchmarks.context import Context
+    from benchmarks.scaling import _sparse_updates
+
+    (row,) = _sparse_updates(Context(quick=True, rounds=1, workdir=tmp_path, verbose=False))
+    data = row.to_json()
+    assert data["id"] == "scaling/lazy_adam_step" and data["unit"] == "ms/step"
+    assert data["a"]["median"] > 0 and data["b"]["median"] > 0
+    assert data["ratio"]["median"] < 1.0  # row-sparse is faster, whatever the load

@@ -1,0 +1,370 @@
+"""Suite `scaling`: when a cluster pays, and what makes a step cheaper to distribute.
+
+Run with `python -m benchmarks --only scaling` (add `--quick` for the 2-core form: one
+round of each cluster, shorter curves). Four parts, each interleaved in one process:
+
+1. **Row-sparse Adam** (in process): one training step of a recommender whose table has
+   1M x 32 rows, about 2,000 of them looked up per batch, with `LazyAdam`
+   (`optimizer.sparse_updates=true`) against Keras's Adam. Target: at least 5x faster.
+2. **bfloat16 all-reduce** (in process, mirrored over 2 logical CPUs): the bytes each
+   replica hands the all-reduce per step (counted while tracing, `kdist.strategies.
+   compression`), and the loss curve of 300 steps of the MNIST CNN against float32's.
+   Targets: half the bytes; every epoch's loss within 2 %.
+3. **Local clusters** (processes, `kdist.launch`): the CNN of `benchmarks.cluster` in one
+   process, on 2 and 4 multi-worker-mirrored workers (float32 and bfloat16 all-reduce),
+   on parameter-server clusters of 2 workers with 1 and 2 ps, and TensorFlow's own
+   tutorial loops on 2 workers and on 2 workers + 1 ps. Each row: examples/s and its
+   ratio to one process or to TensorFlow's loop; `details` holds the milliseconds a step
+   spends over perfect scaling (the cluster's step time minus one process's divided by
+   the workers: communication and contention).
+4. **The recommender on clusters** (processes): wide-and-deep with a 1M-row table,
+   `optimizer.sparse_updates=true`, in one process and on 2 workers + 2 ps (the tables
+   sharded over the ps) and 2 multi-worker workers.
+
+On 2 cores every task of a local cluster shares the same cores with the others, so the
+cluster rows say what the cluster costs, not what it would gain with cores of its own
+(`../shared/DEVICE.md`: the 16-core machine). The full form is the same with 5 rounds.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from benchmarks.cluster import BATCH, JOB, STEPS_PER_EPOCH, _throughput
+from benchmarks.context import Context
+from benchmarks.harness import Case, Comparison, Target, interleave, load_average, summarize
+from benchmarks.processes import launch_cluster, run_command
+
+__all__ = ["GROUP", "run"]
+
+GROUP = "9. scaling: clusters, sparse updates, compressed all-reduce"
+
+TABLE_ROWS, TABLE_DIM, IDS_PER_BATCH = 1_000_000, 32, 2048
+
+
+# -- 1. row-sparse Adam ---------------------------------------------------------------
+
+
+def _embedding_step(lazy: bool) -> Callable[[], float]:
+    """A recommender's train step (ids -> 1M x 32 table -> mean -> dense -> logit)."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from kdist.lazy_optimizers import LazyAdam, sparse_lookups
+
+    fields = 8
+    inputs = keras.Input((fields,), dtype="int32")
+    x = keras.layers.Embedding(TABLE_ROWS, TABLE_DIM, name="table")(inputs)
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    x = keras.layers.Dense(64, activation="relu")(x)
+    model = keras.Model(inputs, keras.layers.Dense(1)(x))
+    optimizer = LazyAdam(1e-3) if lazy else keras.optimizers.Adam(1e-3)
+    optimizer.build(model.trainable_variables)
+    if lazy:
+        sparse_lookups(model)
+    rng = np.random.default_rng(0)
+    batches = [
+        (
+            tf.constant(rng.integers(0, TABLE_ROWS, size=(IDS_PER_BATCH // fields, fields))),
+            tf.constant(rng.integers(0, 2, size=(IDS_PER_BATCH // fields, 1)).astype("float32")),
+        )
+        for _ in range(4)
+    ]
+    loss_fn = keras.losses.BinaryCrossentropy(from_logits=True)
+
+    @tf.function
+    def step(ids: tf.Tensor, labels: tf.Tensor) -> None:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(labels, model(ids, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+
+    steps = 8
+
+    def one_round() -> float:
+        started = time.perf_counter()
+        for i in range(steps):
+            step(*batches[i % len(batches)])
+        _ = float(optimizer.iterations.numpy())  # wait for the last step
+        return (time.perf_counter() - started) / steps
+
+    return one_round
+
+
+def _sparse_updates(ctx: Context) -> list[Comparison]:
+    lazy, dense = "LazyAdam (sparse_updates)", "Keras Adam"
+    cases = [Case(lazy, _embedding_step(True)), Case(dense, _embedding_step(False))]
+    rounds = ctx.rounds_for(7)
+    ctx.log(f"scaling: row-sparse Adam, {rounds} rounds of 8 steps")
+    before = load_average()
+    samples = interleave(cases, rounds)
+    return [
+        summarize(
+            id="scaling/lazy_adam_step",
+            group=GROUP,
+            title=f"a step with a {TABLE_ROWS:,} x {TABLE_DIM} table, {IDS_PER_BATCH} ids a "
+            "batch: LazyAdam / Adam",
+            samples=samples,
+            a=lazy,
+            b=dense,
+            unit="ms/step",
+            scale=1000.0,
+            target=Target("<=", 0.2),
+            load={"before": before, "after": load_average()},
+            details={"rows": TABLE_ROWS, "dim": TABLE_DIM, "ids_per_batch": IDS_PER_BATCH},
+        )
+    ]
+
+
+# -- 2. bfloat16 all-reduce ------------------------------------------------------------
+
+
+def _cnn_curve(ctx: Context, dtype: str, steps_per_epoch: int, epochs: int) -> dict[str, Any]:
+    import kdist
+    from kdist.strategies.compression import compress_all_reduce, reduced_bytes
+
+    cfg = kdist.compose(
+        [
+            "runtime.logical_devices=2",
+            "strategy=mirrored",
+            "model=cnn",
+            "data=synthetic",
+            "data.source.num_train=4096",
+            "data.source.num_validation=0",
+            "trainer.validation=false",
+            "objective.name=loss",
+            "objective.direction=min",
+            "trainer.global_batch_size=64",
+            "trainer.steps_per_execution=10",
+            f"trainer.steps_per_epoch={steps_per_epoch}",
+            f"trainer.epochs={epochs}",
+            "trainer.verbose=0",
+            "callbacks=minimal",
+            f"trainer.allreduce_dtype={dtype}",
+            f"run_dir={ctx.workdir / f'scaling_curve_{dtype}'}",
+        ]
+    )
+    exp = kdist.Experiment(cfg)
+    exp.build_model()
+    if reduced_bytes(exp.optimizer) is None:  # float32: count without casting
+        compress_all_reduce(exp.optimizer, dtype)
+    started = time.perf_counter()
+    history = exp.fit()
+    seconds = time.perf_counter() - started
+    counter = reduced_bytes(exp.optimizer)
+    assert counter is not None
+    return {
+        "loss": [float(v) for v in history.history["loss"]],
+        "bytes_per_step": counter.per_step,
+        "seconds": seconds,
+    }
+
+
+def _compressed_all_reduce(ctx: Context) -> list[Comparison]:
+    epochs, steps = 10, 30  # 300 steps in both forms: the target is about the curve
+    ctx.log(f"scaling: CNN curves, mirrored 2 replicas, {epochs * steps} steps, f32 and bf16")
+    before = load_average()
+    full = _cnn_curve(ctx, "float32", steps, epochs)
+    half = _cnn_curve(ctx, "bfloat16", steps, epochs)
+    load = {"before": before, "after": load_average()}
+    deviation = max(
+        abs(h - f) / abs(f) for h, f in zip(half["loss"], full["loss"], strict=True) if f
+    )
+    details = {
+        "job": "MNIST CNN, synthetic 28x28x1, global batch 64, mirrored over 2 logical CPUs",
+        "loss_float32": full["loss"],
+        "loss_bfloat16": half["loss"],
+        "bytes_per_step_float32": full["bytes_per_step"],
+        "bytes_per_step_bfloat16": half["bytes_per_step"],
+        "fit_seconds": {"float32": full["seconds"], "bfloat16": half["seconds"]},
+    }
+    return [
+        summarize(
+            id="scaling/allreduce_bf16_bytes",
+            group=GROUP,
+            title="bytes each replica all-reduces per step (CNN): bfloat16 / float32",
+            samples={"bfloat16": [half["bytes_per_step"]], "float32": [full["bytes_per_step"]]},
+            a="bfloat16",
+            b="float32",
+            unit="bytes/step",
+            target=Target("<=", 0.5),
+            load=load,
+            details=details,
+        ),
+        summarize(
+            id="scaling/allreduce_bf16_curve",
+            group=GROUP,
+            title=f"CNN loss over {epochs * steps} steps, bfloat16 all-reduce: largest "
+            "relative difference of an epoch's loss from float32's",
+            samples={"bfloat16 vs float32": [deviation]},
+            a="bfloat16 vs float32",
+            b=None,
+            unit="%",
+            scale=100.0,
+            load=load,
+            details=details,
+            note="target: <= 2 %",
+        ),
+    ]
+
+
+# -- 3 and 4. local clusters -----------------------------------------------------------
+
+ONE = "1 process"
+MWMS2, MWMS2_BF16, MWMS4 = "2 MWMS workers", "2 MWMS workers, bf16 all-reduce", "4 MWMS workers"
+PS1, PS2 = "PS: 2 workers + 1 ps", "PS: 2 workers + 2 ps"
+TF_MWMS2, TF_PS1 = "TF loop, 2 MWMS workers", "TF loop, PS 2 workers + 1 ps"
+
+RECOMMENDER = [
+    "model=wide_deep",
+    f"model.num_buckets={TABLE_ROWS}",
+    f"model.embedding_dim={TABLE_DIM}",
+    "data=categorical",
+    "data.source.num_train=16384",
+    "data.source.num_validation=0",
+    f"data.source.vocab_size={TABLE_ROWS}",
+    "data.source.skew=0.5",
+    "optimizer.sparse_updates=true",
+    "trainer.validation=false",
+    "objective.name=loss",
+    "objective.direction=min",
+    "trainer.global_batch_size=256",  # 8 fields: 2,048 ids a step
+    "trainer.steps_per_execution=16",
+    f"trainer.steps_per_epoch={STEPS_PER_EPOCH}",
+    "trainer.epochs=2",
+    "trainer.verbose=0",
+    "callbacks=minimal",
+    "callbacks.extra=[{_target_:benchmarks.probes.EpochTimer,"
+    f"steps_per_epoch:{STEPS_PER_EPOCH},global_batch_size:256}}]",
+]
+REC_ONE, REC_PS2, REC_MWMS2 = "recommender, 1 process", "recommender, PS 2+2", "recommender, 2 MWMS"
+
+
+class _Clusters:
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.count = 0
+
+    def _dir(self, tag: str) -> Any:
+        self.count += 1
+        return self.ctx.workdir / f"scaling_{self.count:02d}_{tag}"
+
+    def one(self, job: list[str]) -> Callable[[], float]:
+        def side() -> float:
+            run_dir = self._dir("one")
+            done = run_command(
+                ["-m", "kdist.train", *job, "strategy=one_device", f"hydra.run.dir={run_dir}"],
+                cwd=self.ctx.workdir,
+            )
+            return _throughput(done, "python -m kdist.train")[0]
+
+        return side
+
+    def cluster(
+        self, job: list[str], *, workers: int, ps: int, more: tuple[str, ...] = (), module: str = ""
+    ) -> Callable[[], float]:
+        strategy = "strategy=parameter_server" if ps else "strategy=multi_worker_mirrored"
+        prefix = "[chief 0]" if ps else "[worker 0]"
+
+        def side() -> float:
+            done = launch_cluster(
+                workers=workers,
+                ps=ps,
+                overrides=[] if module else [*job, strategy, *more],
+                run_dir=self._dir(f"w{workers}ps{ps}"),
+                prefix=prefix,
+                **({"module": module} if module else {}),
+            )
+            return _throughput(done, f"kdist.launch --workers {workers} --ps {ps}")[0]
+
+        return side
+
+
+def _over_perfect_ms(cluster: float, one: float, workers: int, batch: int) -> float:
+    """ms a step of the cluster takes beyond one process's step divided by the workers."""
+    return 1000.0 * (batch / cluster - batch / one / workers)
+
+
+def _clusters(ctx: Context) -> list[Comparison]:
+    c = _Clusters(ctx)
+    ps_shards = ("strategy.steps_per_schedule=16",)
+    sides: dict[str, Callable[[], float]] = {
+        ONE: c.one(JOB),
+        MWMS2: c.cluster(JOB, workers=2, ps=0),
+        MWMS2_BF16: c.cluster(JOB, workers=2, ps=0, more=("trainer.allreduce_dtype=bfloat16",)),
+        MWMS4: c.cluster(JOB, workers=4, ps=0),
+        PS1: c.cluster(JOB, workers=2, ps=1, more=ps_shards),
+        PS2: c.cluster(JOB, workers=2, ps=2, more=(*ps_shards, "strategy.max_shards=2")),
+        TF_MWMS2: c.cluster(JOB, workers=2, ps=0, module="benchmarks.mwms_loop"),
+        TF_PS1: c.cluster(JOB, workers=2, ps=1, module="benchmarks.ps_loop"),
+        REC_ONE: c.one(RECOMMENDER),
+        REC_PS2: c.cluster(
+            RECOMMENDER,
+            workers=2,
+            ps=2,
+            more=("strategy.steps_per_schedule=16", "strategy.min_shard_bytes=65536"),
+        ),
+        REC_MWMS2: c.cluster(RECOMMENDER, workers=2, ps=0),
+    }
+    rounds = 1 if ctx.quick else ctx.rounds_for(5)
+    ctx.log(f"scaling: {len(sides)} local runs a round, {rounds} round(s)")
+    before = load_average()
+    samples = interleave([Case(n, f) for n, f in sides.items()], rounds, warmup=0)
+    load = {"before": before, "after": load_average()}
+    one = statistics.median(samples[ONE])
+    rec_one = statistics.median(samples[REC_ONE])
+    workers = {MWMS2: 2, MWMS2_BF16: 2, MWMS4: 4, PS1: 2, PS2: 2, TF_MWMS2: 2, TF_PS1: 2}
+    over = {
+        name: round(_over_perfect_ms(statistics.median(samples[name]), one, n, BATCH), 1)
+        for name, n in workers.items()
+    }
+    over[REC_PS2] = round(_over_perfect_ms(statistics.median(samples[REC_PS2]), rec_one, 2, 256), 1)
+    over[REC_MWMS2] = round(
+        _over_perfect_ms(statistics.median(samples[REC_MWMS2]), rec_one, 2, 256), 1
+    )
+    details = {
+        "cnn_job": "MNIST CNN, synthetic 28x28x1, global batch 128, 16 steps per call",
+        "recommender_job": f"wide_deep, {TABLE_ROWS:,} x {TABLE_DIM} deep table (and a "
+        f"{TABLE_ROWS:,} x 2 wide one), 8 ids an example, global batch 256, sparse_updates",
+        "ms_per_step_over_perfect_scaling": over,
+        "timed": "the second epoch of each run (the first traces and connects)",
+        "cores": "every task shares the machine's cores (2 here): see ../shared/DEVICE.md",
+    }
+    rows = [
+        ("scaling/mwms2_vs_one", MWMS2, ONE, None),
+        ("scaling/mwms2_bf16_vs_f32", MWMS2_BF16, MWMS2, Target(">=", 1.0)),
+        ("scaling/mwms4_vs_one", MWMS4, ONE, None),
+        ("scaling/ps_2w1ps_vs_one", PS1, ONE, None),
+        ("scaling/ps_2w2ps_vs_one", PS2, ONE, None),
+        ("scaling/mwms2_vs_tf_loop", MWMS2, TF_MWMS2, None),
+        ("scaling/mwms2_bf16_vs_tf_loop", MWMS2_BF16, TF_MWMS2, None),
+        ("scaling/ps_2w1ps_vs_tf_loop", PS1, TF_PS1, None),
+        ("scaling/tf_loop_mwms2_vs_one", TF_MWMS2, ONE, None),
+        ("scaling/recommender_ps_2w2ps_vs_one", REC_PS2, REC_ONE, None),
+        ("scaling/recommender_mwms2_vs_one", REC_MWMS2, REC_ONE, None),
+    ]
+    return [
+        summarize(
+            id=id_,
+            group=GROUP,
+            title=f"{a} / {b} (examples/s)",
+            samples=samples,
+            a=a,
+            b=b,
+            unit="examples/s",
+            lower_is_better=False,
+            target=target,
+            load=load,
+            details=details,
+        )
+        for id_, a, b, target in rows
+    ]
+
+
+def run(ctx: Context) -> list[Comparison]:
+    """Parts 1 to 4 (see the module docstring)."""
+    return [*_sparse_updates(ctx), *_compressed_all_reduce(ctx), *_clusters(ctx)]
