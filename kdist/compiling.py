@@ -230,7 +230,9 @@ def build_metrics(metrics: Any, loss: Any = None) -> Any:
     metrics = _plain(metrics)
     if metrics is None:
         metrics = default_metrics(_plain(loss))
-    if metrics is None:
+    if metrics is None or metrics == []:
+        # None, not []: Keras's compiled metrics, even none, read a target per output,
+        # which a model with targets for some outputs only does not have.
         return None
 
     def many(key: str, value: Any) -> list[Any]:
@@ -359,13 +361,29 @@ def direction_of(name: str) -> str:
     return "min" if any(word in stem for word in _LOWER_IS_BETTER) else "max"
 
 
+def output_keys(model: Any) -> list[str]:
+    """What `trainer.loss`, `loss_weights` and `metrics` mappings may be keyed by.
+
+    As in Keras's `compile`: the keys of a dict output structure
+    (`keras.Model(x, {"cls": ..., "aux": ...})`), else the output names.
+    """
+    structure = getattr(model, "_outputs_struct", None)
+    if isinstance(structure, Mapping):
+        return [str(key) for key in structure]
+    return [str(name) for name in getattr(model, "output_names", None) or []]
+
+
 def check_output_names(model: Any, trainer: Any) -> None:
-    """Keys of `trainer.loss`, `loss_weights` and `metrics` mappings must be output names.
+    """Keys of `trainer.loss`, `loss_weights` and `metrics` mappings must name outputs.
+
+    The keys of a dict output structure or, for other models, the output names (see
+    `output_keys`); a mapping may name a subset of them (the other outputs get no loss,
+    and need no targets).
 
     Raises:
         ConfigError: naming the first key that is not an output, and the outputs.
     """
-    outputs = list(getattr(model, "output_names", None) or [])
+    outputs = output_keys(model)
     if not outputs:
         return  # a subclassed model names no outputs; Keras checks at the first step
     for name in ("loss", "loss_weights", "metrics"):
@@ -379,28 +397,3 @@ def check_output_names(model: Any, trainer: Any) -> None:
                     "is not an output of the model",
                     hint=f"the model's outputs: {', '.join(outputs)}",
                 )
-
-
-def configured_metric_names(trainer: Any) -> list[str] | None:
-    """The names a run logs, when the config alone tells them (before TensorFlow works).
-
-    That is with one output (no loss mapping or list) and metrics given as `_target_`
-    nodes or left at their default; otherwise `None`, and the names are known only once
-    the model is compiled.
-    """
-    from kdist.config.build import instantiate
-
-    loss = _plain(trainer.get("loss"))
-    if isinstance(loss, list) or (isinstance(loss, Mapping) and "_target_" not in loss):
-        return None
-    metrics = _plain(trainer.get("metrics"))
-    if metrics is None:
-        metrics = default_metrics(loss)
-    if metrics is None:
-        return ["loss"]
-    if not isinstance(metrics, list) or not all(
-        isinstance(m, Mapping) and "_target_" in m for m in metrics
-    ):
-        return None
-    built = [instantiate(OmegaConf.create(m), _convert_="all") for m in metrics]
-    return ["loss", *(str(getattr(m, "name", "")) for m in built)]

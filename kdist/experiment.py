@@ -22,12 +22,12 @@ from kdist import batch_plan, outputs, resume_check, runtime, strategies
 from kdist.callbacks.best_model import BestModelExport
 from kdist.callbacks.factory import build_run
 from kdist.cluster import chief
-from kdist.compiling import configured_metric_names
 from kdist.config.validate import validate
 from kdist.data.pipeline import build_source, run_dataset_fn, steps_per_epoch
 from kdist.engine import Controller, FitResult, Runner
+from kdist.engine.building import optimizer_steps
 from kdist.modeling import check_targets, compiled_model, runner_for
-from kdist.objective import check_objective, metric_directions
+from kdist.objective import check_monitors, check_objective, metric_directions
 from kdist.predicting import predict_split
 from kdist.run_dir import default_run_dir
 
@@ -62,6 +62,7 @@ class Experiment:
     def __init__(self, cfg: DictConfig, *, run_dir: str | Path | None = None):
         objective = cfg.get("objective")
         self._objective_auto = objective is not None and objective.get("name") == "auto"
+        self._direction_auto = objective is not None and objective.get("direction") == "auto"
         validate(cfg)
         self.cfg = cfg
         self.run_dir = Path(run_dir or cfg.get("run_dir") or default_run_dir(microseconds=True))
@@ -75,10 +76,9 @@ class Experiment:
         self.steps_per_epoch = steps_per_epoch(self.source, batch, per_epoch)
         self.output_dir = chief.writable_dir(self.run_dir, self.strategy)
         self.validates = bool(cfg.trainer.validation) and self.source.size("validation") > 0
-        names = configured_metric_names(cfg.trainer)
-        if names is not None and not self._objective_auto:
-            # Checked again, and warned about, once the model is built.
-            self._check_objective(names, warn=False)
+        # The objective and the monitors are checked against what the model logs once it
+        # is built (`build_model`): a user's model (from a notebook or `model._target_`)
+        # logs its own metrics, whatever the config's `trainer.metrics` say.
         self.model: keras.Model | None = None
         self.optimizer: keras.optimizers.Optimizer | None = None
         self.runner: Runner | None = None
@@ -93,9 +93,18 @@ class Experiment:
             batch,
         )
 
-    def _check_objective(self, logged: Sequence[str], *, warn: bool = True) -> None:
-        auto, objective = self._objective_auto, self.cfg.get("objective")
-        check_objective(objective, logged, validates=self.validates, auto=auto, warn=warn)
+    def _check_objective(self, model: keras.Model) -> None:
+        """`objective` and the callbacks' monitors against what `model` logs."""
+        logged = list(model.get_metrics_result())
+        check_objective(
+            self.cfg.get("objective"),
+            logged,
+            validates=self.validates,
+            auto=self._objective_auto,
+            direction_auto=self._direction_auto,
+            directions=metric_directions(model),
+        )
+        check_monitors(self.cfg, logged)
 
     def build_model(self, model: keras.Model | None = None) -> keras.Model:
         """Build the model, optimizer, loss, metrics, runner and controller for training.
@@ -125,7 +134,7 @@ class Experiment:
         self.runner = runner_for(
             cfg, self.strategy, model, self.source, schedule, validates=self.validates
         )
-        self._check_objective(list(model.get_metrics_result()))
+        self._check_objective(model)
         self.model, self.optimizer = model, model.optimizer
         if self.is_chief:  # the config as resolved (batch, objective), before training
             outputs.write_config(self.output_dir, cfg)
@@ -248,7 +257,7 @@ class Experiment:
         return outputs.summary(
             self.result,
             self.cfg,
-            steps=int(self.model.optimizer.iterations.numpy()),
+            steps=optimizer_steps(self.model),
             strategy_name=type(self.strategy).__name__,
             num_replicas=self.num_replicas,
         )

@@ -15,7 +15,7 @@ from kdist.data.checks import check_label_range
 from kdist.data.pipeline import run_dataset_fn
 from kdist.data.source import ArraySource, Source
 from kdist.engine import Runner, Schedule, build_for_training, make_runner
-from kdist.engine.building import rebuild_in_scope, synchronize_batchnorm
+from kdist.engine.building import UnbuildableModel, rebuild_in_scope, synchronize_batchnorm
 
 __all__ = [
     "check_parameter_server",
@@ -196,7 +196,10 @@ def runner_for(
     """
     train_fn = run_dataset_fn(cfg, source, "train")
     with strategy.scope():
-        build_for_training(model, train_fn(tf.distribute.InputContext()).element_spec)
+        try:
+            build_for_training(model, train_fn(tf.distribute.InputContext()).element_spec)
+        except UnbuildableModel as error:
+            raise ConfigError("model", str(error), value=type(model).__name__) from None
         try:
             return make_runner(
                 strategy,

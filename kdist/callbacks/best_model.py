@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,29 @@ def save_model_files(model: keras.Model, directory: Path, *, saved_model: bool =
     """Write `model.keras` (and `saved_model/` for serving) into `directory`, atomically.
 
     Each file is written under a temporary name and renamed into place, so a reader
-    never sees a half-written model.
+    never sees a half-written model. A model Keras cannot save whole (a subclassed
+    model without `get_config`, such as keras.io's VAE and GAN) leaves its weights in
+    `model.weights.h5` instead, with a warning; one without a `call` has no
+    `saved_model/` to serve.
     """
-    with atomic_path(directory / "model.keras") as partial:
-        model.save(partial)
-    if saved_model:
+    try:
+        with atomic_path(directory / "model.keras") as partial:
+            model.save(partial)
+    except NotImplementedError as error:  # Keras: "... must override `get_config()`"
+        log.warning(
+            "%s cannot be saved whole (%s); its weights are in model.weights.h5",
+            model.name,
+            str(error).strip().splitlines()[0][:120],
+        )
+        # Keras wants the `.weights.h5` ending, which `atomic_path` does not keep.
+        partial = directory / f".partial-{os.getpid()}.weights.h5"
+        try:
+            model.save_weights(partial)
+            os.replace(partial, directory / "model.weights.h5")
+        finally:
+            partial.unlink(missing_ok=True)
+        return
+    if saved_model and type(model).call is not keras.Model.call:
         with atomic_directory(directory / "saved_model") as staging:
             model.export(str(staging), format="tf_saved_model", verbose=False)
 

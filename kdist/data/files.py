@@ -108,6 +108,8 @@ def split_indices(count: int, fraction: float, seed: int) -> tuple[np.ndarray, n
 
 def model_array(x: np.ndarray, scale: float | None) -> np.ndarray:
     """Features as a model reads them (NumPy): see `model_tensor`."""
+    if x.dtype.kind in "US":
+        return x  # text: a tf.string feature
     if scale is not None:
         return x.astype(np.float32) * np.float32(scale)
     if x.dtype == np.uint8:

@@ -52,6 +52,8 @@ def _check_arrays(
     for i in range(1, len(arrays)):
         check_lengths(key, arrays[0], arrays[i], what=f" ({names[0]!r} and {names[i]!r})")
     for array, name, kind in zip(arrays, names, kinds, strict=True):
+        if kind == "features" and array.dtype.kind in "US":
+            continue  # text, for the model's own StringLookup or TextVectorization
         check_features(key, array, name=f"{kind} {name!r}")
         check_finite(key, array, name=f"{kind} {name!r}")
 

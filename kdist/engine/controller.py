@@ -25,6 +25,7 @@ from kdist.engine.state import (
     describe_resume,
     restore_latest,
     resume_point,
+    seed_states,
 )
 
 __all__ = ["Controller", "FitResult", "Saver", "Schedule"]
@@ -145,7 +146,11 @@ class Controller:
         metrics = tf.Module(name="kdist_running_metrics")
         metrics.variables_list = list(runner.metric_variables)
         self.checkpoint = tf.train.Checkpoint(
-            model=model, optimizer=model.optimizer, state=self.state, metrics=metrics
+            model=model,
+            optimizer=model.optimizer,
+            state=self.state,
+            metrics=metrics,
+            seeds=seed_states(model),
         )
 
     # -- resuming ------------------------------------------------------------------------

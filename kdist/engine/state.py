@@ -1,6 +1,7 @@
 """Where a run stands, saved with every checkpoint, and how to read it back.
 
-A checkpoint holds the model, the optimizer, the training metrics' running state and a
+A checkpoint holds the model (with every optimizer it holds), the optimizer, the training
+metrics' running state, the model's random seed generators (`seed_states`) and a
 `TrainingState` (steps done, examples consumed, and the strategy that wrote it). Because
 the input pipeline's order is fixed by the seed, "examples consumed" is the data position:
 a resumed run skips exactly that many examples, so no batch is used twice or skipped,
@@ -19,6 +20,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import tensorflow as tf
 
@@ -30,6 +32,7 @@ __all__ = [
     "describe_resume",
     "restore_latest",
     "resume_point",
+    "seed_states",
     "state_file_readable",
 ]
 
@@ -40,6 +43,22 @@ _CKPT = re.compile(r"^ckpt-(\d+)\.index$")
 
 class CheckpointError(RuntimeError):
     """A checkpoint folder holds checkpoints but none of them can be restored."""
+
+
+def seed_states(model: Any) -> tf.Module:
+    """The states of every `keras.random.SeedGenerator` in `model`, for its checkpoint.
+
+    A GAN's noise, a VAE's sampling and dropout draw from seed generators whose state
+    advances every step; Keras does not track them as checkpoint dependencies, so a
+    resumed run would draw the first steps' noise again.
+    """
+    module = tf.Module(name="kdist_seed_generators")
+    module.states = [
+        generator.state.value
+        for layer in model._flatten_layers()
+        for generator in getattr(layer, "_seed_generators", None) or []
+    ]
+    return module
 
 
 class TrainingState(tf.Module):
