@@ -16,6 +16,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_PS_UNAVAILABLE",
     "EXIT_RESTART",
+    "EXIT_WRITE_FAILED",
 ]
 
 EXIT_OK = 0
@@ -29,6 +30,9 @@ EXIT_NON_FINITE = 3
 EXIT_CHECKPOINT = 4
 # A parameter server is unreachable (parameter_server strategy).
 EXIT_PS_UNAVAILABLE = 5
+# A file of the run could not be written (a full disk, a read-only folder); the
+# backups written before are intact and no half-written one is left.
+EXIT_WRITE_FAILED = 6
 # SIGTERM: a backup was saved, restart me (`kdist.launch --max-restarts`).
 EXIT_RESTART = 42
 # Ctrl-C (SIGINT): a backup was saved; re-run the same command to resume (128 + SIGINT).
@@ -42,6 +46,7 @@ EXIT_CODES: dict[int, str] = {
     EXIT_NON_FINITE: "non-finite loss or weights",
     EXIT_CHECKPOINT: "unreadable checkpoints",
     EXIT_PS_UNAVAILABLE: "a parameter server unreachable",
+    EXIT_WRITE_FAILED: "a file could not be written (disk full)",
     EXIT_RESTART: "saved on SIGTERM, restart me",
     EXIT_INTERRUPTED: "saved on Ctrl-C",
 }

@@ -52,7 +52,7 @@ def summary(
         "train": {k: v for k, v in logs.items() if not k.startswith("val_")},
         "validation": {k[4:]: v for k, v in logs.items() if k.startswith("val_")},
         "steps": steps,
-        "epochs": result.epochs_run,
+        "epochs": result.run_epochs or result.epochs_run,  # the run's, not this session's
         "examples_per_sec": result.steps_run * batch / seconds,
         "strategy": strategy_name,
         "num_replicas": num_replicas,

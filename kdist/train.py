@@ -12,12 +12,14 @@ python -m kdist.train -cd recipes -cn mnist_cnn_mirrored
 from __future__ import annotations
 
 import atexit
+import errno
 import logging
+import re
 import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import hydra
 from hydra._internal.utils import get_args_parser
@@ -31,7 +33,13 @@ from kdist.cluster import resolve as resolve_cluster
 from kdist.config import ConfigError, exit_with, register
 from kdist.config.compose import compose, format_hydra_error
 from kdist.config.validate import check_run_dir, validate
-from kdist.exit_codes import EXIT_CHECKPOINT, EXIT_INTERRUPTED, EXIT_PS_UNAVAILABLE
+from kdist.exit_codes import (
+    EXIT_CHECKPOINT,
+    EXIT_CONFIG_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_PS_UNAVAILABLE,
+    EXIT_WRITE_FAILED,
+)
 from kdist.fileio import write_text_atomic
 from kdist.run_dir import foreign_entries, linked_entries
 from kdist.runtime import quiet_tensorflow
@@ -220,6 +228,9 @@ def _train(cfg: DictConfig, run_dir: str | None, *, write_config: bool = False) 
         experiment.build_model()
     except ConfigError as error:
         exit_with(error)
+    import tensorflow as tf
+
+    from kdist.callbacks.checkpoint import CheckpointWriteError
     from kdist.callbacks.guards import EXIT_NON_FINITE, NonFiniteLossError
     from kdist.engine.ps_runner import ParameterServerUnavailableError
     from kdist.engine.state import CheckpointError
@@ -228,9 +239,25 @@ def _train(cfg: DictConfig, run_dir: str | None, *, write_config: bool = False) 
         experiment.fit()
     except ConfigError as error:
         exit_with(error)
+    except CheckpointWriteError as error:
+        _stop_on_write_error(str(error), experiment.run_dir)
+    except OSError as error:
+        if error.errno not in _DISK_ERRORS:
+            raise
+        _stop_on_write_error(
+            f"writing {error.filename or 'a file'} failed: {error}", experiment.run_dir
+        )
+    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
+        message = _data_error(error)
+        if message is None:
+            raise
+        log.error("%s", message)
+        print(f"kdist: data error: {message}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_CONFIG_ERROR) from None
     except NonFiniteLossError as error:
-        log.error("%s", error)
-        print(f"kdist: error: {error}", file=sys.stderr, flush=True)
+        message = f"{error} ({_what_is_saved(experiment.run_dir)})"
+        log.error("%s", message)
+        print(f"kdist: error: {message}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_NON_FINITE) from None
     except CheckpointError as error:
         log.error("%s", error)
@@ -241,6 +268,59 @@ def _train(cfg: DictConfig, run_dir: str | None, *, write_config: bool = False) 
         print(f"kdist: error: {error}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_PS_UNAVAILABLE) from None
     return experiment.metrics()
+
+
+# A full disk or quota, a read-only file system.
+_DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def _stop_on_write_error(message: str, run_dir: Path) -> NoReturn:
+    """Exit 6 with one line: what failed and which backup is intact; no `*_temp` left."""
+    from kdist.engine.state import clean_leftovers
+
+    for folder in ("backup", "checkpoints"):
+        clean_leftovers(Path(run_dir) / folder)
+    text = f"{message}; {_what_is_saved(run_dir).replace('holds finite weights', 'is intact')}"
+    log.error("%s", text)
+    print(f"kdist: write error: {text}", file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_WRITE_FAILED) from None
+
+
+def _data_error(error: Exception) -> str | None:
+    """The one line to show for a data file found corrupt while training, else `None`.
+
+    kdist's TFRecord check fails with a message naming the file ("... is corrupt or
+    truncated ..."); TensorFlow's own reader (`data.integrity=off`) with a DataLossError.
+    """
+    text = str(getattr(error, "message", "") or error)
+    named = re.search(r'file \\?"([^"\\]+)\\?" (is corrupt or truncated[^\]\n]*)', text)
+    if named:
+        return f"{named.group(1)}: {named.group(2).strip()}"
+    for line in text.splitlines():
+        if "corrupt or truncated" in line:
+            return line[line.find("kdist: ") + 7 if "kdist: " in line else 0 :].strip()
+    import tensorflow as tf
+
+    if isinstance(error, tf.errors.DataLossError):
+        first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+        return f"a data file is corrupt (TensorFlow: {first[:300]})"
+    return None
+
+
+def _what_is_saved(run_dir: Path) -> str:
+    """What a run stopped on non-finite values leaves: its newest backup, or none."""
+    from kdist.callbacks.checkpoint import finish_writes
+
+    finish_writes()  # a backup of finite weights still being written is complete now
+    steps = [
+        int(path.name[len("ckpt-") : -len(".index")])
+        for folder in ("backup", "checkpoints")
+        for path in (Path(run_dir) / folder).glob("ckpt-*.index")
+        if path.name[len("ckpt-") : -len(".index")].isdigit()
+    ]
+    if not steps:
+        return "no backup was saved before it: a re-run starts afresh"
+    return f"the newest backup, step {max(steps)}, holds finite weights"
 
 
 @hydra.main(config_path="pkg://kdist.conf", config_name="train", version_base="1.3")

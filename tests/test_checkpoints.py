@@ -609,7 +609,8 @@ def test_non_finite_weights_at_a_save_stop_the_run_with_status_3(tmp_path: Path,
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         "kdist: error: the weights are not finite after step 15 (the training loss did not "
-        "show it); stopped without saving this state (the last backup holds finite weights)"
+        "show it); stopped without saving this state (the newest backup, step 10, holds "
+        "finite weights)"
     ]
     assert _backup_steps(tmp_path) == [5, 10]
 

@@ -200,8 +200,9 @@ def test_without_backup_resume_falls_back_to_checkpoints(tmp_path: Path, caplog)
     again = kdist.Experiment(compose([*RESUMABLE, "trainer.epochs=2"]), run_dir=run_dir)
     with caplog.at_level("WARNING", logger="kdist"):
         assert again.restore() == 12  # the checkpoint at the end of epoch 1
-    assert f"no backup in backup/: resuming from checkpoint {run_dir}/checkpoints/ckpt-12" in (
-        caplog.text
+    assert (
+        f"no readable backup in backup/: resuming from checkpoint {run_dir}/checkpoints/ckpt-12"
+        in (caplog.text)
     )
 
 

@@ -57,9 +57,13 @@ from kdist.engine.state import (
     state_file_readable,
 )
 
-__all__ = ["PeriodicCheckpoint"]
+__all__ = ["CheckpointWriteError", "PeriodicCheckpoint", "finish_writes"]
 
 log = logging.getLogger(__name__)
+
+
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint could not be written (a full disk, ...); the ones before are intact."""
 
 
 def _all_finite(variables: list[tf.Variable]) -> bool:
@@ -192,10 +196,11 @@ class _Copies:
 
 
 def _non_finite_message(steps: int) -> str:
+    # What the run folder still holds is for the caller to say (`kdist.train`): it may
+    # hold no backup at all yet.
     return (
         f"the weights are not finite after step {steps} (the training loss did not "
-        "show it); stopped without saving this state (the last backup holds finite "
-        "weights)"
+        "show it); stopped without saving this state"
     )
 
 
@@ -356,7 +361,10 @@ class _HostWriter:
     def _raise_error(self) -> None:
         error, self._error = self._error, None
         if error is not None:
-            raise CheckpointError(f"an asynchronous checkpoint save failed: {error}") from error
+            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise CheckpointWriteError(
+                f"an asynchronous checkpoint save failed: {type(error).__name__}: {first[:300]}"
+            ) from error
 
     def sync(self) -> None:
         """Wait until every queued write is complete; raise the writer's error, if any.
@@ -504,6 +512,19 @@ class _HostWriter:
 
 
 _WRITERS: weakref.WeakKeyDictionary[Any, _HostWriter] = weakref.WeakKeyDictionary()
+
+
+def finish_writes() -> None:
+    """Wait for the asynchronous writes already queued in this process (a run that
+    stops on an error says which backups it leaves); a save not yet copied is dropped."""
+    for writer in list(_WRITERS.values()):
+        writer._drop_pending()
+        if writer._thread is not None and writer._thread.is_alive():
+            TRAIN_CALLS.open()
+            try:
+                writer._jobs.join()
+            finally:
+                TRAIN_CALLS.close()
 
 
 def _writer_for(

@@ -53,7 +53,7 @@ class NonFiniteGuard(keras.callbacks.Callback):
         if not math.isfinite(value):
             raise NonFiniteLossError(
                 f"training {self.monitor} is {value} after step {self.steps}; stopped without "
-                "saving this state (the last backup holds finite weights)"
+                "saving this state"
             )
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:

@@ -23,7 +23,7 @@ from kdist.engine.state import (
     TrainingState,
     clean_leftovers,
     describe_resume,
-    restore_latest,
+    restore_newest,
     resume_point,
     seed_states,
 )
@@ -81,6 +81,8 @@ class FitResult:
     steps_run: int
     train_seconds: float
     final_logs: dict[str, float] = field(default_factory=dict)
+    # The run's epochs done, those of the sessions it resumed included.
+    run_epochs: int = 0
 
 
 def _next_count(step: int, global_step: int, limit: int, intervals: Sequence[int]) -> int:
@@ -177,11 +179,7 @@ class Controller:
         if clean:
             for folder in (backup_dir, checkpoint_dir):
                 clean_leftovers(folder)
-        path = restore_latest(self.checkpoint, backup_dir)
-        if path is None:
-            path = restore_latest(self.checkpoint, checkpoint_dir)
-            if path is not None:
-                log.warning("no backup in %s: resuming from checkpoint %s", "backup/", path)
+        path = restore_newest(self.checkpoint, backup_dir, checkpoint_dir)
         if path is None:
             self.global_step = 0
             return 0
@@ -315,6 +313,7 @@ class Controller:
         return FitResult(
             history=model.history,
             epochs_run=epochs_run,
+            run_epochs=initial_epoch + epochs_run,
             steps_run=steps_run,
             train_seconds=train_seconds,
             final_logs=dict(logs),

@@ -31,6 +31,7 @@ __all__ = [
     "clean_leftovers",
     "describe_resume",
     "restore_latest",
+    "restore_newest",
     "resume_point",
     "seed_states",
     "state_file_readable",
@@ -177,6 +178,43 @@ def restore_latest(checkpoint: tf.train.Checkpoint, directory: Path) -> str | No
         f"none of the {len(candidates)} checkpoint(s) in {directory} can be restored: "
         + "; ".join(errors)
     )
+
+
+def restore_newest(
+    checkpoint: tf.train.Checkpoint, backup_dir: Path, checkpoint_dir: Path
+) -> str | None:
+    """Restore the newest readable backup, else the newest readable periodic checkpoint.
+
+    A backup folder whose checkpoints are all unreadable (the newest one corrupt, and
+    hard-linked to `checkpoints/` at the same step) falls back to `checkpoint_dir` with
+    a warning, past the corrupt one to the intact ones before it.
+
+    Returns:
+        The restored path, or `None` when neither folder holds a checkpoint.
+
+    Raises:
+        CheckpointError: when checkpoints exist and none of either folder reads.
+    """
+    try:
+        path = restore_latest(checkpoint, backup_dir)
+    except CheckpointError as error:
+        unreadable: CheckpointError | None = error
+        path = None
+        log.warning("%s; trying the periodic checkpoints", error)
+    else:
+        unreadable = None
+    if path is not None:
+        return path
+    try:
+        path = restore_latest(checkpoint, checkpoint_dir)
+    except CheckpointError as error:
+        raise CheckpointError(f"{unreadable}; {error}" if unreadable else str(error)) from None
+    if path is None:
+        if unreadable is not None:
+            raise unreadable
+        return None
+    log.warning("no readable backup in %s: resuming from checkpoint %s", "backup/", path)
+    return path
 
 
 def describe_resume(
