@@ -249,3 +249,17 @@ def test_parameter_servers_train_sharded_tables_with_lazy_adam(tmp_path: Path):
     assert "deep_embedding/embeddings: 2 shards on ps 0, ps 1" in text
     assert "this local cluster (2 worker(s) + 2 ps) trained" in text
     assert "trained 16 steps" in text
+
+
+def test_accumulated_sparse_gradients_stay_sparse():
+    from kdist.engine.runner import _add, _divide
+
+    a = tf.IndexedSlices(tf.ones((2, 3)), tf.constant([1, 4]), tf.constant([6, 3]))
+    b = tf.IndexedSlices(2 * tf.ones((2, 3)), tf.constant([4, 5]), tf.constant([6, 3]))
+    (total,) = _add([a], [b])
+    assert isinstance(total, tf.IndexedSlices)
+    mean = _divide(total, 2)
+    assert isinstance(mean, tf.IndexedSlices)
+    want = np.zeros((6, 3), np.float32)
+    want[1], want[4], want[5] = 0.5, 1.5, 1.0
+    np.testing.assert_allclose(tf.convert_to_tensor(mean).numpy(), want)
