@@ -19,10 +19,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conformance_models import FEATURES, gan, vae
-from helpers import REPO, compose, run_module
+from helpers import LOGICAL, REPO, compose, run_module
 
 import kdist
 from kdist.config import ConfigError
+from kdist.fileio import read_csv
 
 EXAMPLES, BATCH = 64, 16
 
@@ -262,3 +263,33 @@ def test_an_objective_the_model_does_not_log_exits_2_from_the_command_line(tmp_p
     assert "total_loss, reconstruction_loss, kl_loss" in lines[0]
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "run" / "metrics.json").exists()
+
+
+@pytest.mark.slow  # two trials: about 20 s
+def test_the_tuner_searches_on_a_metric_the_model_logs(tmp_path: Path):
+    from kdist.tuning import run as run_search
+
+    data = _data(tmp_path / "data.npz")
+    overrides = [
+        "trainer.verbose=0",
+        "callbacks=minimal",
+        "tuner.verbose=0",
+        "tuner.max_trials=2",
+        "model=custom",
+        "model._target_=conformance_models.vae",
+        "objective.name=kl_loss",  # refused in `Experiment(cfg)` before the model existed
+        "data=npz",
+        f"data.source.path={data}",
+        "trainer.validation=false",
+        "trainer.epochs=1",
+        "tuner.space.optimizer.learning_rate=null",
+        "tuner.space.model.units=null",
+        "tuner.space.model.dropout=null",
+        "+tuner.space.trainer.global_batch_size='choice(8,16)'",
+    ]
+    cfg = compose(overrides, config_name="tune")
+    result = run_search(cfg, run_dir=tmp_path / "search", overrides=[LOGICAL, *overrides])
+    rows = read_csv(result.run_dir / "trials.csv")
+    assert [r["status"] for r in rows] == ["COMPLETED", "COMPLETED"]
+    assert {r["objective_name"] for r in rows} == {"kl_loss"}
+    assert all(float(r["objective"]) == float(r["kl_loss"]) for r in rows)
