@@ -45,6 +45,7 @@ from omegaconf import DictConfig, OmegaConf
 from kdist.config.errors import ConfigError, exit_with
 from kdist.config.groups import TRAIN_GROUPS
 from kdist.config.trust import TRUST_FLAG, check_trusted_targets
+from kdist.fileio import LinkError
 from kdist.runtime import quiet_tensorflow
 
 __all__ = [
@@ -231,6 +232,8 @@ def _watch(
         records = watch(run_dir, overrides, trust_run_dir=trust, poll_seconds=poll, timeout=timeout)
     except ConfigError as error:
         exit_with(error)
+    except LinkError as error:  # eval.csv made a link while the sidecar ran
+        exit_with(ConfigError("run_dir", str(error), value=run_dir))
     print(f"[sidecar] evaluated {len(records)} checkpoint(s); the run has finished", flush=True)
 
 

@@ -87,7 +87,18 @@ def load_model(path: str | os.PathLike[str]) -> keras.Model:
                 "needs unsafe deserialization (e.g. a Lambda layer), which kdist refuses",
                 hint="replace Lambda layers with registered custom layers and re-save",
             ) from None
-        raise
+        raise _unreadable(path, error) from None
+    except Exception as error:  # a truncated or foreign file: zipfile, h5py, JSON errors
+        raise _unreadable(path, error) from None
+
+
+def _unreadable(path: str | os.PathLike[str], error: Exception) -> ConfigError:
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return ConfigError(
+        str(path),
+        f"is not a readable Keras model ({type(error).__name__}: {first[:200]})",
+        hint="re-save the model with model.save('model.keras'), or train the run again",
+    )
 
 
 def _has_python_lambda(path: Path) -> bool:

@@ -77,6 +77,8 @@ def predict_run(
     in_one_process(cfg, why="predicting in one process")
     experiment = experiment_with_run_model(run_dir, cfg)
     x = _features(cfg, input_path) if input_path else None
+    if x is not None:
+        _check_shapes(experiment.model, x, input_path)
     predictions = experiment.predict(split, x=x)
     destination = Path(output_path) if output_path else Path(run_dir) / "predictions.npz"
     arrays = (
@@ -87,6 +89,29 @@ def predict_run(
     with atomic_path(destination) as partial:
         np.savez(partial, **arrays)
     return destination
+
+
+def _check_shapes(model: Any, x: Any, path: str | None) -> None:
+    """Refuse features whose shape the model does not take, naming `input` and both shapes."""
+    inputs = list(getattr(model, "inputs", None) or [])
+    given = list(x.values()) if isinstance(x, Mapping) else [x]
+    names = list(x) if isinstance(x, Mapping) else [None]
+    if len(inputs) != len(given):
+        return  # a model without symbolic inputs (subclassed): Keras checks it
+    for name, array, spec in zip(names, given, inputs, strict=True):
+        expected = tuple(spec.shape[1:])
+        shape = tuple(np.shape(array)[1:])
+        fits = len(shape) == len(expected) and all(
+            e is None or e == s for e, s in zip(expected, shape, strict=True)
+        )
+        if not fits:
+            what = f"features {name!r}" if name else "features"
+            raise ConfigError(
+                "input",
+                f"has {what} of shape {shape} per example; the model takes "
+                f"{tuple('?' if e is None else e for e in expected)}",
+                value=path,
+            )
 
 
 def _features(cfg: Any, path: str) -> Any:

@@ -10,7 +10,10 @@ complete) is restored into a model built from the run's config and evaluated on 
 validation split, once. Its metrics go to `<run_dir>/eval.csv` (a row per checkpoint:
 the step, the epoch and the metrics) and to TensorBoard under `<run_dir>/tensorboard/eval/`.
 The sidecar stops when training has finished (`metrics.json` names the last step and
-that checkpoint has been evaluated), or after `timeout` seconds.
+that checkpoint has been evaluated), or after `timeout` seconds. While the folder has no
+checkpoint it says so once, and it gives up (status 2, one line) when none has appeared
+after `IDLE_SECONDS` while no run holds the folder's lock, or at once when the run has
+finished without any.
 """
 
 from __future__ import annotations
@@ -24,9 +27,25 @@ from pathlib import Path
 from typing import Any
 
 from kdist.config.errors import ConfigError
-from kdist.fileio import read_csv
+from kdist.fileio import open_nofollow, read_csv
+from kdist.run_dir import linked_entries
 
-__all__ = ["watch"]
+__all__ = ["IDLE_SECONDS", "watch"]
+
+# How long to wait for a first checkpoint while no run trains in the folder (a sidecar
+# started just before its run, as `kdist.launch --evaluator` does, waits for it).
+IDLE_SECONDS = 120.0
+
+
+def _training(run_dir: Path) -> bool:
+    """Whether a run holds `run_dir`'s lock (is training there now)."""
+    from kdist import run_lock
+
+    try:
+        run_lock.check_free(run_dir)
+    except ConfigError:
+        return True
+    return False
 
 
 def _complete_checkpoints(folder: Path) -> list[str]:
@@ -98,6 +117,14 @@ def watch(
     started = time.monotonic()
     deadline = None if timeout is None else started + float(timeout)
     _wait_for_config(folder, deadline, poll_seconds)
+    links = linked_entries(folder)
+    if links:
+        raise ConfigError(
+            "run_dir",
+            f"holds symbolic links where the sidecar writes ({', '.join(links[:5])}); kdist "
+            "does not write through links",
+            value=str(folder),
+        )
     cfg = load_trusted_config(folder, overrides, trust_run_dir=trust_run_dir)
     in_one_process(cfg, why="sidecar evaluator")
     experiment = Experiment(cfg, run_dir=folder)
@@ -113,9 +140,14 @@ def watch(
     # Steps an earlier sidecar of this run evaluated (a restarted launch): not again.
     evaluated = _evaluated_steps(folder / "eval.csv")
     last_step = max(evaluated, default=-1)
+    idle_since, announced = time.monotonic(), False
     while True:
         finished = _finished_at(folder)
-        for path in _complete_checkpoints(folder / "checkpoints"):
+        complete = _complete_checkpoints(folder / "checkpoints")
+        if not complete and not records:
+            _no_checkpoint_yet(folder, finished, idle_since, announced=announced)
+            announced = True
+        for path in complete:
             if path in done:
                 continue
             controller.checkpoint.restore(path).expect_partial()
@@ -146,6 +178,35 @@ def watch(
         time.sleep(poll_seconds)
 
 
+def _no_checkpoint_yet(
+    folder: Path, finished: int | None, idle_since: float, *, announced: bool
+) -> None:
+    """Say once that there is nothing to evaluate yet; give up when nothing will come."""
+    where = folder / "checkpoints"
+    if finished is not None:
+        raise ConfigError(
+            "run_dir",
+            f"holds a finished run without checkpoints in {where}: nothing to evaluate",
+            value=str(folder),
+            hint="train with callbacks.checkpoint.enabled=true, or use kdist.evaluate "
+            "without watch=true for its model.keras",
+        )
+    if not announced:
+        print(
+            f"[sidecar] no checkpoint in {where} yet: waiting for the run (giving up after "
+            f"{IDLE_SECONDS:.0f} s if no run trains there)",
+            flush=True,
+        )
+    if not _training(folder) and time.monotonic() - idle_since > IDLE_SECONDS:
+        raise ConfigError(
+            "run_dir",
+            f"has no checkpoint to evaluate and no run training in it (waited "
+            f"{IDLE_SECONDS:.0f} s)",
+            value=str(folder),
+            hint="start the training run, or watch another run_dir",
+        )
+
+
 def _evaluated_steps(path: Path) -> set[int]:
     if not path.is_file():
         return set()
@@ -154,7 +215,7 @@ def _evaluated_steps(path: Path) -> set[int]:
 
 def _append_row(path: Path, record: dict[str, Any]) -> None:
     new = not path.is_file()
-    with path.open("a", newline="") as handle:
+    with open_nofollow(path, "a", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(record))
         if new:
             writer.writeheader()

@@ -133,3 +133,73 @@ def test_metrics_json_counts_the_runs_epochs_not_this_sessions(tmp_path: Path):
     summary = json.loads((tmp_path / "metrics.json").read_text())
     assert summary["epochs"] == 3 and summary["steps"] == 15
     assert np.isfinite(summary["train"]["loss"])
+
+
+def test_a_csv_with_a_header_only_says_it_has_no_rows(tmp_path: Path):
+    from kdist.config import ConfigError
+
+    path = tmp_path / "empty.csv"
+    path.write_text("a,b,label\n")
+    with pytest.raises(ConfigError) as raised:
+        kdist.data.csv(path=str(path), label_column="label")
+    assert str(raised.value).startswith("data.source.path=")
+    assert f"has a header but no data rows ({path})" in str(raised.value)
+
+
+def _run_with_model(tmp_path: Path) -> Path:
+    """A run folder with the default config and an (untrained) model.keras."""
+    from omegaconf import OmegaConf
+
+    run_dir = tmp_path / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(compose([])))
+    model = kdist.models.build("mlp", input_shape=(64,), num_classes=10)
+    model.save(run_dir / "model.keras")
+    return run_dir
+
+
+def test_predict_refuses_a_wrong_shape_and_a_garbage_model_in_one_line(tmp_path: Path, capsys):
+    from kdist import predict
+
+    run_dir = _run_with_model(tmp_path)
+    wrong = tmp_path / "wrong.npz"
+    np.savez(wrong, x=np.zeros((5, 7), np.float32))
+    with pytest.raises(SystemExit) as stopped:
+        predict.main([f"run_dir={run_dir}", f"input={wrong}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and len(err) == 1, err
+    assert err[0] == (
+        f"kdist: config error: input='{wrong}': has features of shape (7,) per example; "
+        "the model takes (64,)"
+    )
+    (run_dir / "model.keras").write_bytes(b"PK\x03\x04 not really a zip archive")
+    with pytest.raises(SystemExit) as stopped:
+        predict.main([f"run_dir={run_dir}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"kdist: config error: {run_dir / 'model.keras'}")
+    assert "is not a readable Keras model" in err[0]
+    assert not (run_dir / "predictions.npz").exists()
+
+
+def test_the_sidecar_says_there_is_no_checkpoint_and_gives_up(tmp_path: Path, capsys, monkeypatch):
+    from kdist import evaluate, sidecar
+
+    run_dir = _run_with_model(tmp_path)
+    monkeypatch.setattr(sidecar, "IDLE_SECONDS", 0.3)
+    with pytest.raises(SystemExit) as stopped:
+        evaluate.main([f"run_dir={run_dir}", "watch=true", "poll_seconds=0.1"])
+    captured = capsys.readouterr()
+    assert stopped.value.code == 2
+    assert captured.out.count("[sidecar] no checkpoint in ") == 1  # said once
+    err = captured.err.strip().splitlines()
+    assert err == [
+        f"kdist: config error: run_dir='{run_dir}': has no checkpoint to evaluate and no run "
+        "training in it (waited 0 s); start the training run, or watch another run_dir"
+    ]
+    (run_dir / "metrics.json").write_text('{"steps": 10}\n')  # finished, no checkpoints
+    with pytest.raises(SystemExit) as stopped:
+        evaluate.main([f"run_dir={run_dir}", "watch=true", "poll_seconds=0.1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and len(err) == 1
+    assert "holds a finished run without checkpoints" in err[0]

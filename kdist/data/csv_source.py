@@ -326,6 +326,15 @@ def csv(
         expand_files("data.source.validation_path", validation_path) if validation_path else []
     )
     counts, labels = _scan("data.source.path", train_files, layout)
+    if not sum(counts.values()):
+        # Before the label check, which would call no rows "fewer than 2 classes".
+        shown = ", ".join(train_files[:3]) + (" ..." if len(train_files) > 3 else "")
+        raise ConfigError(
+            "data.source.path",
+            f"has a header but no data rows ({shown})",
+            value=str(path),
+            hint="give a CSV file with at least one row after the header",
+        )
     if val_files:
         val_counts, val_labels = _scan("data.source.validation_path", val_files, layout)
         counts.update(val_counts)
