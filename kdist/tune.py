@@ -32,6 +32,7 @@ from omegaconf import DictConfig
 from kdist.cli import requested_log_level
 from kdist.cluster import resolve as resolve_cluster
 from kdist.config import ConfigError, exit_with, register
+from kdist.config.validate import check_run_dir
 from kdist.exit_codes import EXIT_FAILED
 from kdist.runtime import quiet_tensorflow
 from kdist.train import non_chief_overrides, precheck
@@ -104,6 +105,7 @@ def _app(cfg: DictConfig) -> float | None:
             overrides=list(hydra_cfg.overrides.task),
             config_name=str(hydra_cfg.job.config_name),
             config_dir=_config_dir(hydra_cfg),
+            on_accepted=lambda: _write_hydra_files(run_dir, cfg),
         )
     except ConfigError as error:
         exit_with(error)
@@ -150,6 +152,41 @@ def _check_space_overrides(argv: list[str]) -> None:
             )
 
 
+def _precheck(argv: list[str]) -> DictConfig | None:
+    """`kdist.train.precheck` for the search's config, without its run-folder acceptance.
+
+    A search folder holds the tuner's files (`trials/`, `trials.csv`, `keras_tuner/`, ...),
+    which a training run's folder may not; the search checks a resume itself
+    (`keras_tuner/search.yaml`, `kdist.tuning.driver`).
+    """
+    run_dir = _shared_run_dir(argv)
+    cfg = precheck([a for a in argv if not a.startswith("hydra.run.dir=")], config_name="tune")
+    if cfg is not None and run_dir is not None:
+        try:
+            check_run_dir("hydra.run.dir", run_dir)
+        except ConfigError as error:
+            exit_with(error)
+    return cfg
+
+
+def _write_hydra_files(run_dir: Path, cfg: DictConfig) -> None:
+    """`.hydra/` as Hydra writes it, once the search is accepted (on the chief).
+
+    kdist's configs set `hydra.output_subdir: null`, so that a refused command changes
+    nothing in the folder (`kdist.train.accept_run_dir`).
+    """
+    from omegaconf import OmegaConf
+
+    from kdist.fileio import write_text_atomic
+
+    hydra_cfg = HydraConfig.get()
+    folder = run_dir / ".hydra"
+    write_text_atomic(folder / "config.yaml", OmegaConf.to_yaml(cfg))
+    write_text_atomic(folder / "hydra.yaml", OmegaConf.to_yaml({"hydra": hydra_cfg}))
+    overrides = OmegaConf.to_container(hydra_cfg.overrides.task)
+    write_text_atomic(folder / "overrides.yaml", OmegaConf.to_yaml(overrides))
+
+
 def _default_space(argv: list[str]) -> bool:
     """Whether the search uses conf/tune.yaml's default `tuner/space` (none chosen)."""
     from hydra._internal.utils import get_args_parser
@@ -187,14 +224,14 @@ def main() -> None:
         if shared is not None:
             sys.argv.append(f"tuner.distributed.run_dir={shared}")
         sys.argv.extend(non_chief_overrides(info))
-    cfg = precheck(sys.argv[1:], config_name="tune")
+    cfg = _precheck(sys.argv[1:])
     if cfg is not None:
         from kdist.tuning.driver import check, uses_hypermodel
 
         if uses_hypermodel(cfg) and _default_space(sys.argv[1:]):
             # conf/tune.yaml's space is model=mlp's; a hypermodel declares its own.
             sys.argv.append("~tuner/space")
-            cfg = precheck(sys.argv[1:], config_name="tune")
+            cfg = _precheck(sys.argv[1:])
             assert cfg is not None
         try:
             check(cfg)

@@ -283,6 +283,7 @@ def test_command_line_search_under_mirrored_and_rerun_of_the_best(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = read_csv(search / "trials.csv")
     assert len(rows) == 4 and all(row["status"] == "COMPLETED" for row in rows)
+    assert (search / ".hydra" / "config.yaml").is_file()  # written once the search is accepted
     pairs = {(row["model.hp.units"], row["model.hp.activation"]) for row in rows}
     assert len(pairs) == 4  # four different points of the hp space
     best = yaml.safe_load((search / "best.yaml").read_text())

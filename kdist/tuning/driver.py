@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,6 +173,7 @@ def run(
     config_dir: str | Path | None = None,
     env: Mapping[str, str] | None = None,
     hypermodel_object: Any = None,
+    on_accepted: Callable[[], None] | None = None,
 ) -> SearchResult:
     """Run (or resume) the search `cfg.tuner` describes.
 
@@ -186,6 +187,9 @@ def run(
         env: the environment to read the role from. Defaults to `None`: `os.environ`.
         hypermodel_object: the hypermodel that trials build (a notebook's
             `build_model`), instead of `model._target_`. Defaults to `None`.
+        on_accepted: called on the chief once the run directory is accepted for this
+            search (a new one, or the same search resumed), before any trial.
+            Defaults to `None`.
 
     Returns:
         A `SearchResult`.
@@ -234,6 +238,8 @@ def run(
                 path = run_dir / name
                 shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
         _check_resume(project, plan, str(tuner_cfg._target_))
+        if on_accepted is not None:
+            on_accepted()
     tuner = KdistTuner(
         oracle=oracle,
         plan=plan,
