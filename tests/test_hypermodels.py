@@ -85,6 +85,23 @@ def test_build_hypermodel_class_and_instance():
     assert _dense_units(model) == [8, 10]
 
 
+@pytest.mark.parametrize(
+    "target, extra",
+    [
+        ("build_model", []),
+        ("DigitsHyperModel", ["+model.width=3"]),  # a class: its constructor's keys
+        ("digits_hypermodel", []),  # an instance: not callable, still a model._target_
+    ],
+)
+def test_the_config_checks_take_model_hp(target, extra):
+    from kdist.config.validate import validate
+
+    cfg = compose(
+        ["model=custom", f"model._target_=hypermodels.{target}", "++model.hp.x=1", *extra]
+    )
+    validate(cfg)  # model.hp is checked against what the hypermodel declares when built
+
+
 def test_train_runs_a_hypermodel_with_a_hydra_override(tiny):
     cfg = compose(
         ["model=custom", "model._target_=hypermodels.build_model", "++model.hp.units=16", *tiny]
