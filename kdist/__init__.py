@@ -13,13 +13,14 @@ from kdist import quiet as _quiet
 
 __version__ = "0.9.0"
 
-__all__ = ["ConfigError", "Experiment", "__version__", "compose", "data", "models"]
+__all__ = ["ConfigError", "Experiment", "__version__", "compose", "data", "fit", "models"]
 
 _LAZY = {
     "ConfigError": ("kdist.config.errors", "ConfigError"),
     "Experiment": ("kdist.experiment", "Experiment"),
     "compose": ("kdist.config.compose", "compose"),
     "data": ("kdist.data", None),
+    "fit": ("kdist.quickfit", "fit"),
     "models": ("kdist.models", None),
 }
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from kdist.config.compose import compose
     from kdist.config.errors import ConfigError
     from kdist.experiment import Experiment
+    from kdist.quickfit import fit
 
 
 def __getattr__(name: str) -> Any:

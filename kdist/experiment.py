@@ -7,6 +7,7 @@ come from `kdist.callbacks.factory`; the files it leaves come from `kdist.output
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -16,14 +17,18 @@ from typing import Any
 
 import keras
 import tensorflow as tf
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from kdist import batch_plan, outputs, resume_check, runtime, strategies
 from kdist.callbacks.best_model import BestModelExport
 from kdist.callbacks.factory import build_run
 from kdist.cluster import chief
+from kdist.config.errors import ConfigError
 from kdist.config.validate import validate
-from kdist.data.pipeline import build_source, run_dataset_fn, steps_per_epoch
+from kdist.data.in_hand import Given, check_inputs, given_data
+from kdist.data.pipeline import build_source, run_dataset_fn
+from kdist.data.pipeline import steps_per_epoch as steps_per_epoch_of
+from kdist.data.source import Source
 from kdist.engine import Controller, FitResult, Runner
 from kdist.engine.building import optimizer_steps
 from kdist.modeling import check_targets, compiled_model, runner_for
@@ -73,7 +78,7 @@ class Experiment:
         batch = batch_plan.global_batch_size(cfg, self.num_replicas)
         self.source = build_source(cfg.data.source)
         per_epoch = cfg.trainer.get("steps_per_epoch")
-        self.steps_per_epoch = steps_per_epoch(self.source, batch, per_epoch)
+        self.steps_per_epoch = steps_per_epoch_of(self.source, batch, per_epoch)
         self.output_dir = chief.writable_dir(self.run_dir, self.strategy)
         self.validates = bool(cfg.trainer.validation) and self.source.size("validation") > 0
         # The objective and the monitors are checked against what the model logs once it
@@ -85,6 +90,15 @@ class Experiment:
         self.controller: Controller | None = None
         self.result: FitResult | None = None
         self.best_model: BestModelExport | None = None
+        # Data given to `fit` (`kdist.data.in_hand`), the arguments that made it, the
+        # config keys it changes (their configured values), and the source the runner
+        # reads. After a first `fit`, later ones go on from the model as it is.
+        self._given: Given | None = None
+        self._given_args: tuple[Any, ...] = ()
+        self._configured = _data_keys(cfg)
+        self._bound: Source | None = None
+        self._model_from_config = False
+        self._fitted = False
         log.info(
             "strategy %s with %d replica(s); %d steps per epoch of global batch %d",
             type(self.strategy).__name__,
@@ -126,31 +140,75 @@ class Experiment:
                 the model or the data cannot take (`kdist.modeling`, `kdist.objective`).
         """
         cfg = self.cfg
-        check_targets(cfg.trainer, self.source)
+        from_config = model is None
+        if from_config:
+            check_targets(cfg.trainer, self.source)
         schedule = batch_plan.schedule(cfg.trainer, self.steps_per_epoch)
         model = compiled_model(
             cfg, self.strategy, self.source, total_steps=schedule.total_steps, model=model
         )
-        self.runner = runner_for(
+        self.model, self.optimizer = model, model.optimizer
+        self._model_from_config = from_config
+        self.runner, self.controller, self._bound = None, None, None
+        # A user's model meets the config's data now only when its inputs take it: in a
+        # notebook the data may come with `fit(x, ...)`, and then the model meets it.
+        if from_config or self._given is not None or self._takes_source(model):
+            self._bind()
+        return model
+
+    def _takes_source(self, model: keras.Model) -> bool:
+        if getattr(model, "_inputs_struct", None) is None:
+            return False  # a subclassed model: built by the data it is given first
+        try:
+            check_inputs(model, self.source.dataset("train").element_spec, key="data.source")
+        except ConfigError:
+            return False
+        return True
+
+    def _bind(self) -> None:
+        """Build the runner (and controller) that trains `self.model` on `self.source`.
+
+        The model is built from the data (if unbuilt), the targets, inputs and objective
+        are checked, and a controller that already trained this model goes on with it.
+        """
+        cfg, model = self.cfg, self.model
+        assert model is not None
+        check_targets(cfg.trainer, self.source)
+        key = "x" if self._given is not None else "data.source"
+        check_inputs(model, self.source.dataset("train").element_spec, key=key)
+        schedule = batch_plan.schedule(cfg.trainer, self.steps_per_epoch)
+        runner = runner_for(
             cfg, self.strategy, model, self.source, schedule, validates=self.validates
         )
         self._check_objective(model)
-        self.model, self.optimizer = model, model.optimizer
         if self.is_chief:  # the config as resolved (batch, objective), before training
             outputs.write_config(self.output_dir, cfg)
-        self.controller = Controller(
-            self.runner,
-            model=model,
-            schedule=schedule,
-            train_data=functools.partial(run_dataset_fn, cfg, self.source, "train"),
-            strategy_name=type(self.strategy).__name__,
-            num_replicas=self.num_replicas,
-        )
-        return model
+        train_data = functools.partial(run_dataset_fn, cfg, self.source, "train")
+        if self.controller is not None and self.controller.model is model:
+            self.controller.schedule = schedule
+            self.controller.use_runner(runner, train_data)
+        else:
+            self.controller = Controller(
+                runner,
+                model=model,
+                schedule=schedule,
+                train_data=train_data,
+                strategy_name=type(self.strategy).__name__,
+                num_replicas=self.num_replicas,
+            )
+        self.runner, self._bound = runner, self.source
 
     def _controller(self) -> Controller:
-        if self.controller is None:  # `build_model` makes it
+        if self.model is None:
             self.build_model()
+        elif self._bound is not self.source:
+            if self._model_from_config and not self._fitted and not self._takes_source(self.model):
+                # kdist's own model, built for other data and not trained: built anew
+                # for the data given to `fit`.
+                log.info("building %s again for the data given to fit", self.model.name)
+                self.build_model()
+            else:
+                self._bind()
         assert self.controller is not None
         return self.controller
 
@@ -173,27 +231,109 @@ class Experiment:
         return step
 
     def fit(
-        self, callbacks: Sequence[keras.callbacks.Callback] = (), *, verbose: int | None = None
+        self,
+        x: Any = None,
+        y: Any = None,
+        *,
+        batch_size: int | None = None,
+        epochs: int | None = None,
+        verbose: int | None = None,
+        callbacks: Sequence[keras.callbacks.Callback] = (),
+        validation_split: float = 0.0,
+        validation_data: Any = None,
+        shuffle: bool | None = None,
+        class_weight: dict[int, float] | None = None,
+        sample_weight: Any = None,
+        initial_epoch: int = 0,
+        steps_per_epoch: int | None = None,
+        validation_freq: int | None = None,
     ) -> keras.callbacks.History:
         """Train with the kdist engine and write the run's outputs (on the chief).
 
+        The arguments are `model.fit`'s. Without `x` the data is the config's
+        (`data.source`), or what an earlier call was given. Data in hand goes through
+        kdist's input pipeline (`kdist.data.in_hand`): batched per replica, sharded,
+        shuffled with `runtime.seed`, resumable at the step.
+
+        How long: the first `fit` of an `Experiment` resumes from the run folder's backup
+        (if any). `epochs=None` trains until epoch `trainer.epochs` of the run (the
+        command line's meaning); `epochs=N` trains `N - initial_epoch` epochs more from
+        where the model is, as `model.fit` called again does, and the run's history
+        (`history.csv`, `curves.png`) goes on. A call that trains nothing says so.
+
         Args:
-            callbacks: more Keras callbacks, after the configured ones. Defaults to `()`.
+            x: NumPy arrays (or a dict or tuple of them), a `tf.data.Dataset` (of single
+                examples, or of batches: each batch is a global batch), a
+                `keras.utils.PyDataset` or a generator of batches. Defaults to `None`.
+            y: targets of arrays `x`. Defaults to `None`.
+            batch_size: the global batch for arrays or single examples
+                (`trainer.global_batch_size`). Defaults to `None`: the config's.
+            epochs: the epoch to train to, from `initial_epoch`. Defaults to `None`:
+                until `trainer.epochs`.
             verbose: 0 silent, 1 progress bar, 2 one line per epoch. Defaults to `None`:
                 `trainer.verbose` (0 on workers other than the chief).
+            callbacks: more Keras callbacks, after the configured ones. Defaults to `()`.
+            validation_split: the last fraction of arrays `x`, `y` kept for validation
+                (before shuffling). Defaults to `0.0`.
+            validation_data: `(x_val, y_val[, sample_weight_val])`, a `tf.data.Dataset`
+                or a `PyDataset`. Defaults to `None`.
+            shuffle: shuffle arrays (and datasets of single examples) every epoch
+                (`data.shuffle`). Defaults to `None`: `True` for data in hand, the
+                config's otherwise. Batches that come made are never shuffled.
+            class_weight: `{class id: weight}` (`trainer.class_weight`). Defaults to
+                `None`.
+            sample_weight: per-example weights of arrays `x`. Defaults to `None`.
+            initial_epoch: with `epochs`, trains `epochs - initial_epoch` epochs.
+                Defaults to `0`.
+            steps_per_epoch: steps per epoch (`trainer.steps_per_epoch`); needed for a
+                generator. Defaults to `None`: one pass over the data.
+            validation_freq: validate every this many epochs (`trainer.validation_freq`).
+                Defaults to `None`: the config's.
 
         Returns:
-            The `keras.callbacks.History` of the run.
+            The `keras.callbacks.History` of this call's epochs.
+
+        Raises:
+            ConfigError: naming the argument (or key), for data that does not fit the
+                model or the strategy, before any training.
         """
+        self._use_data(
+            x,
+            y,
+            batch_size=batch_size,
+            validation_split=validation_split,
+            validation_data=validation_data,
+            shuffle=shuffle,
+            class_weight=class_weight,
+            sample_weight=sample_weight,
+            steps_per_epoch=steps_per_epoch,
+            validation_freq=validation_freq,
+        )
         controller = self._controller()
         if verbose is None:
             verbose = int(self.cfg.trainer.verbose) if self.is_chief else 0
         # A notebook may change `trainer.epochs` between two `fit` calls.
         controller.schedule = batch_plan.schedule(self.cfg.trainer, self.steps_per_epoch)
-        if self.cfg.callbacks.backup.enabled:
-            self.restore()
-        else:
-            controller.global_step = 0  # without backups every `fit` starts afresh
+        if not self._fitted:
+            if self.cfg.callbacks.backup.enabled:
+                self.restore()
+            else:
+                controller.global_step = 0
+        if epochs is not None:
+            more = int(epochs) - int(initial_epoch)
+            controller.schedule = dataclasses.replace(
+                controller.schedule, epochs=controller.epoch + max(more, 0)
+            )
+        if controller.global_step >= controller.end_step():
+            log.warning(
+                "fit trains nothing: the model is at epoch %d (step %d) and %s; %s",
+                controller.epoch,
+                controller.global_step,
+                f"epochs={epochs}, initial_epoch={initial_epoch} asks for no more"
+                if epochs is not None
+                else f"trainer.epochs={self.cfg.trainer.epochs} is reached",
+                "pass epochs=N to train N epochs more",
+            )
         run = build_run(
             self.cfg,
             controller=controller,
@@ -207,6 +347,7 @@ class Experiment:
         )
         self.best_model = run.best_model
         started = time.perf_counter()
+        self._fitted = True
         self.result = controller.fit(run.callbacks, savers=run.savers, verbose=verbose)
         summary = self.metrics() | {"wall_seconds": time.perf_counter() - started}
         outputs.write(
@@ -218,6 +359,100 @@ class Experiment:
             model=controller.model,
         )
         return self.result.history
+
+    def _use_data(
+        self,
+        x: Any,
+        y: Any,
+        *,
+        batch_size: int | None,
+        validation_split: float,
+        validation_data: Any,
+        shuffle: bool | None,
+        class_weight: dict[int, float] | None,
+        sample_weight: Any,
+        steps_per_epoch: int | None,
+        validation_freq: int | None,
+    ) -> None:
+        """Make `fit`'s data arguments the run's data: `self.source` and the config keys."""
+        if x is None:
+            for name, value in (
+                ("y", y),
+                ("validation_data", validation_data),
+                ("sample_weight", sample_weight),
+                ("validation_split", validation_split or None),
+            ):
+                if value is not None:
+                    raise ConfigError(name, "needs x: give the data it goes with")
+        args: tuple[Any, ...] = (x, y, validation_data, validation_split, sample_weight)
+        args += (batch_size, shuffle, steps_per_epoch, validation_freq, class_weight)
+        if all(a is None or (isinstance(a, float) and a == 0.0) for a in args):
+            return  # the data of the last call (or the config's)
+        if _same_args(args, self._given_args):
+            return  # the same data again: its stream goes on where it is
+        old_batch = int(self.cfg.trainer.global_batch_size)
+        given = None
+        if x is not None:
+            given = given_data(
+                x,
+                y,
+                validation_data=validation_data,
+                validation_split=validation_split,
+                sample_weight=sample_weight,
+                batch_size=batch_size,
+                steps_per_epoch=steps_per_epoch,
+                shuffle=shuffle,
+                strategy=self.strategy,
+            )
+        keys = dict(self._configured)
+        if given is not None:
+            size = given.source.size("train")
+            keys |= {
+                "data.shuffle": given.shuffle,
+                "data.shuffle_buffer": max(size, 1),  # all of it, as Keras shuffles arrays
+                "data.cache": given.kind == "arrays",  # a dataset's own pipeline runs each pass
+                "data.source": {
+                    "_target_": "kdist.data.in_hand.given",
+                    "kind": given.kind,
+                    "train_examples": size,
+                    "validation_examples": given.source.size("validation"),
+                },
+            }
+            if given.global_batch_size is not None:
+                keys |= {"trainer.global_batch_size": given.global_batch_size}
+        elif shuffle is not None:
+            keys["data.shuffle"] = bool(shuffle)
+        for key, value in (
+            ("trainer.global_batch_size", batch_size),
+            ("trainer.steps_per_epoch", steps_per_epoch),
+            ("trainer.class_weight", class_weight),
+            ("trainer.validation_freq", validation_freq),
+        ):
+            if value is not None:
+                keys[key] = dict(value) if isinstance(value, dict) else value
+        if keys.get("trainer.global_batch_size") is not None and batch_size is not None:
+            keys["trainer.per_replica_batch_size"] = None
+        new_batch = keys.get("trainer.global_batch_size")
+        if self._fitted and new_batch is not None and int(new_batch) != old_batch:
+            raise ConfigError(
+                "batch_size",
+                f"cannot change from {old_batch} between two fit calls of one Experiment: "
+                "its checkpoints count the examples consumed in batches of that size",
+                value=new_batch,
+                hint="keep the batch, or make a new kdist.Experiment",
+            )
+        cfg = self.cfg
+        for key, value in keys.items():
+            _set(cfg, key, value)
+        batch = batch_plan.global_batch_size(cfg, self.num_replicas)
+        source = given.source if given is not None else self.source
+        per_epoch = cfg.trainer.get("steps_per_epoch")
+        self.steps_per_epoch = steps_per_epoch_of(source, batch, per_epoch)
+        self.source, self._given, self._given_args = source, given or self._given, args
+        self.validates = bool(cfg.trainer.validation) and source.size("validation") > 0
+        self._bound = None  # the runner reads the data anew (the pipeline's keys changed)
+        if given is not None:
+            log.info("%s; %d steps per epoch", given.describe(), self.steps_per_epoch)
 
     def evaluate(self) -> dict[str, float]:
         """Run the validation split once and return its metrics (`loss`, `accuracy`, ...)."""
@@ -261,3 +496,49 @@ class Experiment:
             strategy_name=type(self.strategy).__name__,
             num_replicas=self.num_replicas,
         )
+
+
+# The config keys that data given to `fit` sets (their configured values are kept, so
+# that each call's arguments start from the config, as each `model.fit` call does).
+_DATA_KEYS = (
+    "data.source",
+    "data.shuffle",
+    "data.shuffle_buffer",
+    "data.cache",
+    "trainer.global_batch_size",
+    "trainer.per_replica_batch_size",
+    "trainer.steps_per_epoch",
+    "trainer.class_weight",
+    "trainer.validation_freq",
+)
+
+
+def _same_args(args: tuple[Any, ...], before: tuple[Any, ...]) -> bool:
+    """The same objects (arrays, datasets) and equal plain values, argument by argument."""
+
+    def same(a: Any, b: Any) -> bool:
+        if a is b:
+            return True
+        if isinstance(a, tuple) and isinstance(b, tuple):
+            return len(a) == len(b) and all(same(i, j) for i, j in zip(a, b, strict=True))
+        plain = (int, float, bool, str, dict)
+        return isinstance(a, plain) and isinstance(b, plain) and a == b
+
+    return len(args) == len(before) and all(
+        same(a, b) for a, b in zip(args, before, strict=True)
+    )
+
+
+def _data_keys(cfg: DictConfig) -> dict[str, Any]:
+    values = {}
+    for key in _DATA_KEYS:
+        value = OmegaConf.select(cfg, key)
+        values[key] = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    return values
+
+
+def _set(cfg: DictConfig, key: str, value: Any) -> None:
+    parent_key, _, name = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_key)
+    with read_write(parent), open_dict(parent):
+        parent[name] = value

@@ -150,7 +150,10 @@ def make_dataset_fn(
             class's weight. Defaults to `None`.
 
     Returns:
-        A function from `tf.distribute.InputContext` to a batched `tf.data.Dataset`.
+        A function from `tf.distribute.InputContext` to a batched `tf.data.Dataset`. Its
+        `one_pipeline` attribute is true for a source that the replicas of one process
+        must read through one input pipeline (data given to `fit` as a dataset or a
+        Python stream, see `kdist.data.in_hand`).
     """
     training = split == "train"
     policy = str(data_cfg.shard_policy)
@@ -222,6 +225,9 @@ def make_dataset_fn(
         options.deterministic = True
         return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
 
+    # Two pipelines over a user's dataset (an unseeded shuffle) or a Python stream would
+    # read it in two orders: the runner reads it once per process (`StandardRunner`).
+    dataset_fn.one_pipeline = bool(getattr(source, "one_pipeline", False))  # type: ignore[attr-defined]
     return dataset_fn
 
 

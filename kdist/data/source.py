@@ -62,16 +62,17 @@ def _targets(y: Any) -> Any:
 class ArraySource(Source):
     """A source from in-memory NumPy arrays, carrying what Keras data carries.
 
-    Features are one array, or a dict of arrays (several named inputs); targets are an
-    array of any dtype and shape (class ids, one-hot rows, float regression targets), or
-    a dict keyed by output name; optional per-example sample weights make each example
-    `(x, y, sample_weight)`, as in `fit`.
+    Features are one array, or a dict (or tuple) of arrays (several inputs); targets are
+    an array of any dtype and shape (class ids, one-hot rows, float regression targets),
+    a dict keyed by output name, or `None` for a model that needs none (its own
+    `train_step`, e.g. an autoencoder: each example is then `(x,)`); optional
+    per-example sample weights make each example `(x, y, sample_weight)`, as in `fit`.
 
     Args:
         x_train: training features, examples on the first axis (or a dict of them).
-        y_train: training targets (or a dict of them, by output name).
+        y_train: training targets (or a dict of them, by output name), or `None`.
         x_validation: validation features.
-        y_validation: validation targets.
+        y_validation: validation targets (`None` when `y_train` is).
         num_classes: number of classes. Defaults to `None`: for integer targets one more
             than the largest; otherwise the size of the targets' last axis (1 for a
             vector).
@@ -100,7 +101,9 @@ class ArraySource(Source):
         }
         self._arrays: dict[str, tuple[Any, ...]] = {}
         for split, (x, y, w) in splits.items():
-            lengths = {len(a) for a in tf.nest.flatten(x)} | {len(a) for a in tf.nest.flatten(y)}
+            lengths = {len(a) for a in tf.nest.flatten(x)}
+            if y is not None:
+                lengths |= {len(a) for a in tf.nest.flatten(y)}
             if w is not None:
                 lengths.add(len(w))
             if len(lengths) > 1:
@@ -109,7 +112,7 @@ class ArraySource(Source):
                     + (f" and `w_{split}`" if w is not None else "")
                     + f" have different numbers of examples: {sorted(lengths)}."
                 )
-            arrays: tuple[Any, ...] = (x, _targets(y))
+            arrays: tuple[Any, ...] = (x,) if y is None else (x, _targets(y))
             if w is not None:
                 arrays = (*arrays, np.asarray(w, dtype=np.float32))
             self._arrays[split] = arrays
@@ -130,11 +133,13 @@ class ArraySource(Source):
 def _shapes(x: Any) -> Any:
     if isinstance(x, dict):
         return {name: tuple(int(d) for d in a.shape[1:]) for name, a in x.items()}
+    if isinstance(x, tuple):
+        return tuple(tuple(int(d) for d in a.shape[1:]) for a in x)
     return tuple(int(d) for d in x.shape[1:])
 
 
 def _num_classes(y_train: Any, y_validation: Any) -> int:
-    if isinstance(y_train, (dict, list, tuple)):
+    if y_train is None or isinstance(y_train, (dict, list, tuple)):
         return 0  # several outputs: no one class count
     y_train = np.asarray(y_train)
     integer = np.issubdtype(y_train.dtype, np.integer)

@@ -136,6 +136,10 @@ class Controller:
         self.model = model
         self.schedule = schedule
         self.global_step = 0
+        # Epochs are counted from step `epoch_origin[1]` on, the first being number
+        # `epoch_origin[0]`: (0, 0) unless the data changed between two `fit` calls of a
+        # notebook (`use_runner`), where the new data's epochs start at the next epoch.
+        self.epoch_origin = (0, 0)
         self._train_data = train_data
         self._strategy_name = strategy_name
         self._num_replicas = num_replicas
@@ -180,6 +184,7 @@ class Controller:
             for folder in (backup_dir, checkpoint_dir):
                 clean_leftovers(folder)
         path = restore_newest(self.checkpoint, backup_dir, checkpoint_dir)
+        self.epoch_origin = (0, 0)
         if path is None:
             self.global_step = 0
             return 0
@@ -203,6 +208,30 @@ class Controller:
         self.runner.set_train_dataset_fn(self._train_data(point.examples))
         self.global_step = steps
         return steps
+
+    def use_runner(self, runner: Runner, train_data: Callable[[int], DatasetFn]) -> None:
+        """Train on from here with another runner of the same model (data given anew).
+
+        The new data's epochs start at the next epoch: after a partly trained epoch,
+        that epoch counts as done.
+        """
+        origin_epoch, origin_step = self.epoch_origin
+        done = -(-(self.global_step - origin_step) // self.schedule.steps_per_epoch)
+        self.epoch_origin = (origin_epoch + done, self.global_step)
+        self.runner = runner
+        self._train_data = train_data
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next step belongs to (epochs done, a partial one not counted)."""
+        origin_epoch, origin_step = self.epoch_origin
+        return origin_epoch + (self.global_step - origin_step) // self.schedule.steps_per_epoch
+
+    def end_step(self, schedule: Schedule | None = None) -> int:
+        """The global step at which `schedule` (the controller's own by default) ends."""
+        schedule = schedule or self.schedule
+        origin_epoch, origin_step = self.epoch_origin
+        return origin_step + (schedule.epochs - origin_epoch) * schedule.steps_per_epoch
 
     def save_now(self, saver: Saver) -> None:
         """Save with `saver` at the current step, complete on return (a preemption)."""
@@ -241,11 +270,11 @@ class Controller:
             epochs=schedule.epochs,
             steps=schedule.steps_per_epoch,
         )
-        if self.global_step >= schedule.total_steps:
+        if self.global_step >= self.end_step():
             log.info(
-                "the backup is at step %d of %d: training is already done",
+                "the run is at step %d of %d: training is already done",
                 self.global_step,
-                schedule.total_steps,
+                self.end_step(),
             )
         try:
             for saver in savers:
@@ -267,7 +296,9 @@ class Controller:
         per_epoch = schedule.steps_per_epoch
         intervals = [saver.every_n_steps for saver in savers]
         model.stop_training = False
-        initial_epoch, first_step = divmod(self.global_step, per_epoch)
+        origin_epoch, origin_step = self.epoch_origin
+        done, first_step = divmod(self.global_step - origin_step, per_epoch)
+        initial_epoch = origin_epoch + done
         callbacks.on_train_begin()
         logs: dict[str, float] = {}
         epochs_run = steps_run = 0

@@ -117,7 +117,8 @@ class StandardRunner(StepRunner):
         on_cpu = all(tf.DeviceSpec.from_string(d).device_type == "CPU" for d in devices)
         if on_cpu and isinstance(strategy, tf.distribute.OneDeviceStrategy):
             return dataset_fn(tf.distribute.InputContext(1, 0, 1))
-        if on_cpu:
+        # Data given to `fit` as a dataset or a Python stream: one pipeline (in_hand).
+        if on_cpu and not getattr(dataset_fn, "one_pipeline", False):
             options = tf.distribute.InputOptions(
                 experimental_fetch_to_device=False,
                 experimental_place_dataset_on_device=True,
