@@ -524,9 +524,7 @@ def _same_args(args: tuple[Any, ...], before: tuple[Any, ...]) -> bool:
         plain = (int, float, bool, str, dict)
         return isinstance(a, plain) and isinstance(b, plain) and a == b
 
-    return len(args) == len(before) and all(
-        same(a, b) for a, b in zip(args, before, strict=True)
-    )
+    return len(args) == len(before) and all(same(a, b) for a, b in zip(args, before, strict=True))
 
 
 def _data_keys(cfg: DictConfig) -> dict[str, Any]:
