@@ -203,3 +203,32 @@ def test_the_sidecar_says_there_is_no_checkpoint_and_gives_up(tmp_path: Path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert stopped.value.code == 2 and len(err) == 1
     assert "holds a finished run without checkpoints" in err[0]
+
+
+def test_a_batch_that_would_not_fit_in_memory_exits_2_before_any_work(tmp_path: Path, capsys):
+    cfg = compose(
+        [
+            *FAST,
+            f"run_dir={tmp_path}",
+            "trainer.global_batch_size=1000000000",
+            "trainer.steps_per_epoch=2",
+        ]
+    )
+    code, err = _stopped(cfg, capsys)
+    assert code == 2
+    assert len(err) == 1, err
+    assert err[0].startswith("kdist: config error: trainer.global_batch_size=1000000000: ")
+    assert "bytes an example" in err[0] and "memory available" in err[0]
+    assert not (tmp_path / "backup").exists() and not (tmp_path / "metrics.json").exists()
+
+
+def test_the_memory_bound_is_the_batch_bytes_against_half_the_memory(monkeypatch):
+    from kdist.config import ConfigError
+    from kdist.data import checks
+
+    source = kdist.data.digits()  # 8x8x1 float32 features and an int32 label: 260 bytes
+    assert checks.element_bytes(source.dataset("train").element_spec) == 64 * 4 + 4
+    monkeypatch.setattr(checks, "available_memory", lambda: 260 * 1000 * 2)
+    checks.check_batch_memory(source, 1000)  # exactly two batches fit
+    with pytest.raises(ConfigError, match=r"at most 1000 here"):
+        checks.check_batch_memory(source, 1001)
