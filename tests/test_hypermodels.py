@@ -372,6 +372,37 @@ def test_notebook_search_with_arrays_returns_best_hp_and_model(tmp_path):
     )
 
 
+def test_notebook_search_with_a_dataset_goes_through_experiment_fit(tmp_path):
+    import tensorflow as tf
+
+    import kdist.tune
+
+    (x, y), (xv, yv) = _digits()
+    train = tf.data.Dataset.from_tensor_slices((x[:320], y[:320])).batch(32)
+    val = tf.data.Dataset.from_tensor_slices((xv, yv)).batch(64)
+    tuner = kdist.tune.search(
+        hypermodels.build_model,
+        train,
+        validation_data=val,
+        max_trials=2,
+        epochs=1,
+        directory=tmp_path / "search",
+        overrides=["callbacks=minimal"],
+    )
+    rows = tuner.result.trials
+    assert [row["status"] for row in rows] == ["COMPLETED", "COMPLETED"], rows
+    assert rows[0]["objective_name"] == "val_loss"  # keras-tuner's default objective
+    assert all(row["epochs"] == 1 for row in rows)
+    best_hp = tuner.get_best_hyperparameters()[0]
+    assert best_hp.values["units"] in (8, 16, 24, 32)
+    # The trials trained on the dataset: 320 examples in batches of 32, one epoch.
+    record = json.loads((tmp_path / "search" / rows[0]["run_dir"] / "metrics.json").read_text())
+    assert record["steps"] == 10
+    assert not (tmp_path / "search" / "data.npz").exists()
+    with pytest.raises(ConfigError, match="cannot be given with a dataset"):
+        kdist.tune.search(hypermodels.build_model, train, y, directory=tmp_path / "other")
+
+
 def test_notebook_search_refuses_what_is_not_a_hypermodel(tmp_path):
     import kdist.tune
 

@@ -174,6 +174,7 @@ def run(
     env: Mapping[str, str] | None = None,
     hypermodel_object: Any = None,
     on_accepted: Callable[[], None] | None = None,
+    fit_kwargs: Mapping[str, Any] | None = None,
 ) -> SearchResult:
     """Run (or resume) the search `cfg.tuner` describes.
 
@@ -190,6 +191,8 @@ def run(
         on_accepted: called on the chief once the run directory is accepted for this
             search (a new one, or the same search resumed), before any trial.
             Defaults to `None`.
+        fit_kwargs: `Experiment.fit` arguments of every trial (data in hand, in a
+            search in one process). Defaults to `None`.
 
     Returns:
         A `SearchResult`.
@@ -204,6 +207,12 @@ def run(
     run_dir = Path(run_dir)
     distributed = tuner_cfg.distributed
     role = resolve_role(env, tuners=distributed.tuners)
+    if fit_kwargs and role.distributed:
+        raise ConfigError(
+            "tuner.distributed",
+            "cannot pass data in hand to other processes",
+            hint="run a search over data in hand in one process, or give it as data=...",
+        )
     plan = TrialPlan(
         space=space,
         overrides=base_overrides(overrides),
@@ -285,7 +294,7 @@ def run(
             _check_same_space(client, space)
             tuner.search()
         else:
-            tuner.search()
+            tuner.search(**dict(fit_kwargs or {}))
     finally:
         if server is not None:
             server.stop()

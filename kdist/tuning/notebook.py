@@ -54,6 +54,12 @@ def _target_path(obj: Any) -> str:
     return "kdist.models.hypermodel.given_in_notebook"
 
 
+def _is_dataset(x: Any) -> bool:
+    import tensorflow as tf
+
+    return isinstance(x, (tf.data.Dataset, keras.utils.PyDataset))
+
+
 def _arrays(name: str, x: Any, y: Any) -> dict[str, Any]:
     if y is None:
         raise ConfigError(
@@ -147,7 +153,7 @@ class Tuner:
         x: Any,
         y: Any = None,
         *,
-        validation_data: tuple[Any, Any] | None = None,
+        validation_data: Any = None,
         validation_split: float | None = None,
         epochs: int | None = None,
         batch_size: int | None = None,
@@ -155,10 +161,17 @@ class Tuner:
     ) -> SearchResult:
         """Run the trials on `x`, `y`, with `model.fit`'s names.
 
+        NumPy arrays are written once to `<directory>/data.npz` and read through the `npz`
+        source, so that `best.yaml`'s overrides rerun a trial; a `tf.data.Dataset` or a
+        `keras.utils.PyDataset` goes to each trial's `Experiment.fit` as it is (batches
+        that come made are global batches), and a rerun needs it in hand again.
+
         Args:
-            x: the training features (NumPy array).
-            y: the training targets (NumPy array).
-            validation_data: `(x_val, y_val)`. Defaults to `None`.
+            x: the training features (NumPy array), or a `tf.data.Dataset` or
+                `keras.utils.PyDataset` of `(x, y)`.
+            y: the training targets (NumPy array; none with a dataset).
+            validation_data: `(x_val, y_val)`, or a dataset with `x` a dataset.
+                Defaults to `None`.
             validation_split: a share of `x`, `y` held out for validation when there is
                 no `validation_data`. Defaults to `None`: no validation.
             epochs: epochs per trial (`trainer.epochs`). Defaults to `None`: the config's.
@@ -175,18 +188,15 @@ class Tuner:
         """
         import kdist
 
+        if _is_dataset(x):
+            return self._search_dataset(
+                x, y, validation_data, epochs=epochs, batch_size=batch_size, verbose=verbose
+            )
         arrays = _arrays("x", x, y)
         every = [
-            f"tuner={self.tuner}",
-            f"tuner.max_trials={self.max_trials}",
-            f"tuner.overwrite={'true' if self.overwrite else 'false'}",
-            f"tuner.verbose={int(verbose)}",
-            "~tuner/space",
-            "model=custom",
-            f"model._target_={_target_path(self.hypermodel)}",
+            *self._common(verbose),
             "data=npz",
             f"data.source.path={self.directory / DATA_FILE}",
-            f"trainer.verbose={int(verbose)}",
         ]
         if validation_data is not None:
             if validation_split is not None:
@@ -222,6 +232,54 @@ class Tuner:
         cfg = kdist.compose(every, config_name="tune")
         self.result = run(
             cfg, run_dir=self.directory, overrides=every, hypermodel_object=self.hypermodel
+        )
+        return self.result
+
+    def _common(self, verbose: int) -> list[str]:
+        return [
+            f"tuner={self.tuner}",
+            f"tuner.max_trials={self.max_trials}",
+            f"tuner.overwrite={'true' if self.overwrite else 'false'}",
+            f"tuner.verbose={int(verbose)}",
+            "~tuner/space",
+            "model=custom",
+            f"model._target_={_target_path(self.hypermodel)}",
+            f"trainer.verbose={int(verbose)}",
+        ]
+
+    def _search_dataset(
+        self,
+        x: Any,
+        y: Any,
+        validation_data: Any,
+        *,
+        epochs: int | None,
+        batch_size: int | None,
+        verbose: int,
+    ) -> SearchResult:
+        """Each trial's `Experiment.fit(x, validation_data=...)` takes the dataset."""
+        import kdist
+
+        if y is not None:
+            raise ConfigError("y", "cannot be given with a dataset x: its elements are (x, y)")
+        every = self._common(verbose)
+        if validation_data is None:
+            every.append("trainer.validation=false")
+        if self.strategy is not None:
+            every.append(f"strategy={self.strategy}")
+        if epochs is not None:
+            every.append(f"trainer.epochs={int(epochs)}")
+        if batch_size is not None:
+            every.append(f"trainer.global_batch_size={int(batch_size)}")
+        every += self._objective(validation_data is not None)
+        every += self.overrides
+        cfg = kdist.compose(every, config_name="tune")
+        self.result = run(
+            cfg,
+            run_dir=self.directory,
+            overrides=every,
+            hypermodel_object=self.hypermodel,
+            fit_kwargs={"x": x, "validation_data": validation_data},
         )
         return self.result
 

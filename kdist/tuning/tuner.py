@@ -155,6 +155,9 @@ class KdistTuner(keras_tuner.Tuner):
     def run_trial(self, trial: Any, *args: Any, **kwargs: Any) -> dict[str, float]:
         """Train the trial's config with the kdist engine; return its final logs.
 
+        `args` and `kwargs` (from `search`) go to `Experiment.fit`: data in hand, e.g. a
+        notebook's `tf.data.Dataset` (`kdist.tuning.notebook`).
+
         Raises:
             keras_tuner.errors.FailedTrialError: for a config error caused by the trial's
                 values, or a loss or metric that is not finite.
@@ -195,9 +198,9 @@ class KdistTuner(keras_tuner.Tuner):
         try:
             if heartbeat is not None:
                 with heartbeat:
-                    experiment.fit(callbacks=callbacks)
+                    experiment.fit(*args, callbacks=callbacks, **kwargs)
             else:
-                experiment.fit(callbacks=callbacks)
+                experiment.fit(*args, callbacks=callbacks, **kwargs)
         except FloatingPointError as error:
             # kdist's NaN guard: deterministic for these values, so no retry.
             raise kt_errors.FailedTrialError(str(error)) from None
