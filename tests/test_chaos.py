@@ -117,3 +117,110 @@ def test_five_rounds_of_kill_9_then_relaunch_lose_nothing(tmp_path: Path):
         assert not _gone(second_pids), f"{where}: left running"
         assert not _scratch(run_dir), f"{where}: scratch left"
         assert not list(run_dir.glob("backup/*_temp*")), f"{where}: temp files left"
+
+
+# -- the run folder's own chaos (issue 31): one process, every way a round can go wrong ----
+
+FOLDER_JOB = [
+    "trainer.epochs=3",
+    "trainer.steps_per_epoch=12",
+    "trainer.global_batch_size=32",
+    "trainer.steps_per_execution=1",
+    "trainer.verbose=0",
+    "runtime.deterministic=true",
+    "callbacks.curves=false",
+    "callbacks.backup.every_n_steps=5",
+    "callbacks.backup.keep=3",
+    "callbacks.checkpoint.every_n_steps=4",
+    "callbacks.checkpoint.keep=3",
+    "hydra.run.dir=run",
+]
+
+
+def _completed(run_dir: Path) -> dict[str, bytes]:
+    """Every file of every complete checkpoint (an index present) in the run folder."""
+    files = {}
+    for folder in ("backup", "checkpoints"):
+        for index in (run_dir / folder).glob("ckpt-*.index"):
+            for part in index.parent.glob(f"{index.stem}.*"):
+                files[f"{folder}/{part.name}"] = part.read_bytes()
+    return files
+
+
+def _folder_bytes(run_dir: Path) -> dict[str, bytes | str]:
+    return {
+        str(p.relative_to(run_dir)): p.read_bytes() if p.is_file() else "/"
+        for p in sorted(run_dir.rglob("*"))
+    }
+
+
+def test_no_round_of_run_folder_chaos_loses_a_completed_checkpoint(tmp_path: Path):
+    """Kills at random steps, refused reruns (other settings, a folder in use), a corrupt
+    newest backup: after each, every completed checkpoint not rotated out by `keep` is
+    byte for byte as it was, and the run ends with an uninterrupted run's weights (about
+    3 minutes on 2 cores)."""
+    from helpers import run_module
+
+    from kdist import run_lock
+
+    env = {"PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "tests")))}
+    (tmp_path / "ref").mkdir()
+    reference = run_module("kdist.train", FOLDER_JOB, cwd=tmp_path / "ref", env=env)
+    assert reference.returncode == 0, reference.stderr[-2000:]
+    work = tmp_path / "work"
+    work.mkdir()
+    run_dir = work / "run"
+    rng = random.Random(SEED)
+    kills = sorted(rng.sample(range(3, 34), 3))  # three kills at distinct random steps
+    plan = ["kill", "refused", "kill", "in use", "corrupt", "kill"]
+    corrupted: set[str] = set()  # the checkpoint this test broke (re-saved later)
+    for number, case in enumerate(plan):
+        before = {k: v for k, v in _completed(run_dir).items() if k not in corrupted}
+        where = f"round {number} ({case})"
+        if case == "kill":
+            step = kills.pop(0)
+            killer = f"callbacks.extra=[{{_target_: helpers.KillAtStep, step: {step}}}]"
+            result = run_module("kdist.train", [*FOLDER_JOB, killer], cwd=work, env=env)
+            assert result.returncode in (-9, 0), f"{where}: {result.stderr[-2000:]}"
+            after = _completed(run_dir)
+            # Rotation may remove the oldest; nothing completed is changed or cut short.
+            for name, data in before.items():
+                if name in after:
+                    assert after[name] == data, f"{where}: {name} changed"
+            newest = max((int(n.split("-")[1].split(".")[0]) for n in after), default=0)
+            assert newest >= min(step, 36) - 10, f"{where}: newest {newest}, killed at {step}"
+        elif case in ("refused", "in use"):
+            snapshot = _folder_bytes(run_dir)
+            other = [*FOLDER_JOB, "data.source.split_seed=7"] if case == "refused" else FOLDER_JOB
+            if case == "in use":
+                with run_lock.hold(run_dir):
+                    snapshot = _folder_bytes(run_dir)
+                    result = run_module("kdist.train", other, cwd=work, env=env)
+            else:
+                result = run_module("kdist.train", other, cwd=work, env=env)
+            assert result.returncode == 2, f"{where}: {result.stderr[-2000:]}"
+            assert _folder_bytes(run_dir) == snapshot, f"{where}: the folder changed"
+        else:  # corrupt the newest backup: the resume falls back past it
+            newest = max(
+                (run_dir / "backup").glob("ckpt-*.index"),
+                key=lambda p: int(p.stem.split("-")[1]),
+            )
+            data_file = newest.with_suffix(".data-00000-of-00001")
+            for folder in ("backup", "checkpoints"):  # a hard-linked twin breaks with it
+                twin = run_dir / folder / data_file.name
+                if twin.exists() and twin.stat().st_ino == data_file.stat().st_ino:
+                    corrupted.update(
+                        f"{folder}/{p.name}" for p in twin.parent.glob(f"{newest.stem}.*")
+                    )
+            raw = bytearray(data_file.read_bytes())
+            raw[len(raw) // 2 : len(raw) // 2 + 64] = bytes(64)
+            data_file.write_bytes(bytes(raw))
+    resumed = run_module("kdist.train", FOLDER_JOB, cwd=work, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads((run_dir / "metrics.json").read_text())["steps"] == 36
+    worst = max(
+        float(np.max(np.abs(a - b)))
+        for a, b in zip(_weights(run_dir), _weights(tmp_path / "ref" / "run"), strict=True)
+    )
+    assert worst < 1e-6, f"weights differ by {worst}"
+    assert not list(run_dir.rglob("*_temp*"))

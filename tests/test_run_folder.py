@@ -174,6 +174,10 @@ def test_resume_refuses_a_changed_learning_rate_unless_allowed(tmp_path: Path):
     assert allowed.returncode == 0, allowed.stderr
     log = (tmp_path / "run" / "train.log").read_text()
     assert "resuming with changed settings (trainer.allow_resume_changes=true)" in log
+    # ... and the change is applied: the restored rate is replaced by the configured one.
+    assert (
+        "resuming with optimizer.learning_rate 0.5 as configured (the checkpoint held 0.001)" in log
+    )
     assert "learning_rate: 0.5" in (tmp_path / "run" / "backup" / "config.yaml").read_text()
 
 
