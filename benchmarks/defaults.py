@@ -9,6 +9,11 @@ callbacks do inside `fit` counts; the share of that wall time spent outside the 
 step calls is reported too, and also for a short run of 3 epochs (no target: the costs
 paid once per `fit` weigh more there).
 
+A fourth side runs the job as `python -m kdist.train` runs it for a user
+(`defaults/user_run_vs_loop`): the default callbacks plus validation every epoch and the
+final `model.keras` and `saved_model/`, against the same hand-written loop (issue 29's
+target for it is 1.05; the export alone takes about a second).
+
 Work that `fit` hands to a background thread and does not wait for (the final
 `curves.png`) is waited for between rounds, outside the timings, and its duration is
 kept in the details, so one round's leftovers never slow the next one.
