@@ -150,15 +150,17 @@ class Experiment:
         self.model, self.optimizer = model, model.optimizer
         self._model_from_config = from_config
         self.runner, self.controller, self._bound = None, None, None
-        # A user's model meets the config's data now only when its inputs take it: in a
-        # notebook the data may come with `fit(x, ...)`, and then the model meets it.
+        # A user's model meets the config's data now unless its inputs cannot take it:
+        # in a notebook the data may come with `fit(x, ...)`, and the model meets it then.
         if from_config or self._given is not None or self._takes_source(model):
             self._bind()
         return model
 
     def _takes_source(self, model: keras.Model) -> bool:
-        if getattr(model, "_inputs_struct", None) is None:
-            return False  # a subclassed model: built by the data it is given first
+        """Whether `model`'s inputs take the config's data (a subclassed model: yes, it
+        is built from it, as `build_model` has always done)."""
+        if getattr(model, "_inputs_struct", None) is None and not model.built:
+            return True
         try:
             check_inputs(model, self.source.dataset("train").element_spec, key="data.source")
         except ConfigError:

@@ -658,7 +658,9 @@ def check_inputs(model: keras.Model, element_spec: Any, *, key: str = "x") -> No
         )
     inputs = getattr(model, "_inputs_struct", None)
     if inputs is None:
-        return  # a subclassed model: its first call tells
+        if model.built:
+            _check_call(model, x, key)
+        return  # unbuilt: built from this data
     given_desc, wanted = _describe(x, 0), _describe(inputs, 1)
     problem = None
     if isinstance(inputs, Mapping) != isinstance(x, Mapping):
@@ -685,3 +687,23 @@ def check_inputs(model: keras.Model, element_spec: Any, *, key: str = "x") -> No
             f"{model.name} takes {wanted}",
             hint="give data shaped as the model's inputs (or build the model for this data)",
         )
+
+
+def _check_call(model: keras.Model, x: Any, key: str) -> None:
+    """A built subclassed model called on a symbolic batch of `x`: its own shape checks."""
+    from keras.src import backend
+
+    batch = tf.nest.map_structure(
+        lambda spec: keras.KerasTensor((None, *spec.shape), dtype=spec.dtype.name), x
+    )
+    try:
+        backend.compute_output_spec(model, batch, training=False)
+    except ValueError as error:
+        first = str(error).strip().splitlines()[0]
+        raise ConfigError(
+            key,
+            f"does not fit {model.name}, built for other inputs: {first}",
+            hint="give data shaped as the model's inputs",
+        ) from None
+    except Exception:  # e.g. no `call` (keras.io's VAE, GAN): training tells
+        return
