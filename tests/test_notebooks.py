@@ -1,8 +1,8 @@
 """recipes/notebooks run top to bottom in a real Jupyter kernel, clean, and show a plot.
 
 Cost: ~20 s (quickstart); slow: the quickstart under `strategy=auto` (~10 s), the
-multi-worker notebook (~25 s, two worker processes) and the parameter-server notebook
-(~20 s, a chief, two workers and a ps).
+multi-worker notebook (~25 s, two worker processes on the notebook's arrays) and the
+parameter-server notebook (~20 s, a chief, two workers and a ps).
 """
 
 from __future__ import annotations
@@ -131,6 +131,7 @@ def test_multiworker_notebook(tmp_path: Path):
     _check_clean_with_a_plot(notebook)
     out = _stdout(notebook)
     assert "exit status 0" in out
+    assert "arrays (1797, 8, 8, 1) (1797,)" in out  # the data in hand
     assert "with 2 replicas" in out
     # The progress lines come from the chief only.
     assert "[worker 0] Epoch 3/3" in out and "[worker 1] Epoch" not in out
@@ -138,6 +139,9 @@ def test_multiworker_notebook(tmp_path: Path):
     assert _evaluated_accuracy(notebook) >= 0.85
     (run_dir,) = (tmp_path / "outputs").glob("multiworker-*")
     assert (run_dir / "curves.png").is_file()  # written by the chief
+    # The workers trained on the notebook's arrays, read from the file it saved.
+    configs = [p.read_text() for p in run_dir.rglob("config.yaml")]
+    assert any(str(tmp_path / "digits_arrays.npz") in text for text in configs)
     assert len(list((tmp_path / "outputs").iterdir())) == 1  # workers wrote nothing else
 
 
