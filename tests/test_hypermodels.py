@@ -235,6 +235,24 @@ def test_a_trial_whose_build_model_raises_fails_and_the_search_goes_on(tmp_path)
     assert result.best is not None and result.best["hp"] == {"units": 8, "activation": "relu"}
 
 
+def test_objective_auto_follows_what_the_hypermodel_compiles(tmp_path):
+    found = hm.search_space(_node("build_without_accuracy"))
+    assert found.metrics == ("top3",)
+    assert hm.search_space(_node("build_model")).metrics == ("accuracy",)
+    result = _search(
+        tmp_path,
+        [
+            "model._target_=hypermodels.build_without_accuracy",
+            "tuner.max_trials=1",
+            "trainer.epochs=1",
+        ],
+    )
+    row = result.trials[0]
+    assert row["status"] == "COMPLETED" and row["objective_name"] == "val_loss"
+    assert result.best["objective"]["direction"] == "min"
+    assert "objective.name=val_loss" in result.best["overrides"]
+
+
 def test_search_refuses_config_compile_keys_for_a_compiled_hypermodel(tmp_path):
     with pytest.raises(ConfigError, match="compiles the model itself") as info:
         _search(

@@ -347,11 +347,40 @@ class SpaceFound:
         compiled: whether the hypermodel compiles the model itself (its optimizer, loss
             and metrics are then kept, and the config's have no effect).
         target: `model._target_`, as written.
+        metrics: the metric names the compiled model logs besides its loss (`accuracy`
+            for `"accuracy"`/`"acc"`, else a metric's name); empty when not compiled.
     """
 
     hyperparameters: Any
     compiled: bool
     target: str
+    metrics: tuple[str, ...] = ()
+
+
+def _metric_names(model: keras.Model) -> tuple[str, ...]:
+    """The names a compiled model's metrics log under (from its compile config)."""
+    config = model.get_compile_config() or {}
+    found: list[Any] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, (list, tuple)):
+            for item in node:
+                walk(item)
+        elif isinstance(node, Mapping) and "class_name" not in node:
+            for item in node.values():  # keyed by output
+                walk(item)
+        elif node is not None:
+            found.append(node)
+
+    walk(config.get("metrics"))
+    walk(config.get("weighted_metrics"))
+    names = []
+    for item in found:
+        if isinstance(item, str):
+            names.append("accuracy" if item in ("accuracy", "acc") else item)
+        elif isinstance(item, Mapping):
+            names.append(str((item.get("config") or {}).get("name", item.get("class_name"))))
+    return tuple(dict.fromkeys(names))
 
 
 def search_space(
@@ -395,10 +424,12 @@ def search_space(
     never_active: list[Any] = []
     once_active: list[Any] = []
     compiled = False
+    metrics: tuple[str, ...] = ()
     hp = space.copy()
     for _ in range(_MAX_BUILDS):
         model = _call(build_fn, hp, target=target, key=key)
-        compiled = compiled or bool(model.compiled and model.optimizer is not None)
+        if not compiled and model.compiled and model.optimizer is not None:
+            compiled, metrics = True, _metric_names(model)
         del model
         space.merge([p for p in hp.space if not space._exists(p.name, p.conditions)])
         for conditions in hp.active_scopes:
@@ -427,4 +458,4 @@ def search_space(
                 hint="name hyperparameters with letters, digits, _ and - (dots nest), "
                 "without hp.name_scope",
             )
-    return SpaceFound(space, compiled, model_target_text(target))
+    return SpaceFound(space, compiled, model_target_text(target), metrics)

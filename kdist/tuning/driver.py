@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from kdist.compiling import resolve_objective
+from kdist.compiling import direction_of, resolve_objective
 from kdist.config.errors import ConfigError
 from kdist.config.validate import validate
 from kdist.models import hypermodel
@@ -95,7 +95,9 @@ def uses_hypermodel(cfg: DictConfig) -> bool:
 _COMPILE_KEYS = ("optimizer", "trainer.loss", "trainer.loss_weights", "trainer.metrics")
 
 
-def _add_hypermodel(space: Space, base_cfg: DictConfig, target: Any = None) -> Space:
+def _add_hypermodel(
+    space: Space, base_cfg: DictConfig, target: Any = None
+) -> tuple[Space, hypermodel.SpaceFound]:
     """The space with the hyperparameters `model._target_` declares (found by building it).
 
     Raises:
@@ -136,7 +138,20 @@ def _add_hypermodel(space: Space, base_cfg: DictConfig, target: Any = None) -> S
         len(found.hyperparameters.space),
         ", ".join(p.name for p in found.hyperparameters.space) or "none",
     )
-    return space
+    return space, found
+
+
+def _auto_objective(cfg: DictConfig, found: hypermodel.SpaceFound) -> None:
+    """`objective: auto` from what a compiled hypermodel logs, not the config's metrics:
+    its accuracy when it has one, else its loss (`val_` with validation)."""
+    base = "accuracy" if "accuracy" in found.metrics else "loss"
+    validates = bool(OmegaConf.select(cfg, "trainer.validation", default=True))
+    name = f"val_{base}" if validates else base
+    cfg.objective.name = name
+    cfg.objective.direction = direction_of(name)
+    log.info(
+        "objective auto: %s (%s), from what %s compiles", name, direction_of(name), found.target
+    )
 
 
 def _check_resume(project: Path, plan: TrialPlan, target: str) -> None:
@@ -202,6 +217,8 @@ def run(
         FatalConfigError: when the first trial finds a config error no trial value causes.
         OracleUnreachable: on a worker whose chief stopped answering.
     """
+    # Before `check` resolves it from the config's metrics.
+    auto_objective = str(OmegaConf.select(cfg, "objective.name", default="")) == "auto"
     space = check(cfg)
     tuner_cfg = cfg.tuner
     run_dir = Path(run_dir)
@@ -227,7 +244,14 @@ def run(
     validate(base_cfg)
     space.check_keys(base_cfg)
     if hypermodel_object is not None or uses_hypermodel(base_cfg):
-        space = plan.space = _add_hypermodel(space, base_cfg, hypermodel_object)
+        space, found = _add_hypermodel(space, base_cfg, hypermodel_object)
+        plan.space = space
+        if auto_objective and found.compiled:
+            _auto_objective(cfg, found)
+            plan.objective = {
+                "name": str(tuner_cfg.objective.name),
+                "direction": str(tuner_cfg.objective.direction),
+            }
     plan.objective_overrides(base_cfg)
     if role.distributed and any(s in _strategy_target(base_cfg) for s in _MULTI_PROCESS):
         raise ConfigError(
