@@ -18,6 +18,7 @@ from kdist.engine import Runner, Schedule, build_for_training, make_runner
 from kdist.engine.building import UnbuildableModel, rebuild_in_scope, synchronize_batchnorm
 
 __all__ = [
+    "check_lookup_tables",
     "check_parameter_server",
     "check_targets",
     "compiled_model",
@@ -75,6 +76,33 @@ def synchronize(model: keras.Model, strategy: tf.distribute.Strategy) -> None:
         count,
         strategy.num_replicas_in_sync,
     )
+
+
+def check_lookup_tables(model: keras.Model, *, parameter_server: bool, validates: bool) -> None:
+    """Refuse validation under parameter servers for a model with lookup tables.
+
+    `StringLookup`, `IntegerLookup` and `TextVectorization` keep their vocabulary in a
+    lookup table, which a parameter-server run creates on each worker; training runs
+    there, but validation runs in the chief, where TensorFlow has no table to feed
+    ("You must feed a value for placeholder tensor ... Lookup").
+
+    Raises:
+        ConfigError: naming `trainer.validation`.
+    """
+    if not (parameter_server and validates):
+        return
+    kinds = (keras.layers.StringLookup, keras.layers.IntegerLookup, keras.layers.TextVectorization)
+    tables = [layer.name for layer in model._flatten_layers() if isinstance(layer, kinds)]
+    if tables:
+        raise ConfigError(
+            "trainer.validation",
+            f"cannot run under parameter_server for a model with lookup tables "
+            f"({', '.join(tables)}): the workers train with their own tables, and the "
+            "chief, which validates, has none",
+            value=True,
+            hint="set trainer.validation=false (then kdist.evaluate the run), or use "
+            "mirrored or multi_worker_mirrored",
+        )
 
 
 def check_parameter_server(cfg: Any) -> None:
@@ -195,6 +223,8 @@ def runner_for(
         ConfigError: naming `model` when the runner cannot train it.
     """
     train_fn = run_dataset_fn(cfg, source, "train")
+    parameter_server = isinstance(strategy, tf.distribute.ParameterServerStrategy)
+    check_lookup_tables(model, parameter_server=parameter_server, validates=validates)
     with strategy.scope():
         try:
             build_for_training(model, train_fn(tf.distribute.InputContext()).element_spec)

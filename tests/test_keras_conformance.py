@@ -96,6 +96,8 @@ class Case:
     falls: str | None = "loss"
     # Tests of this case in the slow suite (the fast suite's time is bounded).
     slow: tuple[str, ...] = ()
+    # More overrides under parameter_server.
+    ps_overrides: list[str] = field(default_factory=list)
 
 
 CASES = [
@@ -173,7 +175,14 @@ CASES = [
         slow=("mirrored",),
     ),
     Case("normalization_adapted", normalized, data="scaled", adapts=True, slow=("mirrored",)),
-    Case("text_string_lookup", text_lookup, data="text", slow=("mirrored",)),
+    Case(
+        "text_string_lookup",
+        text_lookup,
+        data="text",
+        slow=("mirrored",),
+        # The chief validates, and has no lookup table (see the test of the refusal).
+        ps_overrides=["trainer.validation=false"],
+    ),
 ]
 
 
@@ -395,6 +404,7 @@ def _cluster_run(case: Case, tmp_path: Path, monkeypatch, *, ps: int) -> tuple[i
             "optimizer.learning_rate=0.02",
             *case.overrides,
             *([f"+model.data={data}"] if case.adapts else []),
+            *(case.ps_overrides if ps else []),
         ],
         ps=ps,
         run_dir=run_dir,
@@ -476,3 +486,16 @@ def test_bad_loss_from_the_command_line_exits_2_with_one_line(tmp_path: Path):
     lines = [line for line in result.stderr.splitlines() if line.startswith("kdist:")]
     assert len(lines) == 1 and "trainer.loss" in lines[0] and "integer class ids" in lines[0]
     assert "Traceback" not in result.stderr
+
+
+def test_validation_of_a_lookup_table_model_under_parameter_servers_is_refused():
+    from kdist.modeling import check_lookup_tables
+
+    model = text_lookup()
+    check_lookup_tables(model, parameter_server=True, validates=False)
+    check_lookup_tables(model, parameter_server=False, validates=True)
+    check_lookup_tables(functional(), parameter_server=True, validates=True)
+    with pytest.raises(ConfigError) as caught:
+        check_lookup_tables(model, parameter_server=True, validates=True)
+    assert caught.value.key == "trainer.validation" and "\n" not in str(caught.value)
+    assert "string_lookup" in str(caught.value) and "trainer.validation=false" in str(caught.value)

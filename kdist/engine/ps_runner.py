@@ -17,6 +17,7 @@ from typing import Any
 import tensorflow as tf
 
 from kdist.data.pipeline import DatasetFn
+from kdist.engine.building import own_optimizers
 from kdist.engine.ps_failures import (
     ParameterServerUnavailableError,
     cluster_spec,
@@ -141,6 +142,8 @@ class ParameterServerRunner(StepRunner):
             for variable in metric.variables:
                 atomic_increments(variable)
         atomic_increments(self.optimizer.iterations)
+        for optimizer in own_optimizers(self.model):  # a GAN's two
+            atomic_increments(optimizer.iterations)
         for variable in self.model.variables:
             checkpointable(variable)
         self._train_data = self._per_worker_dataset(self.train_dataset_fn)
