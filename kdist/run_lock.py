@@ -18,6 +18,7 @@ import fcntl
 import logging
 import os
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,6 +79,20 @@ def _link_error(run_dir: str | os.PathLike[str], key: str) -> ConfigError:
         value=str(run_dir),
         hint=f"remove {Path(run_dir) / LOCK_NAME} or choose another hydra.run.dir",
     )
+
+
+def _lock_exclusive(fd: int, *, seconds: float = 0.5) -> None:
+    """`flock(LOCK_EX)` without blocking, retried for `seconds`: another run's `check_free`
+    holds a shared lock for an instant, which must not read as "in use"."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 def check_free(run_dir: str | os.PathLike[str], *, key: str = "hydra.run.dir") -> None:
@@ -142,7 +157,7 @@ def hold(
     try:
         in_use = _in_use(folder, key)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _lock_exclusive(fd)
         except BlockingIOError:
             raise in_use from None
         except OSError as error:
