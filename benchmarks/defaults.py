@@ -162,7 +162,9 @@ class _Kdist:
         # The progress bar is part of the defaults: it draws, to /dev/null here.
         with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
             started = time.perf_counter()
-            self.kd.experiment.fit(verbose=self.verbose)
+            self.kd.experiment.fit(
+                epochs=int(self.kd.experiment.cfg.trainer.epochs), verbose=self.verbose
+            )
             wall = time.perf_counter() - started
         # Not timed: what `fit` left drawing in the background.
         started = time.perf_counter()

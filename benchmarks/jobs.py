@@ -157,8 +157,11 @@ class KdistJob:
 
     def fit(self) -> float:
         """Train `trainer.epochs` epochs; returns the wall seconds of `Experiment.fit`."""
+        # `epochs=`: each call trains that many epochs more (a second `fit()` of a
+        # finished Experiment trains nothing, as Keras's `fit` continues from the model).
+        epochs = int(self.experiment.cfg.trainer.epochs)
         started = time.perf_counter()
-        self.experiment.fit(verbose=0)
+        self.experiment.fit(epochs=epochs, verbose=0)
         wall = time.perf_counter() - started
         result = self.experiment.result
         assert result is not None
