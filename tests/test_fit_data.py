@@ -2,7 +2,8 @@
 
 Data in hand trains as the same data from a config does: each case is compared with the
 config-driven path (`data=npz` over a file the test writes with the same arrays).
-Cost: ~40 s fast (about 2 s per small run), more in the slow cases.
+Cost: ~40 s fast (2-3 s per small run on 2 cores); slow: the mirrored dataset cases,
+a PyDataset under mirrored and the weights (~20 s).
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ BASE = [
     "callbacks=minimal",
 ]
 STRATEGIES = ["strategy=one_device", "strategy=mirrored"]
+# The mirrored cases of datasets are heavier (a pipeline per process, 2 devices): slow.
+STRATEGIES_SLOW_MIRRORED = [
+    "strategy=one_device",
+    pytest.param("strategy=mirrored", marks=pytest.mark.slow),
+]
 
 
 def _arrays(n: int = 192, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -86,7 +92,7 @@ def test_arrays_train_as_the_config_driven_arrays(tmp_path: Path, strategy: str)
     assert "kdist.data.in_hand.given" in (tmp_path / "given" / "config.yaml").read_text()
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", STRATEGIES_SLOW_MIRRORED)
 def test_a_dataset_of_examples_trains_as_the_arrays(tmp_path: Path, strategy: str):
     reference = _from_config(tmp_path, [strategy])
     exp = kdist.Experiment(compose([*BASE, strategy]), run_dir=tmp_path / "given")
@@ -96,7 +102,7 @@ def test_a_dataset_of_examples_trains_as_the_arrays(tmp_path: Path, strategy: st
     assert _max_diff(_weights(exp.model), _weights(reference.model)) <= 1e-6
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", STRATEGIES_SLOW_MIRRORED)
 def test_a_batched_dataset_is_the_global_batch_in_its_order(tmp_path: Path, strategy: str):
     # Keras does not shuffle a dataset: the reference reads the arrays in order.
     reference = _from_config(tmp_path, [strategy, "data.shuffle=false"])
@@ -128,6 +134,7 @@ class Batches(keras.utils.PyDataset):
         self.passes += 1
 
 
+@pytest.mark.slow
 def test_a_py_dataset_trains_under_mirrored(tmp_path: Path):
     reference = _from_config(tmp_path, ["strategy=mirrored", "data.shuffle=false"])
     exp = kdist.Experiment(compose([*BASE, "strategy=mirrored"]), run_dir=tmp_path / "given")
@@ -152,6 +159,7 @@ def test_a_generator_trains_for_steps_per_epoch(tmp_path: Path):
     assert len(history.history["loss"]) == 2
 
 
+@pytest.mark.slow
 def test_sample_and_class_weights_train_as_configured_ones(tmp_path: Path):
     w = np.linspace(0.5, 2.0, len(X)).astype("float32")
     class_weight = {0: 1.0, 1: 2.0, 2: 0.5, 3: 1.5}
@@ -310,5 +318,5 @@ def test_kdist_fit_in_one_call_under_mirrored(tmp_path: Path):
     assert type(exp.model.trainable_variables[0].value).__name__ == "MirroredVariable"
     assert len(history.history["val_loss"]) == 2
     assert int(exp.optimizer.iterations.numpy()) == 12
-    with pytest.raises(ConfigError, match=r"^model: returned int, not a keras.Model"):
+    with pytest.raises(ConfigError, match=r"^model='<lambda>': returned int, not a keras.Model"):
         kdist.fit(lambda: 3, X, Y, overrides=["runtime.logical_devices=2"])
