@@ -136,3 +136,24 @@ def test_bytes_per_pack_is_a_strategy_key():
     with pytest.raises(ConfigError) as error:
         multi_worker_mirrored(bytes_per_pack=-1, cluster="none")
     assert error.value.key == "strategy.bytes_per_pack"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (["trainer.allreduce_dtype=int8"], "trainer.allreduce_dtype"),
+        (
+            ["strategy=parameter_server", "trainer.allreduce_dtype=bfloat16"],
+            "trainer.allreduce_dtype",
+        ),
+        (["optimizer=sgd", "optimizer.sparse_updates=true"], "optimizer.sparse_updates"),
+    ],
+)
+def test_the_command_line_exits_2_with_one_line_naming_the_key(capsys, overrides, key):
+    from kdist.train import precheck
+
+    with pytest.raises(SystemExit) as raised:
+        precheck([LOGICAL, *overrides])
+    assert raised.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and key in err, err
