@@ -19,7 +19,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-__all__ = ["LazyAdagrad", "LazyAdam", "is_lazy", "sparse_lookups"]
+__all__ = ["LazyAdagrad", "LazyAdam", "SparseLossScaleOptimizer", "is_lazy", "sparse_lookups"]
 
 
 def _raw(variable: Any) -> Any:
@@ -105,6 +105,52 @@ class LazyAdagrad(keras.optimizers.Adagrad):
         self.assign(accumulator, _rows(rows, indices))
         step_rows = lr * values / tf.sqrt(rows + tf.cast(self.epsilon, dtype))
         self.assign_sub(variable, _rows(step_rows, indices))
+
+
+@keras.saving.register_keras_serializable(package="kdist")
+class SparseLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
+    """Keras's `LossScaleOptimizer` that keeps `IndexedSlices` gradients sparse.
+
+    Keras's unscales each gradient with `ops.divide` and checks it with `ops.isfinite`,
+    both of which turn an embedding's sparse gradient into a dense table (and the lazy
+    optimizer it wraps would then update every row). This one divides and checks the
+    rows only. Arguments are `keras.optimizers.LossScaleOptimizer`'s.
+    """
+
+    def check_finite(self, grads: Any) -> Any:
+        rows = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
+        return super().check_finite(rows)
+
+    def _stateful_handle_finite_grads(self, grads: Any, trainable_variables: Any) -> None:
+        if not any(isinstance(g, tf.IndexedSlices) for g in grads):
+            super()._stateful_handle_finite_grads(grads, trainable_variables)
+            return
+        scale = self.dynamic_scale
+        variables = trainable_variables or self._trainable_variables
+        unscaled = []
+        for g, v in zip(grads, variables, strict=True):
+            if g is None or self._overwrite_variable_with_gradient(v):
+                unscaled.append(g)
+            elif isinstance(g, tf.IndexedSlices):
+                values = g.values / tf.cast(scale, g.values.dtype)
+                unscaled.append(tf.IndexedSlices(values, g.indices, g.dense_shape))
+            else:
+                unscaled.append(g / tf.cast(scale, g.dtype))
+        self.inner_optimizer.apply(unscaled, trainable_variables=trainable_variables)
+
+        # What Keras's does next: grow the scale after `dynamic_growth_steps` good steps.
+        def upscale() -> None:
+            self.step_counter.assign(0)
+            self.dynamic_scale.assign(keras.ops.multiply(self.dynamic_scale, 2.0))
+
+        def increment() -> None:
+            self.step_counter.assign_add(1)
+
+        keras.ops.cond(
+            keras.ops.equal(self.step_counter, self.dynamic_growth_steps - 1),
+            upscale,
+            increment,
+        )
 
 
 def is_lazy(optimizer: Any) -> bool:

@@ -13,6 +13,7 @@ from kdist.config.build import instantiate
 from kdist.config.constants import LAZY_OPTIMIZERS
 from kdist.config.errors import ConfigError
 from kdist.config.validate import OPTIMIZER_KDIST_KEYS
+from kdist.lazy_optimizers import LazyAdagrad, LazyAdam, SparseLossScaleOptimizer
 from kdist.schedules import build_schedule
 
 __all__ = ["build", "scaled_learning_rate"]
@@ -98,5 +99,9 @@ def build(
         )
     )
     if mixed_precision == "mixed_float16":
-        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        if isinstance(optimizer, (LazyAdam, LazyAdagrad)):
+            # Keras's wrapper would turn the embeddings' sparse gradients dense.
+            optimizer = SparseLossScaleOptimizer(optimizer)
+        else:
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer

@@ -263,3 +263,31 @@ def test_accumulated_sparse_gradients_stay_sparse():
     want = np.zeros((6, 3), np.float32)
     want[1], want[4], want[5] = 0.5, 1.5, 1.0
     np.testing.assert_allclose(tf.convert_to_tensor(mean).numpy(), want)
+
+
+def test_loss_scaling_keeps_the_update_lazy():
+    from kdist.lazy_optimizers import SparseLossScaleOptimizer
+
+    table = keras.Variable(np.ones((100, 4), np.float32))
+    optimizer = SparseLossScaleOptimizer(LazyAdam(learning_rate=0.1))
+    optimizer.build([table])
+    scale = float(optimizer.dynamic_scale.numpy())
+    first = tf.IndexedSlices(tf.fill((2, 4), scale), tf.constant([1, 2]))
+    optimizer.apply_gradients([(first, table)])
+    after_first = table.numpy().copy()
+    assert not np.allclose(after_first[[1, 2]], 1.0)
+    second = tf.IndexedSlices(tf.fill((1, 4), scale), tf.constant([7]))
+    optimizer.apply_gradients([(second, table)])
+    # Row 1 (not looked up in step 2) is left alone: dense Adam would move it again.
+    np.testing.assert_array_equal(table.numpy()[[1, 2]], after_first[[1, 2]])
+    # Unscaled (a gradient of 1): lazy Adam's first move of a row at global step 2.
+    alpha = 0.1 * np.sqrt(1 - 0.999**2) / (1 - 0.9**2)
+    np.testing.assert_allclose(table.numpy()[7], 1.0 - alpha * 0.1 / np.sqrt(0.001), rtol=1e-4)
+    infinite = tf.IndexedSlices(tf.fill((1, 4), np.inf), tf.constant([9]))
+    optimizer.apply_gradients([(infinite, table)])
+    assert float(optimizer.dynamic_scale.numpy()) == scale / 2  # skipped and halved
+    assert np.all(np.isfinite(table.numpy()))
+    built = optimizers.build(
+        compose(["optimizer.sparse_updates=true"]).optimizer, mixed_precision="mixed_float16"
+    )
+    assert type(built) is SparseLossScaleOptimizer and type(built.inner_optimizer) is LazyAdam
