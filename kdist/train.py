@@ -308,19 +308,22 @@ def _data_error(error: Exception) -> str | None:
 
 
 def _what_is_saved(run_dir: Path) -> str:
-    """What a run stopped on non-finite values leaves: its newest backup, or none."""
+    """What a run stopped on non-finite values leaves: what a re-run resumes from, or none.
+
+    A re-run resumes from `backup/` when it holds a checkpoint, else from `checkpoints/`.
+    """
     from kdist.callbacks.checkpoint import finish_writes
 
     finish_writes()  # a backup of finite weights still being written is complete now
-    steps = [
-        int(path.name[len("ckpt-") : -len(".index")])
-        for folder in ("backup", "checkpoints")
-        for path in (Path(run_dir) / folder).glob("ckpt-*.index")
-        if path.name[len("ckpt-") : -len(".index")].isdigit()
-    ]
-    if not steps:
-        return "no backup was saved before it: a re-run starts afresh"
-    return f"the newest backup, step {max(steps)}, holds finite weights"
+    for folder, what in (("backup", "backup"), ("checkpoints", "checkpoint")):
+        steps = [
+            int(path.name[len("ckpt-") : -len(".index")])
+            for path in (Path(run_dir) / folder).glob("ckpt-*.index")
+            if path.name[len("ckpt-") : -len(".index")].isdigit()
+        ]
+        if steps:
+            return f"the newest {what}, step {max(steps)}, holds finite weights"
+    return "no backup was saved before it: a re-run starts afresh"
 
 
 @hydra.main(config_path="pkg://kdist.conf", config_name="train", version_base="1.3")
