@@ -319,6 +319,7 @@ class Experiment:
         if not self._fitted:
             if self.cfg.callbacks.backup.enabled:
                 self.restore()
+                self._say_how_a_stream_resumes(controller.global_step)
             else:
                 controller.global_step = 0
         if epochs is not None:
@@ -455,6 +456,26 @@ class Experiment:
         self._bound = None  # the runner reads the data anew (the pipeline's keys changed)
         if given is not None:
             log.info("%s; %d steps per epoch", given.describe(), self.steps_per_epoch)
+
+    def _say_how_a_stream_resumes(self, step: int) -> None:
+        """Log how a dataset or stream given to `fit` resumes in the middle of an epoch.
+
+        Arrays resume exactly (kdist's own shuffle is seeded); a dataset's or a stream's
+        iterator is not in the checkpoint, so the epoch's first batches are read again
+        and skipped, which repeats the epoch's order only when the data's own order is
+        deterministic (no unseeded shuffle).
+        """
+        within = step % self.steps_per_epoch if self.steps_per_epoch else 0
+        if self._given is None or self._given.kind == "arrays" or not within:
+            return
+        log.warning(
+            "resuming in the middle of an epoch of a %s given to fit: its iterator is not "
+            "checkpointed, so the epoch is read from its start and its first %d batch(es) "
+            "skipped; this repeats the interrupted epoch only if the data's order is "
+            "deterministic (seed any shuffle in the dataset)",
+            self._given.kind,
+            within,
+        )
 
     def evaluate(self) -> dict[str, float]:
         """Run the validation split once and return its metrics (`loss`, `accuracy`, ...)."""

@@ -211,6 +211,28 @@ def test_a_fit_that_trains_nothing_says_so(tmp_path: Path, caplog):
     assert int(exp.optimizer.iterations.numpy()) == 12
 
 
+def test_a_dataset_resumed_mid_epoch_says_how_it_resumes(tmp_path: Path, caplog):
+    # A dataset's iterator is not in the checkpoint: the resume says it skips batches.
+    overrides = [
+        *BASE,
+        "callbacks.backup.enabled=true",
+        "callbacks.backup.every_n_steps=2",
+    ]
+    run_dir, ds = tmp_path / "run", tf.data.Dataset.from_tensor_slices((X, Y))
+    stopped = kdist.Experiment(
+        compose([*overrides, "callbacks.extra=[{_target_: helpers.StopAtStep, step: 8}]"]),
+        run_dir=run_dir,
+    )
+    stopped.fit(ds)
+    assert int(stopped.optimizer.iterations.numpy()) == 8  # 2 steps into the second epoch
+    with caplog.at_level(logging.WARNING, logger="kdist.experiment"):
+        resumed = kdist.Experiment(compose(overrides), run_dir=run_dir)
+        resumed.fit(ds)
+    lines = [r.message for r in caplog.records if "middle of an epoch" in r.message]
+    assert len(lines) == 1 and "first 2 batch(es) skipped" in lines[0], lines
+    assert int(resumed.optimizer.iterations.numpy()) == 12
+
+
 def test_data_given_after_build_model_builds_kdists_model_for_it(tmp_path: Path):
     # The config's data are the 8x8 digits; the arrays have 16 features.
     exp = kdist.Experiment(compose(["model=mlp", "trainer=fast_dev", "trainer.verbose=0"]))
