@@ -211,6 +211,7 @@ def test_a_fit_that_trains_nothing_says_so(tmp_path: Path, caplog):
     assert int(exp.optimizer.iterations.numpy()) == 12
 
 
+@pytest.mark.slow  # 15-80 s on 2 cores: make test-all runs it
 def test_a_dataset_resumed_mid_epoch_says_how_it_resumes(tmp_path: Path, caplog):
     # A dataset's iterator is not in the checkpoint: the resume says it skips batches.
     overrides = [

@@ -190,6 +190,7 @@ def _search(tmp_path: Path, overrides):
     return run_search(cfg, run_dir=tmp_path / "search", overrides=[LOGICAL, *every])
 
 
+@pytest.mark.slow  # 15-80 s on 2 cores: make test-all runs it
 def test_search_combines_hp_and_config_keys_and_best_yaml_reproduces(tmp_path):
     result = _search(
         tmp_path,

@@ -213,6 +213,7 @@ def _gan_state(exp: kdist.Experiment) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow  # 15-80 s on 2 cores: make test-all runs it
 def test_gan_resumes_step_exactly(tmp_path: Path):
     extra = ["callbacks.backup.enabled=true", "callbacks.backup.every_n_steps=0"]
     straight = _experiment(_cfg(tmp_path, ["trainer.epochs=4", *extra], run="straight"), gan)
