@@ -10,6 +10,7 @@ a probe callback on the chief (`benchmarks.probes.EpochTimer`).
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Callable
 from typing import Any
@@ -23,10 +24,13 @@ __all__ = ["GROUP", "JOB", "run", "run_against_loops"]
 GROUP = "5. strategies on this machine"
 
 ONE, MWMS, PS = "1 process (one_device)", "2 local workers (MWMS)", "PS: 1 worker + 1 ps"
+# `KDIST_BENCH_BATCH` and `KDIST_BENCH_STEPS` (steps an epoch) change the job for every
+# side, TensorFlow's loops included (their tasks inherit the environment): the 16-core
+# machine measures at global batch 256 (issue 29, `../shared/DEVICE.md`).
 STEPS_PER_CALL = 16
-STEPS_PER_EPOCH = 16
+STEPS_PER_EPOCH = int(os.environ.get("KDIST_BENCH_STEPS", "16"))
 EPOCHS = 2
-BATCH = 128
+BATCH = int(os.environ.get("KDIST_BENCH_BATCH", "128"))
 
 # The MNIST CNN on synthetic 28x28x1 data: compute-bound enough that a step is not all
 # communication, the kind of job one would spread over workers.

@@ -24,7 +24,10 @@ import tensorflow as tf
 
 __all__: list[str] = []
 
-BATCH, STEPS_PER_SCHEDULE, STEPS_PER_EPOCH, EPOCHS = 128, 16, 16, 2
+# The job of `benchmarks.cluster` (its environment knobs included).
+BATCH = int(os.environ.get("KDIST_BENCH_BATCH", "128"))
+STEPS_PER_EPOCH = int(os.environ.get("KDIST_BENCH_STEPS", "16"))
+STEPS_PER_SCHEDULE, EPOCHS = 16, 2
 
 
 def main() -> None:

@@ -28,10 +28,11 @@ cluster rows say what the cluster costs, not what it would gain with cores of it
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from benchmarks.cluster import BATCH, JOB, STEPS_PER_EPOCH, _throughput
@@ -217,8 +218,25 @@ def _compressed_all_reduce(ctx: Context) -> list[Comparison]:
 
 ONE = "1 process"
 MWMS2, MWMS2_BF16, MWMS4 = "2 MWMS workers", "2 MWMS workers, bf16 all-reduce", "4 MWMS workers"
+MWMS2_UNPINNED = "2 MWMS workers, not pinned"
 PS1, PS2 = "PS: 2 workers + 1 ps", "PS: 2 workers + 2 ps"
 TF_MWMS2, TF_PS1 = "TF loop, 2 MWMS workers", "TF loop, PS 2 workers + 1 ps"
+TF_MWMS2_UNPINNED = "TF loop, 2 MWMS workers, not pinned"
+
+# `KDIST_SCALING_FORM=device`: the runs of the 16-core targets only, for the lent machine's
+# 15-minute budget (`../shared/DEVICE.md`); with `KDIST_BENCH_BATCH=256` as measured there.
+DEVICE_FORM = (
+    "1 process",
+    "2 MWMS workers",
+    "2 MWMS workers, bf16 all-reduce",
+    "2 MWMS workers, not pinned",
+    "4 MWMS workers",
+    "PS: 2 workers + 1 ps",
+    "TF loop, 2 MWMS workers",
+    "TF loop, 2 MWMS workers, not pinned",
+    "recommender, 1 process",
+    "recommender, PS 2+2",
+)
 
 RECOMMENDER = [
     "model=wide_deep",
@@ -266,12 +284,23 @@ class _Clusters:
         return side
 
     def cluster(
-        self, job: list[str], *, workers: int, ps: int, more: tuple[str, ...] = (), module: str = ""
+        self,
+        job: list[str],
+        *,
+        workers: int,
+        ps: int,
+        more: tuple[str, ...] = (),
+        module: str = "",
+        pinned: bool = True,
     ) -> Callable[[], float]:
         strategy = "strategy=parameter_server" if ps else "strategy=multi_worker_mirrored"
         prefix = "[chief 0]" if ps else "[worker 0]"
 
         def side() -> float:
+            with _pinning(pinned):
+                return launched()
+
+        def launched() -> float:
             done = launch_cluster(
                 workers=workers,
                 ps=ps,
@@ -283,6 +312,22 @@ class _Clusters:
             return _throughput(done, f"kdist.launch --workers {workers} --ps {ps}")[0]
 
         return side
+
+
+@contextlib.contextmanager
+def _pinning(on: bool) -> Iterator[None]:
+    """`kdist.launch` pins each worker to its own cores unless `KDIST_PIN_CORES=0`."""
+    from kdist.launch_tasks import PIN_CORES_ENV
+
+    before = os.environ.get(PIN_CORES_ENV)
+    os.environ[PIN_CORES_ENV] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(PIN_CORES_ENV, None)
+        else:
+            os.environ[PIN_CORES_ENV] = before
 
 
 def _over_perfect_ms(cluster: float, one: float, workers: int, batch: int) -> float:
@@ -297,10 +342,14 @@ def _clusters(ctx: Context) -> list[Comparison]:
         ONE: c.one(JOB),
         MWMS2: c.cluster(JOB, workers=2, ps=0),
         MWMS2_BF16: c.cluster(JOB, workers=2, ps=0, more=("trainer.allreduce_dtype=bfloat16",)),
+        MWMS2_UNPINNED: c.cluster(JOB, workers=2, ps=0, pinned=False),
         MWMS4: c.cluster(JOB, workers=4, ps=0),
         PS1: c.cluster(JOB, workers=2, ps=1, more=ps_shards),
         PS2: c.cluster(JOB, workers=2, ps=2, more=(*ps_shards, "strategy.min_shard_bytes=262144")),
         TF_MWMS2: c.cluster(JOB, workers=2, ps=0, module="benchmarks.mwms_loop"),
+        TF_MWMS2_UNPINNED: c.cluster(
+            JOB, workers=2, ps=0, module="benchmarks.mwms_loop", pinned=False
+        ),
         TF_PS1: c.cluster(JOB, workers=2, ps=1, module="benchmarks.ps_loop"),
         REC_ONE: c.one(RECOMMENDER),
         REC_PS2: c.cluster(
@@ -311,11 +360,15 @@ def _clusters(ctx: Context) -> list[Comparison]:
         ),
         REC_MWMS2: c.cluster(RECOMMENDER, workers=2, ps=0),
     }
-    if ctx.quick:
+    if os.environ.get("KDIST_SCALING_FORM") == "device":
+        sides = {name: side for name, side in sides.items() if name in DEVICE_FORM}
+    elif ctx.quick:
         # 2 cores: the runs the 2-core targets and the rule of thumb need.
-        for name in (MWMS4, PS2, REC_MWMS2, TF_PS1):
+        for name in (MWMS4, PS2, REC_MWMS2, TF_PS1, MWMS2_UNPINNED, TF_MWMS2_UNPINNED):
             del sides[name]
-    rounds = 1 if ctx.quick else ctx.rounds_for(5)
+    rounds = int(os.environ.get("KDIST_SCALING_ROUNDS", "0")) or (
+        1 if ctx.quick else ctx.rounds_for(5)
+    )
     ctx.log(f"scaling: {len(sides)} local runs a round, {rounds} round(s)")
     before = load_average()
     failures: dict[str, str] = {}
@@ -325,7 +378,17 @@ def _clusters(ctx: Context) -> list[Comparison]:
     load = {"before": before, "after": load_average()}
     one = statistics.median(samples[ONE])
     rec_one = statistics.median(samples[REC_ONE])
-    workers = {MWMS2: 2, MWMS2_BF16: 2, MWMS4: 4, PS1: 2, PS2: 2, TF_MWMS2: 2, TF_PS1: 2}
+    workers = {
+        MWMS2: 2,
+        MWMS2_BF16: 2,
+        MWMS2_UNPINNED: 2,
+        MWMS4: 4,
+        PS1: 2,
+        PS2: 2,
+        TF_MWMS2: 2,
+        TF_MWMS2_UNPINNED: 2,
+        TF_PS1: 2,
+    }
     over: dict[str, float | None] = {}
     for name, n in [*workers.items(), (REC_PS2, 2), (REC_MWMS2, 2)]:
         if name in samples and all(samples[name]):
@@ -333,16 +396,22 @@ def _clusters(ctx: Context) -> list[Comparison]:
             rate = statistics.median(samples[name])
             over[name] = round(_over_perfect_ms(rate, base, n, batch), 1) if base else None
     details = {
-        "cnn_job": "MNIST CNN, synthetic 28x28x1, global batch 128, 16 steps per call",
+        "cnn_job": f"MNIST CNN, synthetic 28x28x1, global batch {BATCH}, 16 steps per call, "
+        f"{STEPS_PER_EPOCH} steps an epoch",
+        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "pinning": "kdist.launch pins worker i to the i-th cores // workers CPUs; the 'not "
+        "pinned' rows set KDIST_PIN_CORES=0 (threads still cores // workers)",
         "recommender_job": f"wide_deep, {TABLE_ROWS:,} x {TABLE_DIM} deep table (and a "
         f"{TABLE_ROWS:,} x 2 wide one), 8 ids an example, global batch 256, sparse_updates",
         "ms_per_step_over_perfect_scaling": over,
         "timed": "the second epoch of each run (the first traces and connects)",
-        "cores": "every task shares the machine's cores (2 here): see ../shared/DEVICE.md",
+        "cores": "on 2 cores every task shares them; ../shared/DEVICE.md: the 16-core machine",
         "failed_runs": failures,
     }
     rows = [
         ("scaling/mwms2_vs_one", MWMS2, ONE, None),
+        ("scaling/mwms2_pinned_vs_unpinned", MWMS2, MWMS2_UNPINNED, None),
+        ("scaling/mwms2_bf16_vs_one", MWMS2_BF16, ONE, None),
         ("scaling/mwms2_bf16_vs_f32", MWMS2_BF16, MWMS2, Target(">=", 1.0)),
         ("scaling/mwms4_vs_one", MWMS4, ONE, None),
         ("scaling/ps_2w1ps_vs_one", PS1, ONE, None),
@@ -351,6 +420,8 @@ def _clusters(ctx: Context) -> list[Comparison]:
         ("scaling/mwms2_bf16_vs_tf_loop", MWMS2_BF16, TF_MWMS2, None),
         ("scaling/ps_2w1ps_vs_tf_loop", PS1, TF_PS1, None),
         ("scaling/tf_loop_mwms2_vs_one", TF_MWMS2, ONE, None),
+        ("scaling/mwms2_bf16_vs_tf_loop_unpinned", MWMS2_BF16, TF_MWMS2_UNPINNED, None),
+        ("scaling/tf_loop_unpinned_mwms2_vs_one", TF_MWMS2_UNPINNED, ONE, None),
         ("scaling/recommender_ps_2w2ps_vs_one", REC_PS2, REC_ONE, None),
         ("scaling/recommender_mwms2_vs_one", REC_MWMS2, REC_ONE, None),
     ]

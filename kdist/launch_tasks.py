@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -31,8 +31,10 @@ from kdist.sandbox import Guardian, start_in_own_group
 
 __all__ = [
     "INTRA_OP_THREADS",
+    "PIN_CORES_ENV",
     "Task",
     "clean_temp_leftovers",
+    "cores_of_workers",
     "exit_status",
     "free_ports",
     "given_run_dir",
@@ -43,6 +45,9 @@ __all__ = [
     "stop",
     "threads_per_worker",
 ]
+
+# `KDIST_PIN_CORES=0` in the launcher's environment keeps every task on all the cores.
+PIN_CORES_ENV = "KDIST_PIN_CORES"
 
 _PORT_RACE_MARKERS = ("Address already in use", "Failed to add port", "address in use")
 
@@ -56,6 +61,7 @@ class Task:
     command: list[str]
     env: dict[str, str]
     trains: bool
+    cores: tuple[int, ...] | None = None  # the CPUs it runs on (None: all of them)
     process: subprocess.Popen | None = None
     tail: deque = field(default_factory=lambda: deque(maxlen=40))
     reader: threading.Thread | None = None
@@ -133,11 +139,36 @@ def clean_temp_leftovers(run_dir: Path) -> list[Path]:
     return removed
 
 
-def _cores() -> int:
+def _cpus() -> list[int]:
     try:
-        return len(os.sched_getaffinity(0))
+        return sorted(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        return list(range(os.cpu_count() or 1))
+
+
+def _cores() -> int:
+    return len(_cpus())
+
+
+def cores_of_workers(workers: int, env: dict[str, str]) -> list[tuple[int, ...]] | None:
+    """The CPUs each of `workers` local training workers is pinned to: disjoint shares.
+
+    Worker i runs on the i-th `cores // workers` of the launcher's CPUs, so the workers do
+    not take each other's cores and their thread pools (which TensorFlow sizes to the CPUs a
+    process may use) match their share; a step's all-reduce then waits for no worker
+    descheduled by another. The chief of a parameter-server cluster and the ps keep every
+    core (they mostly wait on the network). `None` (no pinning) with fewer cores than
+    workers, off Linux, or with `KDIST_PIN_CORES=0`.
+    """
+    if env.get(PIN_CORES_ENV, "1").strip() in ("0", "false", "no") or not hasattr(
+        os, "sched_setaffinity"
+    ):
+        return None
+    cpus = _cpus()
+    share = len(cpus) // max(1, workers)
+    if share < 1:
+        return None
+    return [tuple(cpus[i * share : (i + 1) * share]) for i in range(workers)]
 
 
 def threads_per_worker(workers: int, env: dict[str, str]) -> int | None:
@@ -195,6 +226,10 @@ def plan_tasks(
         tasks.append(Task("evaluator", 0, command, env, trains=False))
 
     threads = threads_per_worker(workers, base_env)
+    pinned = cores_of_workers(workers, base_env)
+
+    def cores_of(role: str, index: int) -> tuple[int, ...] | None:
+        return pinned[index] if pinned is not None and role == "worker" else None
 
     def env_of(role: str, index: int, tf_config: str) -> dict[str, str]:
         # The chief's `ClusterSpeed` line (kdist.callbacks.cluster_speed).
@@ -213,7 +248,16 @@ def plan_tasks(
         cluster = {"worker": addresses}
         for i in range(workers):
             env = env_of("worker", i, tf_config_for(cluster, "worker", i))
-            tasks.append(Task("worker", i, [*python, module, *job_args], env, trains=True))
+            tasks.append(
+                Task(
+                    "worker",
+                    i,
+                    [*python, module, *job_args],
+                    env,
+                    trains=True,
+                    cores=cores_of("worker", i),
+                )
+            )
         return tasks
     # Parameter-server training: the chief coordinates and runs `module`; workers and
     # parameter servers are plain TensorFlow servers (`kdist.server`).
@@ -227,10 +271,26 @@ def plan_tasks(
         tasks.append(Task("ps", i, [*python, "kdist.server"], env, trains=False))
     for i in range(workers):
         env = env_of("worker", i, tf_config_for(cluster, "worker", i))
-        tasks.append(Task("worker", i, [*python, "kdist.server"], env, trains=False))
+        tasks.append(
+            Task(
+                "worker",
+                i,
+                [*python, "kdist.server"],
+                env,
+                trains=False,
+                cores=cores_of("worker", i),
+            )
+        )
     env = env_of("chief", 0, tf_config_for(cluster, "chief", 0))
     tasks.append(Task("chief", 0, [*python, module, *job_args], env, trains=True))
     return tasks
+
+
+def _span(cores: tuple[int, ...]) -> str:
+    """`0-7` for a run of CPUs, else the list."""
+    if list(cores) == list(range(cores[0], cores[-1] + 1)):
+        return f"{cores[0]}-{cores[-1]}" if len(cores) > 1 else str(cores[0])
+    return ",".join(map(str, cores))
 
 
 def exit_status(code: int) -> int:
@@ -265,15 +325,27 @@ def start(
             env=task.env,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            # Into the private network, and SIGKILL when the launcher dies.
-            preexec_fn=guardian.preexec(),
+            # Into the private network, SIGKILL when the launcher dies, its own cores.
+            preexec_fn=_pinned(guardian.preexec(), task.cores),
         )
         guardian.watch(task.process.pid, [scratch_prefix(run_dir, task.role, task.index)])
         task.reader = threading.Thread(target=_pump, args=(task, output, lock), daemon=True)
         task.reader.start()
+        on = "" if task.cores is None else f" on cpus {_span(task.cores)}"
         with lock:
-            output.write(f"[launch] {task.name} pid {task.process.pid}\n")
+            output.write(f"[launch] {task.name} pid {task.process.pid}{on}\n")
             output.flush()
+
+
+def _pinned(preexec: Callable[[], None], cores: tuple[int, ...] | None) -> Callable[[], None]:
+    if cores is None:
+        return preexec
+
+    def child() -> None:
+        preexec()
+        os.sched_setaffinity(0, cores)
+
+    return child
 
 
 def signal_group(process: subprocess.Popen, sig: int) -> None:

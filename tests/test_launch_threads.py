@@ -14,7 +14,13 @@ import kdist.launch_tasks
 import kdist.server
 from kdist.cluster import parse_tf_config
 from kdist.launch import run
-from kdist.launch_tasks import INTRA_OP_THREADS, plan_tasks, threads_per_worker
+from kdist.launch_tasks import (
+    INTRA_OP_THREADS,
+    PIN_CORES_ENV,
+    cores_of_workers,
+    plan_tasks,
+    threads_per_worker,
+)
 
 
 def _threads(tasks) -> dict[tuple[str, int], str | None]:
@@ -74,16 +80,43 @@ def test_launched_workers_see_their_share_and_the_launch_says_so(tmp_path: Path,
         "import json, os\n"
         "index = json.loads(os.environ['TF_CONFIG'])['task']['index']\n"
         f"print('threads', index, os.environ.get({INTRA_OP_THREADS!r}), flush=True)\n"
+        "print('cpus', index, sorted(os.sched_getaffinity(0)), flush=True)\n"
     )
     monkeypatch.setenv(
         "PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
     )
     monkeypatch.delenv(INTRA_OP_THREADS, raising=False)
     monkeypatch.setattr(kdist.launch_tasks, "_cores", lambda: 2)
+    cpus = sorted(os.sched_getaffinity(0))
     log = io.StringIO()
     code = run(2, [], module="showthreads", run_dir=tmp_path / "r", output=log, timeout=120)
     text = log.getvalue()
     assert code == 0, text
     assert "[worker 0] threads 0 1" in text and "[worker 1] threads 1 1" in text
     assert "[launch] 1 intra-op thread(s) per worker: the cores shared out" in text
+    if len(cpus) >= 2:  # each worker on a core of its own, as the launch line says
+        share = len(cpus) // 2
+        assert f"[worker 0] cpus 0 {cpus[:share]}" in text, text
+        assert f"[worker 1] cpus 1 {cpus[share : 2 * share]}" in text, text
+        assert f"on cpus {cpus[0]}" in text
     assert not any(alive(pid) for pid in launch_pids(text).values())
+
+
+def _cores_by_task(tasks) -> dict[tuple[str, int], tuple[int, ...] | None]:
+    return {(t.role, t.index): t.cores for t in tasks}
+
+
+def test_workers_are_pinned_to_disjoint_shares_of_the_cpus(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(kdist.launch_tasks, "_cpus", lambda: list(range(16)))
+    mwms = _cores_by_task(_plan(tmp_path, workers=2))
+    assert mwms == {("worker", 0): tuple(range(8)), ("worker", 1): tuple(range(8, 16))}
+    ps = _cores_by_task(_plan(tmp_path, workers=3, ps=2))
+    assert ps[("worker", 0)] == (0, 1, 2, 3, 4) and ps[("worker", 2)] == (10, 11, 12, 13, 14)
+    assert ps[("chief", 0)] is None and ps[("ps", 0)] is None and ps[("ps", 1)] is None
+
+
+def test_pinning_can_be_turned_off_and_needs_a_core_per_worker(monkeypatch):
+    monkeypatch.setattr(kdist.launch_tasks, "_cpus", lambda: [0, 1])
+    assert cores_of_workers(2, {}) == [(0,), (1,)]
+    assert cores_of_workers(2, {PIN_CORES_ENV: "0"}) is None
+    assert cores_of_workers(3, {}) is None  # fewer cores than workers: the OS shares them
