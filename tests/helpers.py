@@ -414,7 +414,7 @@ def option_overrides(group: str, option: str, root: Path) -> list[str]:
 
     File-based data options get generated files; models that need particular data get it.
     """
-    from kdist.data.tfrecord_io import write_tfrecords
+    from kdist.data.tfrecords import write_tfrecords
 
     if group == "model" and option == "transformer":
         return ["data=synthetic_text", "data.source.num_train=256", "data.source.num_validation=64"]

@@ -28,8 +28,8 @@ from benchmarks.input_stages import bytes_only, permuted, read_only
 from benchmarks.probes import parse
 from kdist.callbacks.profile import ProfileSteps, profile_range
 from kdist.config.errors import ConfigError
-from kdist.data.tfrecord_io import READ_BATCH, write_tfrecords
 from kdist.data.tfrecord_source import tfrecord
+from kdist.data.tfrecords import READ_BATCH, write_tfrecords
 
 SIDE_KEYS = {"name", "median", "min", "max", "best", "samples"}
 ROW_KEYS = {

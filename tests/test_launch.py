@@ -393,7 +393,7 @@ def test_collective_timeout_turns_a_stalled_worker_into_an_error(tmp_path: Path)
 def test_tfrecord_with_3_files_on_2_workers_shards_by_file(tmp_path: Path):
     from helpers import learnable_arrays
 
-    from kdist.data.tfrecord_io import write_tfrecords
+    from kdist.data.tfrecords import write_tfrecords
 
     x, y = learnable_arrays(360, shape=(8, 8, 1))
     root = write_tfrecords(

@@ -99,7 +99,7 @@ def test_a_corrupt_newest_backup_linked_to_checkpoints_falls_back(tmp_path: Path
 
 @pytest.mark.slow
 def test_a_flipped_tfrecord_byte_is_a_data_error_with_one_line(tmp_path: Path, capsys):
-    from kdist.data.tfrecord_io import write_tfrecords
+    from kdist.data.tfrecords import write_tfrecords
 
     x, y = learnable_arrays(90)
     root = tmp_path / "data"

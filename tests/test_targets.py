@@ -188,7 +188,7 @@ def test_metrics_typo_is_a_config_error_naming_the_key(tmp_path: Path):
 
 
 def _regression_tfrecords(folder: Path, count: int = 96) -> Path:
-    from kdist.data.tfrecord_io import write_manifest
+    from kdist.data.tfrecords import write_manifest
 
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(2)

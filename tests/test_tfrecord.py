@@ -17,14 +17,14 @@ import kdist
 from kdist.config.errors import ConfigError
 from kdist.data import make_dataset_fn
 from kdist.data.pipeline import resolve_shard_policy
-from kdist.data.tfrecord_io import (
+from kdist.data.tfrecords import (
     READ_BATCH,
     checked_records,
     read_manifest,
     scan_file,
     write_manifest,
 )
-from kdist.data.tfrecord_io import write_tfrecords as write
+from kdist.data.tfrecords import write_tfrecords as write
 
 # Each record: 8-byte length, 4-byte length CRC, payload, 4-byte payload CRC.
 FRAME = 16

@@ -15,8 +15,8 @@ from kdist.data.pipeline import make_dataset_fn
 from kdist.data.source import ArraySource, Source
 from kdist.data.synthetic_text_source import synthetic_text
 from kdist.data.tfds_source import tfds
-from kdist.data.tfrecord_io import write_manifest, write_tfrecords
 from kdist.data.tfrecord_source import tfrecord
+from kdist.data.tfrecords import write_manifest, write_tfrecords
 
 __all__ = [
     "ArraySource",

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from kdist.config.errors import ConfigError
 from kdist.data.files import FileSource, existing_path, model_tensor
-from kdist.data.tfrecord_io import (
+from kdist.data.tfrecords import (
     MANIFEST_NAME,
     READ_BATCH,
     Manifest,
@@ -33,7 +33,7 @@ INTEGRITY_MODES = ("strict", "tolerant", "off")
 
 
 class TFRecordSource(FileSource):
-    """TFRecord shards listed in a manifest (see `kdist.data.tfrecord_io`).
+    """TFRecord shards listed in a manifest (see `kdist.data.tfrecords`).
 
     All arguments are keyword-only.
 
@@ -299,7 +299,7 @@ def tfrecord(
     weight_key: str | None = None,
     whole_file_max_mb: float = 32.0,
 ) -> TFRecordSource:
-    """TFRecord shards with a kdist manifest (`kdist.data.tfrecord_io.write_tfrecords`).
+    """TFRecord shards with a kdist manifest (`kdist.data.tfrecords.write_tfrecords`).
 
     Args:
         path: the folder holding `manifest.json`, or the manifest file itself.
@@ -331,8 +331,8 @@ def tfrecord(
             "data.source.path",
             f"has no {MANIFEST_NAME}",
             value=path,
-            hint="write the files with kdist.data.tfrecord_io.write_tfrecords, or describe "
-            "existing ones with kdist.data.tfrecord_io.write_manifest",
+            hint="write the files with kdist.data.tfrecords.write_tfrecords, or describe "
+            "existing ones with kdist.data.tfrecords.write_manifest",
         )
     return TFRecordSource(
         manifest=read_manifest(manifest_path),
