@@ -1,0 +1,186 @@
+"""Keras's private names that kdist uses, each reached in one function.
+
+Each function names the upstream symbol and the kdist code that needs it when an upgrade
+moves it (`kdist.compat.upstream.UpstreamMoved`); `PRIVATE_NAMES` says why each is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from kdist.compat.upstream import UpstreamMoved, private_attribute, private_import
+
+__all__ = [
+    "KERAS_DEFINITION_MODULES",
+    "KERAS_UNTRUSTED_DEFINITIONS",
+    "call_has_training_arg",
+    "compile_loss",
+    "compile_metrics",
+    "compute_loss",
+    "compute_output_spec",
+    "distribute_strategy",
+    "flat_metrics",
+    "flatten_layers",
+    "inputs_struct",
+    "loss_tracker",
+    "metric_direction",
+    "outputs_struct",
+    "patch_variable_copy_to_cpu",
+    "safe_mode_scope",
+    "seed_generators",
+    "symbolic_build",
+    "unscale_loss_for_distribution",
+]
+
+# Where Keras defines what `keras.losses`, `keras.metrics`, ... re-export (config/trust.py).
+KERAS_DEFINITION_MODULES = (
+    "keras.src.losses",
+    "keras.src.metrics",
+    "keras.src.optimizers",
+    "keras.src.layers",
+    "keras.src.initializers",
+    "keras.src.regularizers",
+    "keras.src.activations",
+    "keras.src.callbacks",
+)
+# Callbacks defined there that send metrics to a URL, or write or delete files at a path.
+KERAS_UNTRUSTED_DEFINITIONS = (
+    "keras.src.callbacks.remote_monitor.RemoteMonitor",
+    "keras.src.callbacks.backup_and_restore.BackupAndRestore",
+    "keras.src.callbacks.model_checkpoint.ModelCheckpoint",
+    "keras.src.callbacks.csv_logger.CSVLogger",
+    "keras.src.callbacks.tensorboard.TensorBoard",
+)
+
+_BUILD = "kdist.engine.building.build_for_spec"
+_STEP = "kdist.engine.step.StepRunner"
+
+
+def compute_output_spec(model: Any, inputs: Any, *, training: bool = False) -> Any:
+    """Call `model` on symbolic `inputs` (`keras.src.backend.compute_output_spec`)."""
+    compute = private_import(
+        "keras.src.backend", "compute_output_spec", f"{_BUILD}, kdist.data.in_hand"
+    )
+    return compute(model, inputs, training=training)
+
+
+def symbolic_build(model: Any, data_batch: Any) -> None:
+    """Build compiled losses and metrics from a symbolic batch (`Model._symbolic_build`)."""
+    build = private_attribute(model, "_symbolic_build", "keras.Model._symbolic_build", _BUILD)
+    build(data_batch=data_batch)
+
+
+def flatten_layers(model: Any, *, include_self: bool = True) -> list[Any]:
+    """Every layer of `model`, nested ones included (`Layer._flatten_layers`)."""
+    flatten = private_attribute(
+        model, "_flatten_layers", "keras.Layer._flatten_layers", "kdist (layer walks)"
+    )
+    return list(flatten(include_self=include_self))
+
+
+def seed_generators(layer: Any) -> list[Any]:
+    """The `SeedGenerator`s a layer holds (`Layer._seed_generators`)."""
+    found = private_attribute(
+        layer, "_seed_generators", "keras.Layer._seed_generators", "kdist.engine.state"
+    )
+    return list(found or [])
+
+
+def inputs_struct(model: Any) -> Any:
+    """A functional model's input structure, or `None` for a subclassed model."""
+    return getattr(model, "_inputs_struct", None)
+
+
+def outputs_struct(model: Any) -> Any:
+    """A functional model's output structure, or `None` for a subclassed model."""
+    return getattr(model, "_outputs_struct", None)
+
+
+def compile_loss(model: Any) -> Any:
+    """The model's compiled loss (`Model._compile_loss`), `None` when compiled without."""
+    return private_attribute(
+        model, "_compile_loss", "keras.Model._compile_loss", "kdist.data.in_hand.check_inputs"
+    )
+
+
+def compile_metrics(model: Any) -> Any:
+    """The model's compiled metrics (`Model._compile_metrics`), or `None`."""
+    return private_attribute(model, "_compile_metrics", "keras.Model._compile_metrics", _STEP)
+
+
+def compute_loss(model: Any, **arguments: Any) -> Any:
+    """The compiled loss of a batch, as Keras's `train_step` computes it."""
+    compute = private_attribute(model, "_compute_loss", "keras.Model._compute_loss", _STEP)
+    return compute(**arguments)
+
+
+def loss_tracker(model: Any) -> Any:
+    """The `loss` metric Keras's `train_step` updates (`Model._loss_tracker`)."""
+    return private_attribute(model, "_loss_tracker", "keras.Model._loss_tracker", _STEP)
+
+
+def call_has_training_arg(model: Any) -> bool:
+    """Whether `model.call` takes `training` (`Layer._call_has_training_arg`)."""
+    return bool(
+        private_attribute(
+            model, "_call_has_training_arg", "keras.Model._call_has_training_arg", _STEP
+        )
+    )
+
+
+def unscale_loss_for_distribution(loss: Any) -> Any:
+    """The loss as Keras's `train_step` logs it under a strategy."""
+    unscale = private_import("keras.src.losses.loss", "unscale_loss_for_distribution", _STEP)
+    return unscale(loss)
+
+
+def distribute_strategy(model: Any) -> Any:
+    """The strategy `model` was created under (`Model._distribute_strategy`), or `None`."""
+    return getattr(model, "_distribute_strategy", None)
+
+
+def flat_metrics(metric: Any) -> list[Any]:
+    """The metrics inside Keras's `CompileMetrics` (`_flat_metrics`); `[]` for others."""
+    return list(getattr(metric, "_flat_metrics", None) or [])
+
+
+def metric_direction(metric: Any) -> str | None:
+    """`"up"` or `"down"`: which way `metric` gets better (`Metric._direction`)."""
+    direction = getattr(metric, "_direction", None)
+    return direction if direction in ("up", "down") else None
+
+
+def safe_mode_scope() -> contextlib.AbstractContextManager[Any]:
+    """Keras's safe mode, on for the `with` block whatever the global setting.
+
+    A Keras without `SafeModeScope` gives a no-op scope: the config scan of
+    `kdist.export.load_model` still applies (`tests/test_compat.py` fails instead).
+    """
+    try:
+        scope = private_import(
+            "keras.src.saving.serialization_lib", "SafeModeScope", "kdist.export.load_model"
+        )
+    except UpstreamMoved:
+        return contextlib.nullcontext()
+    return scope(True)
+
+
+def patch_variable_copy_to_cpu(copy: Callable[[Any, dict[Any, Any]], None]) -> None:
+    """Make `copy` the `_copy_trackable_to_cpu` of Keras's TensorFlow `Variable`.
+
+    A global patch of Keras's class, made once per process (idempotent): TensorFlow's
+    asynchronous checkpoint calls it on every Keras variable of the checkpoint.
+    """
+    variable = private_import(
+        "keras.src.backend.tensorflow.core", "Variable", "kdist.engine.checkpoint"
+    )
+    private_attribute(
+        variable,
+        "_copy_trackable_to_cpu",
+        "keras.src.backend.tensorflow.core.Variable._copy_trackable_to_cpu",
+        "kdist.engine.checkpoint",
+    )
+    if variable._copy_trackable_to_cpu is not copy:
+        variable._copy_trackable_to_cpu = copy

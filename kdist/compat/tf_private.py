@@ -1,0 +1,135 @@
+"""TensorFlow's private names that kdist uses, each reached in one function.
+
+Each function names the upstream symbol and the kdist code that needs it when an upgrade
+moves it (`kdist.compat.upstream.UpstreamMoved`); `PRIVATE_NAMES` says why each is used.
+The asynchronous checkpoint functions use about ten private attributes of TensorFlow
+2.21's `AsyncCheckpointHelper`: kdist keeps its host copies and writes them on its own
+thread (`kdist.engine.checkpoint`).
+"""
+
+from __future__ import annotations
+
+import atexit
+from collections.abc import Callable
+from typing import Any
+
+from kdist.compat.upstream import private_attribute, private_import
+
+__all__ = [
+    "async_helper",
+    "dataset_inputs",
+    "expand_hostlist",
+    "expand_tasks_per_node",
+    "helper_copy_function",
+    "helper_device",
+    "helper_host_variables",
+    "initialize_helper",
+    "ps_cluster_resolver",
+    "sharded_variable_type",
+    "stop_helper_thread",
+]
+
+_HELPER = "tensorflow.python.checkpoint.async_checkpoint_helper.AsyncCheckpointHelper"
+_ASYNC = "kdist.engine.checkpoint (asynchronous saves)"
+_SLURM = "tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver"
+
+
+def sharded_variable_type() -> type:
+    """TensorFlow's `ShardedVariable` class (parameter-server partitioned variables)."""
+    return private_import(
+        "tensorflow.python.distribute.sharded_variable", "ShardedVariable", "kdist.engine.sharded"
+    )
+
+
+def expand_hostlist(hosts: str) -> list[str]:
+    """SLURM's compressed host list (`node[1-3]`) as names, as TensorFlow reads it."""
+    expand = private_import(_SLURM, "expand_hostlist", "kdist.cluster.slurm.slurm_info")
+    return list(expand(hosts))
+
+
+def expand_tasks_per_node(tasks: str) -> list[int]:
+    """SLURM's tasks per node (`2(x3),1`) as one count per node."""
+    expand = private_import(_SLURM, "expand_tasks_per_node", "kdist.cluster.slurm")
+    return [int(n) for n in expand(tasks)]
+
+
+def ps_cluster_resolver(strategy: Any) -> Any:
+    """The cluster resolver of a `ParameterServerStrategy` (its public one answers `None`)."""
+    return getattr(strategy, "_cluster_resolver", None)
+
+
+def dataset_inputs(ds: Any) -> list[Any]:
+    """The datasets `ds` was made from (`_input_dataset`, `_input_datasets`), if any."""
+    found: list[Any] = []
+    single = getattr(ds, "_input_dataset", None)
+    if single is not None:
+        found.append(single)
+    found.extend(getattr(ds, "_input_datasets", None) or [])
+    return found
+
+
+def async_helper(checkpoint: Any, *, own: bool) -> Any:
+    """An `AsyncCheckpointHelper` of `checkpoint`: its own (`own=False`) or a new one.
+
+    Args:
+        checkpoint: a `tf.train.Checkpoint`.
+        own: make another helper over the same objects, with its own host copies.
+    """
+    if not own:
+        make = private_attribute(
+            checkpoint, "_async_checkpointer", "tf.train.Checkpoint._async_checkpointer", _ASYNC
+        )
+        return make()
+    helper_class = private_import(
+        "tensorflow.python.checkpoint.async_checkpoint_helper", "AsyncCheckpointHelper", _ASYNC
+    )
+    kwargs = private_attribute(checkpoint, "_kwargs", "tf.train.Checkpoint._kwargs", _ASYNC)
+    import tensorflow as tf
+
+    return helper_class(tf.train.Checkpoint, **kwargs)
+
+
+def initialize_helper(helper: Any) -> None:
+    """Build `helper`'s host copies (making the first) and stop its writer thread."""
+    if not private_attribute(helper, "_initialized", f"{_HELPER}._initialized", _ASYNC):
+        private_attribute(helper, "_ensure_initialized", f"{_HELPER}._ensure_initialized", _ASYNC)()
+        stop_helper_thread(helper)  # kdist writes on its own thread
+
+
+def helper_copy_function(helper: Any) -> Callable[[Any], None]:
+    """TensorFlow's copy to the host copies, as plain Python (`_copy_to_cpu`).
+
+    In a runner's train function it adds its ops there instead of a nested call.
+    """
+    copy = private_attribute(type(helper), "_copy_to_cpu", f"{_HELPER}._copy_to_cpu", _ASYNC)
+    return copy.python_function
+
+
+def helper_device(helper: Any) -> Any:
+    """The device `helper` writes on (`_default_device`)."""
+    return private_attribute(helper, "_default_device", f"{_HELPER}._default_device", _ASYNC)
+
+
+def helper_host_variables(helper: Any) -> list[Any]:
+    """`helper`'s host copies (the values of its `_object_map`)."""
+    object_map = private_attribute(helper, "_object_map", f"{_HELPER}._object_map", _ASYNC)
+    return list(object_map.values())
+
+
+def stop_helper_thread(helper: Any) -> None:
+    """Stop TensorFlow's async checkpoint thread of `helper` (kdist writes on its own).
+
+    TensorFlow starts the thread when its helper initializes and registers it with
+    `atexit`, which would hold the model, the optimizer and their host copies for the
+    rest of the process (every trial of a tuner).
+    """
+    thread = getattr(helper, "_async_save_thread", None)
+    if thread is None or not thread.is_alive():
+        return
+    join = private_attribute(
+        helper, "_join_async_save_thread", f"{_HELPER}._join_async_save_thread", _ASYNC
+    )
+    join()
+    # The stop item: a later `sync` must not wait for it.
+    private_attribute(helper, "_queue", f"{_HELPER}._queue", _ASYNC).task_done()
+    atexit.unregister(join)

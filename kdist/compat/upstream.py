@@ -1,0 +1,200 @@
+"""How kdist reaches a private name of Keras or TensorFlow, and the error when it moved.
+
+Every private name kdist uses (a `keras.src` or `tensorflow.python` import, an attribute
+with a leading underscore) is listed once in `PRIVATE_NAMES`, with the kdist function that
+needs it, and reached through `private_import` or `private_attribute`. When an upgrade
+moves or renames one, the call fails with `UpstreamMoved`, whose message names the
+upstream symbol, the kdist function and the versions kdist was tested with, instead of an
+`AttributeError` deep inside a run. `tests/test_compat.py` probes every listed name.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "PRIVATE_NAMES",
+    "TESTED_WITH",
+    "PrivateName",
+    "UpstreamMoved",
+    "private_attribute",
+    "private_import",
+]
+
+# The versions `constraints.txt` pins; `make test-all` on another pair re-checks every name.
+TESTED_WITH = "Keras 3.15.1 and TensorFlow 2.21.0"
+
+
+@dataclass(frozen=True)
+class PrivateName:
+    """One private name of Keras or TensorFlow that kdist uses.
+
+    Args:
+        upstream: the dotted name (`keras.src.losses.loss.unscale_loss_for_distribution`,
+            `keras.Model._compile_loss`).
+        needed_by: the kdist function or class that needs it.
+        why: what it does for kdist that no public name does.
+    """
+
+    upstream: str
+    needed_by: str
+    why: str
+
+
+class UpstreamMoved(RuntimeError):
+    """A private Keras or TensorFlow name kdist needs is not where kdist expects it."""
+
+    def __init__(self, upstream: str, needed_by: str):
+        self.upstream = upstream
+        self.needed_by = needed_by
+        super().__init__(
+            f"{upstream} is gone from this Keras/TensorFlow: {needed_by} needs it. kdist "
+            f"was tested with {TESTED_WITH} (constraints.txt); install those, or update "
+            "kdist.compat for this version."
+        )
+
+
+def private_import(module: str, name: str, needed_by: str) -> Any:
+    """`module.name`, or `UpstreamMoved` naming it and `needed_by`."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        raise UpstreamMoved(f"{module}.{name}", needed_by) from None
+
+
+def private_attribute(obj: Any, name: str, upstream: str, needed_by: str) -> Any:
+    """`obj.name`, or `UpstreamMoved` naming `upstream` and `needed_by`."""
+    try:
+        return getattr(obj, name)
+    except AttributeError:
+        raise UpstreamMoved(upstream, needed_by) from None
+
+
+PRIVATE_NAMES: tuple[PrivateName, ...] = (
+    # Keras: building and checking a model against data.
+    PrivateName(
+        "keras.src.backend.compute_output_spec",
+        "kdist.engine.building.build_for_spec, kdist.data.in_hand.inputs.check_inputs",
+        "calls a model on symbolic inputs (what `fit` does before its first step)",
+    ),
+    PrivateName(
+        "keras.Model._symbolic_build",
+        "kdist.engine.building.build_for_spec",
+        "builds compiled losses and metrics from a symbolic batch",
+    ),
+    PrivateName(
+        "keras.Layer._flatten_layers",
+        "kdist.engine.building, kdist.engine.state, kdist.modeling, lazy optimizers",
+        "every layer of a model, nested ones included",
+    ),
+    PrivateName(
+        "keras.Layer._seed_generators",
+        "kdist.engine.state.seed_states",
+        "a layer's SeedGenerators, whose state the checkpoint holds",
+    ),
+    PrivateName(
+        "keras.Model._inputs_struct",
+        "kdist.data.in_hand.inputs.check_inputs, kdist.experiment",
+        "a functional model's input structure (dict keys, number of inputs)",
+    ),
+    PrivateName(
+        "keras.Model._outputs_struct",
+        "kdist.modeling.compiling (outputs keyed as Keras keys them)",
+        "a functional model's output structure",
+    ),
+    PrivateName(
+        "keras.Model._compile_loss",
+        "kdist.data.in_hand.inputs.check_inputs",
+        "whether the model was compiled with a loss (so needs targets)",
+    ),
+    # Keras: the train step kdist runs per replica (Keras's `train_step` contract).
+    PrivateName(
+        "keras.src.losses.loss.unscale_loss_for_distribution",
+        "kdist.engine.step.StepRunner",
+        "the loss tracker's value under a strategy, as Keras's train_step logs it",
+    ),
+    PrivateName(
+        "keras.Model._compute_loss",
+        "kdist.engine.step.StepRunner",
+        "compiled losses, loss weights and model.losses, as Keras's train_step computes them",
+    ),
+    PrivateName(
+        "keras.Model._loss_tracker",
+        "kdist.engine.step.StepRunner",
+        "the `loss` metric Keras's train_step updates",
+    ),
+    PrivateName(
+        "keras.Model._compile_metrics",
+        "kdist.engine.step.StepRunner",
+        "the compiled metrics, updated without reading their results every step",
+    ),
+    PrivateName(
+        "keras.Model._call_has_training_arg",
+        "kdist.engine.step.StepRunner",
+        "whether `call` takes `training`",
+    ),
+    PrivateName(
+        "keras.Model._distribute_strategy",
+        "kdist.modeling.build",
+        "the strategy a model was created under",
+    ),
+    PrivateName(
+        "keras.src.trainers.compile_utils.CompileMetrics._flat_metrics",
+        "kdist.objective (metric directions)",
+        "the compiled metrics inside Keras's CompileMetrics",
+    ),
+    PrivateName(
+        "keras.metrics.Metric._direction",
+        "kdist.objective (metric directions)",
+        "whether a metric is better up or down",
+    ),
+    # Keras: saving and loading.
+    PrivateName(
+        "keras.src.saving.serialization_lib.SafeModeScope",
+        "kdist.export.load_model",
+        "loads a model with Keras's safe mode on whatever the global setting",
+    ),
+    PrivateName(
+        "keras.src.backend.tensorflow.core.Variable._copy_trackable_to_cpu",
+        "kdist.engine.checkpoint (asynchronous saves)",
+        "Keras's TensorFlow variable, patched so its host copy can be made twice",
+    ),
+    PrivateName(
+        "keras.src (definition modules of keras.losses, metrics, ...)",
+        "kdist.config.trust.trusted_target",
+        "Keras's public names are defined in keras.src: trust checks where they live",
+    ),
+    # TensorFlow.
+    PrivateName(
+        "tensorflow.python.distribute.sharded_variable.ShardedVariable",
+        "kdist.engine.sharded",
+        "parameter-server partitioned variables, which Keras 3 does not support",
+    ),
+    PrivateName(
+        "tensorflow.python.checkpoint.async_checkpoint_helper.AsyncCheckpointHelper",
+        "kdist.engine.checkpoint (asynchronous saves)",
+        "host copies of a checkpoint's variables, written on kdist's own thread",
+    ),
+    PrivateName(
+        "tf.train.Checkpoint._async_checkpointer, tf.train.Checkpoint._kwargs",
+        "kdist.engine.checkpoint (asynchronous saves)",
+        "the checkpoint's own async helper, and what makes another",
+    ),
+    PrivateName(
+        "tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver",
+        "kdist.cluster.slurm",
+        "SLURM's host list and tasks per node, read as TensorFlow's resolver reads them",
+    ),
+    PrivateName(
+        "tf.distribute.ParameterServerStrategy._cluster_resolver",
+        "kdist.engine.ps_failures.cluster_spec",
+        "the cluster of a ParameterServerStrategy (its public resolver answers None)",
+    ),
+    PrivateName(
+        "tf.data.Dataset._input_dataset, tf.data.Dataset._input_datasets",
+        "kdist.data.in_hand.datasets.is_batched",
+        "the datasets a dataset was made from (whether it was batched)",
+    ),
+)

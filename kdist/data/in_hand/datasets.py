@@ -1,0 +1,115 @@
+"""A `tf.data.Dataset` given to `fit`: batched or not, counted, and its source.
+
+A dataset of single examples is batched per replica (and shuffled, like arrays); a
+batched one is taken as Keras takes it under `tf.distribute`: its batches are the global
+batch, split over the replicas, in its own order (kdist adds no shuffle).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from kdist.compat.tf_private import dataset_inputs
+from kdist.config.errors import ConfigError
+from kdist.data.in_hand.arrays import length
+from kdist.data.in_hand.source import DatasetSource, Given
+
+__all__ = ["batch_size_of", "count_examples", "from_dataset", "is_batched", "validation_dataset"]
+
+log = logging.getLogger(__name__)
+
+_BATCHING = ("BatchDataset", "PaddedBatch", "RebatchDataset", "DenseToRagged")
+
+
+def is_batched(ds: tf.data.Dataset) -> bool:
+    """Whether `ds`'s elements are batches: the nearest batch or unbatch op decides.
+
+    Without either, a leading dimension of unknown size in every element (what
+    `batch` without `drop_remainder` gives) is taken for a batch.
+    """
+    seen: list[Any] = [ds]
+    while seen:
+        node = seen.pop()
+        name = type(node).__name__
+        if "Unbatch" in name:
+            return False
+        if any(marker in name for marker in _BATCHING):
+            return True
+        seen.extend(d for d in dataset_inputs(node) if isinstance(d, tf.data.Dataset))
+    shapes = [s.shape for s in tf.nest.flatten(ds.element_spec) if hasattr(s, "shape")]
+    return bool(shapes) and all(s.rank and s[0] is None for s in shapes)
+
+
+def count_examples(ds: tf.data.Dataset, name: str) -> int:
+    """Examples in one pass over an unbatched `ds` (one pass when TensorFlow cannot tell)."""
+    cardinality = int(ds.cardinality())
+    if cardinality == tf.data.INFINITE_CARDINALITY:
+        raise ConfigError(
+            name,
+            "is a dataset without end (repeat())",
+            hint="pass steps_per_epoch, or drop the repeat(): kdist repeats it"
+            if name == "x"
+            else "drop the repeat(): validation reads it once",
+        )
+    if cardinality >= 0:
+        return cardinality
+    log.info("%s: counting the dataset's examples (one pass; steps_per_epoch skips it)", name)
+    return int(ds.reduce(tf.constant(0, tf.int64), lambda n, *_: n + 1))
+
+
+def batch_size_of(first: Any, name: str) -> int:
+    leaves = [np.shape(a) for a in tf.nest.flatten(first)]
+    if not leaves or not leaves[0]:
+        raise ConfigError(name, "yields elements without a batch axis")
+    return int(leaves[0][0])
+
+
+def validation_dataset(validation: Any) -> tuple[tf.data.Dataset | None, int]:
+    if validation is None:
+        return None, 0
+    if isinstance(validation, tf.data.Dataset):
+        return validation, count_examples(validation, "validation_data")
+    parts = tuple(p for p in validation if p is not None)
+    return tf.data.Dataset.from_tensor_slices(parts), length(parts[0])
+
+
+def from_dataset(
+    ds: tf.data.Dataset,
+    *,
+    validation: Any,
+    batch_size: int | None,
+    steps_per_epoch: int | None,
+    shuffle: bool,
+) -> Given:
+    batched = is_batched(ds)
+    global_batch = batch_size
+    if batched:
+        if batch_size is not None:
+            raise ConfigError(
+                "batch_size",
+                "must not be given with a batched tf.data.Dataset: its batches are the "
+                "global batch, split over the replicas (as in Keras)",
+                value=batch_size,
+                hint="leave it out, or pass the dataset unbatched",
+            )
+        first = next(iter(ds.take(1)), None)
+        if first is None:
+            raise ConfigError("x", "is an empty tf.data.Dataset")
+        global_batch = batch_size_of(first, "x")
+        ds = ds.unbatch()
+    if steps_per_epoch:
+        size = int(steps_per_epoch) * int(global_batch or 1)
+        if int(ds.cardinality()) >= 0:
+            size = min(size, int(ds.cardinality()))
+    else:
+        size = count_examples(ds, "x")
+    if size < 1:
+        raise ConfigError("x", "is an empty tf.data.Dataset")
+    val_ds, val_size = validation_dataset(validation)
+    source = DatasetSource(train=ds, train_size=size, validation=val_ds, validation_size=val_size)
+    kind = "batched dataset" if batched else "dataset"
+    return Given(source, kind, global_batch, shuffle and not batched, one_pipeline=True)

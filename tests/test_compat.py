@@ -1,0 +1,280 @@
+"""Every private Keras/TensorFlow name kdist uses is where kdist expects it.
+
+One probe per entry of `kdist.compat.PRIVATE_NAMES`, through the `kdist.compat` function
+kdist calls. After an upgrade that moves a name, its probe fails with a message naming
+the upstream symbol and the kdist code that needs it.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kdist.compat import PRIVATE_NAMES, UpstreamMoved
+from kdist.compat import keras_private as kp
+from kdist.compat import tf_private as tp
+from kdist.compat.upstream import private_attribute, private_import
+
+KDIST = Path(__file__).resolve().parents[1] / "kdist"
+
+
+@functools.cache
+def _model() -> keras.Model:
+    """A small functional model, compiled with a loss and a metric, fitted one step."""
+    inputs = keras.Input((3,))
+    model = keras.Model(inputs, keras.layers.Dense(2)(inputs))
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.fit(np.zeros((4, 3), "float32"), np.zeros(4, "int32"), epochs=1, verbose=0)
+    return model
+
+
+class SmallSubclassed(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(2)
+
+    def call(self, x):
+        return self.dense(x)
+
+
+def _keras_output_spec():
+    spec = kp.compute_output_spec(SmallSubclassed(), keras.KerasTensor((None, 3)))
+    assert tuple(spec.shape) == (None, 2)
+
+
+def _keras_symbolic_build():
+    inputs = keras.Input((3,))
+    model = keras.Model(inputs, keras.layers.Dense(2)(inputs))
+    model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
+    kp.symbolic_build(model, (keras.KerasTensor((None, 3)), keras.KerasTensor((None, 2))))
+    assert kp.compile_metrics(model).built
+
+
+def _keras_flatten_layers():
+    layers = kp.flatten_layers(_model(), include_self=False)
+    assert [type(layer).__name__ for layer in layers][-1] == "Dense"
+
+
+def _keras_seed_generators():
+    assert kp.seed_generators(keras.layers.Dropout(0.5, seed=1))
+
+
+def _keras_inputs_struct():
+    assert kp.inputs_struct(_model()) is not None
+
+
+def _keras_outputs_struct():
+    assert kp.outputs_struct(_model()) is not None
+
+
+def _keras_compile_loss():
+    assert kp.compile_loss(_model()) is not None
+
+
+def _keras_unscale():
+    assert float(kp.unscale_loss_for_distribution(tf.constant(2.0))) == 2.0
+
+
+def _keras_compute_loss():
+    model = _model()
+    x, y = tf.zeros((2, 3)), tf.zeros(2, tf.int32)
+    loss = kp.compute_loss(model, x=x, y=y, y_pred=model(x), sample_weight=None, training=True)
+    assert np.isfinite(float(loss))
+
+
+def _keras_loss_tracker():
+    assert kp.loss_tracker(_model()).name == "loss"
+
+
+def _keras_compile_metrics():
+    assert kp.compile_metrics(_model()) is not None
+
+
+def _keras_call_has_training_arg():
+    assert kp.call_has_training_arg(_model()) in (True, False)
+    private_attribute(_model(), "_call_has_training_arg", "x", "y")
+
+
+def _keras_distribute_strategy():
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with strategy.scope():
+        inputs = keras.Input((3,))
+        model = keras.Model(inputs, keras.layers.Dense(2)(inputs))
+    assert kp.distribute_strategy(model) is strategy
+
+
+def _keras_flat_metrics():
+    compiled = kp.compile_metrics(_model())
+    assert type(compiled).__name__ == "CompileMetrics"
+    assert kp.flat_metrics(compiled), "CompileMetrics holds no _flat_metrics"
+
+
+def _keras_direction():
+    assert kp.metric_direction(keras.metrics.SparseCategoricalAccuracy()) == "up"
+    assert kp.metric_direction(keras.metrics.MeanSquaredError()) == "down"
+
+
+def _keras_safe_mode_scope():
+    private_import("keras.src.saving.serialization_lib", "SafeModeScope", "test")
+    with kp.safe_mode_scope():
+        assert keras.config.enable_unsafe_deserialization is not None
+
+
+def _keras_variable_copy():
+    variable = private_import("keras.src.backend.tensorflow.core", "Variable", "test")
+    assert callable(variable._copy_trackable_to_cpu)
+    assert isinstance(keras.Variable(1.0), variable)
+
+
+def _keras_definitions():
+    import importlib
+
+    for module in kp.KERAS_DEFINITION_MODULES:
+        importlib.import_module(module)
+    assert keras.losses.MeanSquaredError.__module__.startswith(kp.KERAS_DEFINITION_MODULES)
+    assert keras.callbacks.EarlyStopping.__module__.startswith(kp.KERAS_DEFINITION_MODULES)
+    for name in kp.KERAS_UNTRUSTED_DEFINITIONS:
+        module, attribute = name.rsplit(".", 1)
+        assert private_import(module, attribute, "kdist.config.trust") is not None
+
+
+def _tf_sharded():
+    assert isinstance(tp.sharded_variable_type(), type)
+
+
+def _tf_async_helper(tmp_path: Path):
+    checkpoint = tf.train.Checkpoint(v=tf.Variable([1.0, 2.0]))
+    checkpoint.write(str(tmp_path / "plain"))  # the checkpoint's objects are tracked
+    for own in (False, True):
+        helper = tp.async_helper(checkpoint, own=own)
+        tp.initialize_helper(helper)
+        assert callable(tp.helper_copy_function(helper))
+        assert isinstance(tp.helper_device(helper), str)
+        assert any(isinstance(v, tf.Variable) for v in tp.helper_host_variables(helper))
+        tp.stop_helper_thread(helper)
+
+
+def _tf_checkpoint_private():
+    checkpoint = tf.train.Checkpoint(v=tf.Variable(1.0))
+    private_attribute(checkpoint, "_async_checkpointer", "tf.train.Checkpoint", "test")
+    assert "v" in private_attribute(checkpoint, "_kwargs", "tf.train.Checkpoint", "test")
+
+
+def _tf_slurm():
+    assert tp.expand_hostlist("node[1-2]") == ["node1", "node2"]
+    assert tp.expand_tasks_per_node("2(x2),1") == [2, 2, 1]
+
+
+def _tf_ps_resolver():
+    # The attribute is set in ParameterServerStrategy's constructor, which needs a
+    # running cluster (seconds): check the constructor's source instead.
+    import inspect
+
+    source = inspect.getsource(tf.distribute.ParameterServerStrategy.__init__)
+    assert "self._cluster_resolver = " in source
+    assert tp.ps_cluster_resolver(object()) is None
+
+
+def _tf_dataset_inputs():
+    batched = tf.data.Dataset.range(4).batch(2).map(lambda x: x)
+    inputs = tp.dataset_inputs(batched)
+    assert inputs and "Batch" in type(inputs[0]).__name__
+    joined = tf.data.Dataset.range(2).concatenate(tf.data.Dataset.range(2))
+    assert len(tp.dataset_inputs(joined)) >= 2
+
+
+PROBES = {
+    "keras.src.backend.compute_output_spec": _keras_output_spec,
+    "keras.Model._symbolic_build": _keras_symbolic_build,
+    "keras.Layer._flatten_layers": _keras_flatten_layers,
+    "keras.Layer._seed_generators": _keras_seed_generators,
+    "keras.Model._inputs_struct": _keras_inputs_struct,
+    "keras.Model._outputs_struct": _keras_outputs_struct,
+    "keras.Model._compile_loss": _keras_compile_loss,
+    "keras.src.losses.loss.unscale_loss_for_distribution": _keras_unscale,
+    "keras.Model._compute_loss": _keras_compute_loss,
+    "keras.Model._loss_tracker": _keras_loss_tracker,
+    "keras.Model._compile_metrics": _keras_compile_metrics,
+    "keras.Model._call_has_training_arg": _keras_call_has_training_arg,
+    "keras.Model._distribute_strategy": _keras_distribute_strategy,
+    "keras.src.trainers.compile_utils.CompileMetrics._flat_metrics": _keras_flat_metrics,
+    "keras.metrics.Metric._direction": _keras_direction,
+    "keras.src.saving.serialization_lib.SafeModeScope": _keras_safe_mode_scope,
+    "keras.src.backend.tensorflow.core.Variable._copy_trackable_to_cpu": _keras_variable_copy,
+    "keras.src (definition modules of keras.losses, metrics, ...)": _keras_definitions,
+    "tensorflow.python.distribute.sharded_variable.ShardedVariable": _tf_sharded,
+    "tensorflow.python.checkpoint.async_checkpoint_helper.AsyncCheckpointHelper": (
+        _tf_async_helper
+    ),
+    "tf.train.Checkpoint._async_checkpointer, tf.train.Checkpoint._kwargs": (
+        _tf_checkpoint_private
+    ),
+    "tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver": _tf_slurm,
+    "tf.distribute.ParameterServerStrategy._cluster_resolver": _tf_ps_resolver,
+    "tf.data.Dataset._input_dataset, tf.data.Dataset._input_datasets": _tf_dataset_inputs,
+}
+
+
+def test_every_private_name_has_a_probe():
+    assert sorted(PROBES) == sorted(name.upstream for name in PRIVATE_NAMES)
+
+
+@pytest.mark.parametrize("name", PRIVATE_NAMES, ids=lambda name: name.upstream)
+def test_private_name_still_upstream(name, tmp_path):
+    probe = PROBES[name.upstream]
+    arguments = {"tmp_path": tmp_path} if "tmp_path" in probe.__code__.co_varnames else {}
+    try:
+        probe(**arguments)
+    except (UpstreamMoved, AttributeError, ImportError, AssertionError, TypeError) as error:
+        pytest.fail(
+            f"{name.upstream} moved or changed upstream ({type(error).__name__}: {error}); "
+            f"{name.needed_by} needs it ({name.why}). Update kdist.compat for this "
+            "Keras/TensorFlow, or pin the versions of constraints.txt."
+        )
+
+
+def test_a_moved_name_says_what_and_who():
+    with pytest.raises(UpstreamMoved) as caught:
+        private_import("keras.src.backend", "no_such_function", "kdist.engine.building")
+    message = str(caught.value)
+    assert "keras.src.backend.no_such_function" in message
+    assert "kdist.engine.building needs it" in message
+    assert "Keras 3.15.1" in message
+    with pytest.raises(UpstreamMoved, match=r"keras\.Model\._gone.*kdist\.x needs it"):
+        private_attribute(_model(), "_gone", "keras.Model._gone", "kdist.x")
+
+
+def test_moved_compute_output_spec_is_not_swallowed(monkeypatch):
+    """`check_inputs` swallows a model's own errors, not a moved Keras name."""
+    import keras.src.backend
+
+    from kdist.data.in_hand import check_inputs
+
+    monkeypatch.delattr(keras.src.backend, "compute_output_spec")
+    model = SmallSubclassed()
+    model(np.zeros((1, 3), "float32"))
+    spec = (tf.TensorSpec((3,), tf.float32), tf.TensorSpec((), tf.int32))
+    with pytest.raises(UpstreamMoved, match="compute_output_spec"):
+        check_inputs(model, spec)
+
+
+def test_compat_imports_nothing_of_kdist():
+    """The compatibility package sits below every other: it imports only itself."""
+    import ast
+
+    for path in sorted((KDIST / "compat").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                assert not name.startswith("kdist.") or name.startswith("kdist.compat"), (
+                    f"{path.name} imports {name}"
+                )
