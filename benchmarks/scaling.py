@@ -56,7 +56,7 @@ def _embedding_step(lazy: bool) -> Callable[[], float]:
     import numpy as np
     import tensorflow as tf
 
-    from kdist.lazy_optimizers import LazyAdam, sparse_lookups
+    from kdist.modeling.lazy_optimizers import LazyAdam, sparse_lookups
 
     fields = 8
     inputs = keras.Input((fields,), dtype="int32")
@@ -230,10 +230,8 @@ DEVICE_FORM = (
     "2 MWMS workers",
     "2 MWMS workers, bf16 all-reduce",
     "2 MWMS workers, not pinned",
-    "4 MWMS workers",
     "PS: 2 workers + 1 ps",
     "TF loop, 2 MWMS workers",
-    "TF loop, 2 MWMS workers, not pinned",
     "recommender, 1 process",
     "recommender, PS 2+2",
 )
@@ -317,7 +315,7 @@ class _Clusters:
 @contextlib.contextmanager
 def _pinning(on: bool) -> Iterator[None]:
     """`kdist.launch` pins each worker to its own cores unless `KDIST_PIN_CORES=0`."""
-    from kdist.launch_tasks import PIN_CORES_ENV
+    from kdist.launcher.tasks import PIN_CORES_ENV
 
     before = os.environ.get(PIN_CORES_ENV)
     os.environ[PIN_CORES_ENV] = "1" if on else "0"
@@ -451,7 +449,9 @@ def _tolerant(
 
     def run_side() -> float:
         try:
-            return side()
+            rate = side()
+            ctx.log(f"scaling: {name}: {rate:.1f} examples/s")
+            return rate
         except RuntimeError as error:
             failures[name] = str(error)[-2000:]
             ctx.log(f"scaling: {name} failed: {str(error).splitlines()[0]}")
