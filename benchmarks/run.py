@@ -61,7 +61,7 @@ def _setup_process() -> None:
     path = os.environ.get("PYTHONPATH", "")
     if str(REPO) not in path.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), path) if p)
-    from kdist.runtime import quiet_tensorflow
+    from kdist.process.runtime import quiet_tensorflow
 
     quiet_tensorflow(2)
     import tensorflow as tf

@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from kdist import quiet as _quiet
+from kdist.compat import moved as _moved
+from kdist.process import quiet as _quiet
 
 __version__ = "0.9.0"
 
@@ -25,9 +26,11 @@ _LAZY = {
 }
 
 # Before anything imports TensorFlow: level 2 by default (a run's runtime.tf_log_level
-# replaces it), and the start-up lines that level cannot silence dropped (kdist.quiet).
+# replaces it), and the start-up lines that level cannot silence dropped (kdist.process.quiet).
 _quiet.set_level(2)
 _quiet.install()
+# Old module paths (`kdist.sweep`, ...) import the modules that moved, with a warning.
+_moved.install()
 
 if TYPE_CHECKING:
     from kdist import data, models

@@ -39,7 +39,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from kdist.config.constants import HYDRA_KEYS
 from kdist.config.groups import GROUP_INTROS
-from kdist.exit_codes import EXIT_FAILED
+from kdist.process.exit_codes import EXIT_FAILED
 
 __all__ = ["check", "generate", "main", "write"]
 

@@ -14,7 +14,7 @@ A run folder may come from someone else: its config is rebuilt only when every
 stops with status 2 naming the key. `trust_run_dir=true` lifts that check for a folder
 you trust (its config can then run any importable code, as a training config can).
 
-With `watch=true` it is a sidecar evaluator (`kdist.sidecar`): it evaluates every
+With `watch=true` it is a sidecar evaluator (`kdist.evaluation.sidecar`): it evaluates every
 checkpoint of a run that is still training, as each appears, into `eval.csv` and
 `tensorboard/eval/`, and stops when the run has finished (`poll_seconds=5`,
 `timeout=` seconds to give up).
@@ -45,8 +45,8 @@ from omegaconf import DictConfig, OmegaConf
 from kdist.config.errors import ConfigError, exit_with
 from kdist.config.groups import TRAIN_GROUPS
 from kdist.config.trust import TRUST_FLAG, check_trusted_targets
-from kdist.fileio import LinkError
-from kdist.runtime import quiet_tensorflow
+from kdist.process.runtime import quiet_tensorflow
+from kdist.runs.fileio import LinkError
 
 __all__ = [
     "apply_overrides",
@@ -220,8 +220,8 @@ _SIDECAR_KEYS = ("watch", "poll_seconds", "timeout")
 def _watch(
     run_dir: str, overrides: list[str], options: dict[str, list[str]], *, trust: bool
 ) -> None:
-    """`watch=true`: the sidecar evaluator (`kdist.sidecar.watch`)."""
-    from kdist.sidecar import watch
+    """`watch=true`: the sidecar evaluator (`kdist.evaluation.sidecar.watch`)."""
+    from kdist.evaluation.sidecar import watch
 
     try:
         poll = float(options["poll_seconds"][-1]) if options["poll_seconds"] else 5.0

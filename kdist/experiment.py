@@ -19,7 +19,7 @@ import keras
 import tensorflow as tf
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from kdist import batch_plan, outputs, resume_check, runtime, strategies
+from kdist import outputs, strategies
 from kdist.callbacks.best_model import BestModelExport
 from kdist.callbacks.factory import build_run
 from kdist.cluster import chief
@@ -31,10 +31,13 @@ from kdist.data.pipeline import steps_per_epoch as steps_per_epoch_of
 from kdist.data.source import Source
 from kdist.engine import Controller, FitResult, Runner
 from kdist.engine.building import optimizer_steps
-from kdist.modeling import check_targets, compiled_model, runner_for
+from kdist.evaluation.predicting import predict_split
+from kdist.modeling import batch_plan
+from kdist.modeling.build import check_targets, compiled_model, runner_for
 from kdist.objective import check_monitors, check_objective, metric_directions
-from kdist.predicting import predict_split
-from kdist.run_dir import default_run_dir
+from kdist.process import runtime
+from kdist.runs import resume_check
+from kdist.runs.layout import default_run_dir
 
 __all__ = ["Experiment"]
 
@@ -221,7 +224,7 @@ class Experiment:
             The global step to continue from (0 when there is nothing to restore).
         """
         controller = self._controller()
-        # A change allowed on resume is applied after the restore (`kdist.resume_check`).
+        # A change allowed on resume is applied after the restore (`kdist.runs.resume_check`).
         configured = resume_check.optimizer_hyperparameters(controller.model.optimizer)
         step = controller.restore(
             self.run_dir / "backup", self.run_dir / "checkpoints", clean=self.is_chief

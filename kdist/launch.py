@@ -11,15 +11,15 @@ whose worker fails in two starts in a row (gone for good) restarts with one work
 never fewer than M, from the last backup; kdist maps the step by examples consumed and
 skips them in the global data stream, so no example is lost or repeated. With
 `--grow-after SECONDS` a shrunk run is asked to save (SIGTERM, exit 42) after that long
-and restarts at full size. The rules are in `kdist.elastic`; the per-task rules that end
-a start in `kdist.supervisor`.
+and restarts at full size. The rules are in `kdist.launcher.elastic`; the per-task rules that end
+a start in `kdist.launcher.supervisor`.
 
 On a machine with GPUs each worker gets its own through `CUDA_VISIBLE_DEVICES` (dealt
 round-robin, or `--gpus-per-worker N` each); parameter servers and the parameter-server
 chief get none unless asked (`--ps-gpus N`); every task grows its GPU memory as needed
-(`TF_FORCE_GPU_ALLOW_GROWTH=true`). See `kdist.gpus`. Each worker gets its share of the
+(`TF_FORCE_GPU_ALLOW_GROWTH=true`). See `kdist.launcher.gpus`. Each worker gets its share of the
 cores, `cores // workers` intra-op threads (`TF_NUM_INTRAOP_THREADS`, unless the
-launcher's environment sets it; see `kdist.launch_tasks.threads_per_worker`).
+launcher's environment sets it; see `kdist.launcher.tasks.threads_per_worker`).
 
 Example:
 
@@ -49,17 +49,17 @@ from pathlib import Path
 from typing import IO
 
 from kdist.config.errors import ConfigError, exit_with
-from kdist.gpus import ALLOW_GROWTH, detect_gpus, plan_gpus
-from kdist.launch_checks import check_elastic_batch, check_strategy, elastic_policy
-from kdist.launch_tasks import (
+from kdist.launcher.checks import check_elastic_batch, check_strategy, elastic_policy
+from kdist.launcher.gpus import ALLOW_GROWTH, detect_gpus, plan_gpus
+from kdist.launcher.sandbox import Guardian
+from kdist.launcher.supervisor import Launch, supervise
+from kdist.launcher.tasks import (
     clean_temp_leftovers,
     free_ports,
     given_run_dir,
     plan_tasks,
 )
-from kdist.run_dir import default_run_dir
-from kdist.sandbox import Guardian
-from kdist.supervisor import Launch, supervise
+from kdist.runs.layout import default_run_dir
 
 __all__ = [
     "check_elastic_batch",
@@ -144,13 +144,13 @@ def run(
             Defaults to `None`: every GPU dealt round-robin over the workers.
         ps_gpus: GPUs each parameter server sees; the chief of a parameter-server
             cluster and parameter servers without them see none. Defaults to `0`.
-        evaluator: start a sidecar evaluator beside the cluster (`kdist.sidecar`): it
+        evaluator: start a sidecar evaluator beside the cluster (`kdist.evaluation.sidecar`): it
             evaluates each checkpoint as it appears, on its own (no GPU), and the
             launch waits for it to finish after training ends; its failure is reported
             and does not stop training. Defaults to `False`.
         min_workers: fewest workers to go on with. A multi-worker run restarts with one
             worker fewer when a worker slot is gone for good (it failed in two starts in
-            a row; see `kdist.elastic`), resuming from the last backup; a
+            a row; see `kdist.launcher.elastic`), resuming from the last backup; a
             parameter-server run goes on while this many workers are alive. Defaults
             to `None`: `workers` for multi-worker runs (a failed worker is restarted in
             place), 1 for parameter-server runs.

@@ -8,8 +8,8 @@ from typing import Any
 
 import keras
 
-from kdist.compiling import direction_of
 from kdist.config.errors import ConfigError
+from kdist.modeling.compiling import direction_of
 
 __all__ = ["check_monitors", "check_objective", "metric_directions"]
 

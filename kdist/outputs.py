@@ -20,7 +20,7 @@ from kdist.callbacks.factory import RunCallbacks
 from kdist.cluster import chief
 from kdist.engine.controller import FitResult
 from kdist.engine.sharded import savable_model
-from kdist.fileio import read_csv, write_csv_atomic, write_text_atomic
+from kdist.runs.fileio import read_csv, write_csv_atomic, write_text_atomic
 
 __all__ = ["summary", "trim_history", "write", "write_config"]
 

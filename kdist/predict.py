@@ -2,7 +2,7 @@
 
 The run's config rebuilds the strategy and the input pipeline; the model is the run's
 `model.keras`, loaded in Keras safe mode. The predictions are made batch by batch under
-the strategy (`kdist.predicting`) and written to `<run_dir>/predictions.npz`: the array
+the strategy (`kdist.evaluation.predicting`) and written to `<run_dir>/predictions.npz`: the array
 `predictions` (or `predictions_<output>` for each output of a model with several), one
 row per example, in the order of the data.
 
@@ -39,8 +39,8 @@ import numpy as np
 from kdist.config.errors import ConfigError, exit_with
 from kdist.config.trust import TRUST_FLAG
 from kdist.evaluate import experiment_with_run_model, in_one_process, load_trusted_config
-from kdist.fileio import atomic_path
-from kdist.runtime import quiet_tensorflow
+from kdist.process.runtime import quiet_tensorflow
+from kdist.runs.fileio import atomic_path
 
 __all__ = ["main", "predict_run"]
 

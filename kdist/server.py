@@ -31,10 +31,10 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from kdist import quiet
 from kdist.cluster import ClusterInfo, resolve
 from kdist.config.errors import ConfigError, exit_with
-from kdist.runtime import INTRA_OP_THREADS, enable_memory_growth, quiet_tensorflow
+from kdist.process import quiet
+from kdist.process.runtime import INTRA_OP_THREADS, enable_memory_growth, quiet_tensorflow
 
 __all__ = ["SERVER_TASK_TYPES", "main", "server_config", "start_server"]
 
@@ -102,7 +102,7 @@ def start_server(info: ClusterInfo) -> Any:
 
     resolver = info.resolver()
     # Starting the server is the first device use: drop the no-driver ERROR line it
-    # prints on machines without CUDA, as `kdist.runtime.setup` does for the chief.
+    # prints on machines without CUDA, as `kdist.process.runtime.setup` does for the chief.
     noise = quiet.filtered_stderr(quiet.stderr_noise()) if quiet.enabled() else None
     with noise or contextlib.nullcontext():
         # Before the server takes the GPUs: a worker sharing a GPU with others must not

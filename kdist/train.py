@@ -26,23 +26,24 @@ from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from kdist import resume_check, run_lock
-from kdist.cli import requested_log_level
 from kdist.cluster import ClusterInfo
 from kdist.cluster import resolve as resolve_cluster
 from kdist.config import ConfigError, exit_with, register
 from kdist.config.compose import compose, format_hydra_error
 from kdist.config.validate import check_run_dir, validate
-from kdist.exit_codes import (
+from kdist.process.exit_codes import (
     EXIT_CHECKPOINT,
     EXIT_CONFIG_ERROR,
     EXIT_INTERRUPTED,
     EXIT_PS_UNAVAILABLE,
     EXIT_WRITE_FAILED,
 )
-from kdist.fileio import write_text_atomic
-from kdist.run_dir import foreign_entries, linked_entries
-from kdist.runtime import quiet_tensorflow
+from kdist.process.log_level import requested_log_level
+from kdist.process.runtime import quiet_tensorflow
+from kdist.runs import lock as run_lock
+from kdist.runs import resume_check
+from kdist.runs.fileio import write_text_atomic
+from kdist.runs.layout import foreign_entries, linked_entries
 
 __all__ = ["accept_run_dir", "main", "non_chief_overrides", "precheck", "run"]
 
@@ -101,11 +102,11 @@ def precheck(argv: list[str], *, config_name: str = "train") -> DictConfig | Non
 def accept_run_dir(run_dir: str | Path, cfg: DictConfig) -> None:
     """Refuse a run folder before anything in it changes; reads only.
 
-    In this order: another run holds its lock (`kdist.run_lock.check_free`); a name kdist
-    writes there is a symbolic link (`kdist.run_dir.linked_entries`); it holds files
-    kdist does not write (`kdist.run_dir.foreign_entries`, unless
+    In this order: another run holds its lock (`kdist.runs.lock.check_free`); a name kdist
+    writes there is a symbolic link (`kdist.runs.layout.linked_entries`); it holds files
+    kdist does not write (`kdist.runs.layout.foreign_entries`, unless
     `trainer.allow_foreign_files=true`); its checkpoints were trained with other settings
-    (`kdist.resume_check`). The run's `.hydra/` and the config beside the checkpoints are
+    (`kdist.runs.resume_check`). The run's `.hydra/` and the config beside the checkpoints are
     written only once all of these have passed (and the lock is held).
 
     Args:
@@ -176,9 +177,9 @@ def _run_dir_override(overrides: list[str]) -> str | None:
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Train the job `cfg` describes in Hydra's output directory.
 
-    The chief holds the run folder's lock (`kdist.run_lock`) while it trains, and a run
+    The chief holds the run folder's lock (`kdist.runs.lock`) while it trains, and a run
     that finds checkpoints in its folder must have the settings they were trained with
-    (`kdist.resume_check`). Ctrl-C exits with status 130 and one line (a backup is saved
+    (`kdist.runs.resume_check`). Ctrl-C exits with status 130 and one line (a backup is saved
     first when training had started, see `kdist.callbacks.preemption`).
 
     Returns:
@@ -210,10 +211,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _train(cfg: DictConfig, run_dir: str | None, *, write_config: bool = False) -> dict[str, Any]:
-    from kdist import batch_plan
     from kdist.callbacks.preemption import save_on_ctrl_c
     from kdist.data.checks import check_batch_memory
     from kdist.experiment import Experiment
+    from kdist.modeling import batch_plan
 
     save_on_ctrl_c(True)
 

@@ -29,12 +29,12 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from kdist.cli import requested_log_level
 from kdist.cluster import resolve as resolve_cluster
 from kdist.config import ConfigError, exit_with, register
 from kdist.config.validate import check_run_dir
-from kdist.exit_codes import EXIT_FAILED
-from kdist.runtime import quiet_tensorflow
+from kdist.process.exit_codes import EXIT_FAILED
+from kdist.process.log_level import requested_log_level
+from kdist.process.runtime import quiet_tensorflow
 from kdist.train import non_chief_overrides, precheck
 
 if TYPE_CHECKING:  # imported on first use, see `__getattr__`
@@ -177,7 +177,7 @@ def _write_hydra_files(run_dir: Path, cfg: DictConfig) -> None:
     """
     from omegaconf import OmegaConf
 
-    from kdist.fileio import write_text_atomic
+    from kdist.runs.fileio import write_text_atomic
 
     hydra_cfg = HydraConfig.get()
     folder = run_dir / ".hydra"

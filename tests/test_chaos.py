@@ -171,7 +171,7 @@ def test_no_round_of_run_folder_chaos_loses_a_completed_checkpoint(tmp_path: Pat
     3 minutes on 2 cores)."""
     from helpers import run_module
 
-    from kdist import run_lock
+    from kdist.runs import lock as run_lock
 
     env = {"PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "tests")))}
     (tmp_path / "ref").mkdir()

@@ -118,7 +118,7 @@ def test_skipping_examples_continues_the_stream_exactly(pipelines):
 
 
 def test_interrupted_mirrored_run_resumes_under_one_device(tmp_path: Path, caplog, monkeypatch):
-    import kdist.plots as plots
+    import kdist.runs.plots as plots
 
     drawn: list[tuple[Path, list[float]]] = []  # the epochs of every curves.png drawn
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kdist.callbacks.cluster_speed import LOCAL_CLUSTER_ENV, ClusterSpeed, from_environment
-from kdist.launch_tasks import plan_tasks
+from kdist.launcher.tasks import plan_tasks
 
 
 def test_the_launcher_tells_every_task_the_shape_of_its_cluster(tmp_path: Path):

@@ -36,7 +36,8 @@ def test_every_group_has_schemas_and_an_intro():
 
 
 @pytest.mark.parametrize(
-    "module", ["kdist.config.groups", "kdist.config.constants", "kdist.run_dir", "kdist.fileio"]
+    "module",
+    ["kdist.config.groups", "kdist.config.constants", "kdist.runs.layout", "kdist.runs.fileio"],
 )
 def test_modules_that_models_and_data_read_import_no_tensorflow(module):
     code = f"import sys, {module}; print('tensorflow' in sys.modules)"

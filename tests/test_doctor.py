@@ -316,7 +316,7 @@ def test_the_full_doctor_passes_here(tmp_path: Path):
 
 
 def test_the_launch_network_row_says_which_mode_applies():
-    from kdist.sandbox import isolation_support
+    from kdist.launcher.sandbox import isolation_support
 
     private = doctor.check_launch_network(lambda: None)
     assert (private.status, private.name) == ("ok", "kdist.launch network")

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 from helpers import alive, launch_pids
 
-import kdist.supervisor
+import kdist.launcher.supervisor
 from kdist.config.errors import ConfigError
-from kdist.elastic import LOST_AFTER, ElasticPolicy
 from kdist.launch import run
-from kdist.launch_checks import check_elastic_batch, elastic_policy
-from kdist.launch_tasks import Task
-from kdist.supervisor import Watch
+from kdist.launcher.checks import check_elastic_batch, elastic_policy
+from kdist.launcher.elastic import LOST_AFTER, ElasticPolicy
+from kdist.launcher.supervisor import Watch
+from kdist.launcher.tasks import Task
 
 # --- the policy -------------------------------------------------------------------------
 
@@ -279,7 +279,9 @@ def test_a_failed_evaluator_is_reported_and_training_finishes():
 def test_a_due_grow_asks_the_first_trainer_to_save(monkeypatch):
     signals: list[tuple[int, int]] = []
     monkeypatch.setattr(
-        kdist.supervisor, "signal_group", lambda process, sig: signals.append((process.pid, sig))
+        kdist.launcher.supervisor,
+        "signal_group",
+        lambda process, sig: signals.append((process.pid, sig)),
     )
     said: list[str] = []
     tasks = [_task("worker", 0, None, trains=True), _task("worker", 1, None, trains=True)]
@@ -391,12 +393,12 @@ def test_a_trainer_stopped_for_a_grow_before_it_could_save_still_grows(monkeypat
     def sigterm(process, sig):  # still starting up: no save handler yet, killed by SIGTERM
         process.code = -signal.SIGTERM
 
-    monkeypatch.setattr(kdist.supervisor, "signal_group", sigterm)
+    monkeypatch.setattr(kdist.launcher.supervisor, "signal_group", sigterm)
     said: list[str] = []
     outcome = Watch(tasks=tasks, say=said.append, grow_due=lambda s: True).run()
     assert outcome.grow and outcome.failed is tasks[0] and outcome.status == -15
     policy = ElasticPolicy(workers=3, min_workers=2, max_restarts=2, grow_after=1)
     policy.after_failure(worker=2)
     policy.after_failure(worker=2)
-    assert kdist.supervisor._decide(outcome, tasks[0], policy).workers == 3
+    assert kdist.launcher.supervisor._decide(outcome, tasks[0], policy).workers == 3
     assert policy.active == [0, 1, 2] and policy.restarts == 2

@@ -1,4 +1,4 @@
-"""The README's table of exit statuses is the one `kdist/exit_codes.py` defines."""
+"""The README's table of exit statuses is the one `kdist/process/exit_codes.py` defines."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import re
 
 from helpers import REPO
 
-from kdist import exit_codes
 from kdist.callbacks.guards import EXIT_NON_FINITE
 from kdist.callbacks.preemption import EXIT_RESTART
 from kdist.config.errors import EXIT_CONFIG_ERROR
+from kdist.process import exit_codes
 
 
 def _readme_table() -> dict[int, tuple[str, str]]:
@@ -83,7 +83,7 @@ def _literal_statuses(source: str) -> list[tuple[str, int]]:
 
 
 def test_no_module_spells_a_status_as_a_number():
-    """`kdist/exit_codes.py` is the only place that writes 1, 2, 3, 4, 5, 42 or 130."""
+    """`kdist/process/exit_codes.py` is the only place that writes 1, 2, 3, 4, 5, 42 or 130."""
     statuses = {code for code in exit_codes.EXIT_CODES if code != exit_codes.EXIT_OK}
     found = []
     for path in sorted((REPO / "kdist").rglob("*.py")):
@@ -92,7 +92,7 @@ def test_no_module_spells_a_status_as_a_number():
         for what, number in _literal_statuses(path.read_text()):
             if number in statuses and (path.name, what) not in _NOT_YET_MOVED:
                 found.append(f"{path.relative_to(REPO)}: {what}")
-    assert not found, "use the names in kdist/exit_codes.py:\n" + "\n".join(found)
+    assert not found, "use the names in kdist/process/exit_codes.py:\n" + "\n".join(found)
 
 
 def test_the_literal_scan_finds_literals():

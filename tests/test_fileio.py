@@ -1,4 +1,4 @@
-"""kdist.fileio: atomic writes and CSV reading (no TensorFlow; fast)."""
+"""kdist.runs.fileio: atomic writes and CSV reading (no TensorFlow; fast)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kdist.fileio import (
+from kdist.runs.fileio import (
     atomic_directory,
     atomic_path,
     read_csv,

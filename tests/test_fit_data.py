@@ -21,7 +21,7 @@ from helpers import compose
 import kdist
 from kdist.config.errors import ConfigError
 from kdist.data.in_hand import given_data
-from kdist.fileio import read_csv
+from kdist.runs.fileio import read_csv
 
 BASE = [
     "model=mlp",

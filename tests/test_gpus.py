@@ -17,8 +17,8 @@ import pytest
 from helpers import alive, launch_pids
 
 from kdist.config.errors import ConfigError
-from kdist.gpus import ALLOW_GROWTH, detect_gpus, plan_gpus
 from kdist.launch import _plan, run
+from kdist.launcher.gpus import ALLOW_GROWTH, detect_gpus, plan_gpus
 
 FOUR = ["0", "1", "2", "3"]
 

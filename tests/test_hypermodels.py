@@ -22,9 +22,9 @@ from helpers import LOGICAL, compose, run_module
 
 import kdist
 from kdist.config import ConfigError
-from kdist.fileio import read_csv
 from kdist.models import from_config
 from kdist.models import hypermodel as hm
+from kdist.runs.fileio import read_csv
 from kdist.tune import _default_space
 from kdist.tuning import run as run_search
 from kdist.tuning.space import Space

@@ -43,9 +43,14 @@ from conformance_models import (
 from helpers import REPO, compose
 
 import kdist
-from kdist.compiling import build_loss, build_loss_weights, build_metrics, check_class_weight
 from kdist.config import ConfigError
 from kdist.engine.building import optimizer_steps
+from kdist.modeling.compiling import (
+    build_loss,
+    build_loss_weights,
+    build_metrics,
+    check_class_weight,
+)
 
 EXAMPLES, BATCH, EPOCHS = 64, 16, 2
 LEARNING_RATE = 0.01
@@ -489,7 +494,7 @@ def test_bad_loss_from_the_command_line_exits_2_with_one_line(tmp_path: Path):
 
 
 def test_validation_of_a_lookup_table_model_under_parameter_servers_is_refused():
-    from kdist.modeling import check_lookup_tables
+    from kdist.modeling.build import check_lookup_tables
 
     model = text_lookup()
     check_lookup_tables(model, parameter_server=True, validates=False)

@@ -24,8 +24,8 @@ from helpers import SMALL_JOB, alive, compose, launch_pids
 
 import kdist
 from kdist.cluster.chief import scratch_prefix
-from kdist.fileio import read_csv
 from kdist.launch import free_ports, run
+from kdist.runs.fileio import read_csv
 
 pytestmark = pytest.mark.multiworker
 

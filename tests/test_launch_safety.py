@@ -23,7 +23,7 @@ import kdist.launch
 from kdist.cluster.chief import scratch_prefix
 from kdist.config.errors import ConfigError
 from kdist.launch import check_strategy, run
-from kdist.sandbox import isolation_support
+from kdist.launcher.sandbox import isolation_support
 
 pytestmark = pytest.mark.multiworker
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from helpers import alive, launch_pids
 
-import kdist.launch_tasks
+import kdist.launcher.tasks
 import kdist.server
 from kdist.cluster import parse_tf_config
 from kdist.launch import run
-from kdist.launch_tasks import (
+from kdist.launcher.tasks import (
     INTRA_OP_THREADS,
     PIN_CORES_ENV,
     cores_of_workers,
@@ -41,7 +41,7 @@ def _plan(tmp_path: Path, *, workers: int, ps: int = 0, env: dict[str, str] | No
 
 @pytest.mark.parametrize(("cores", "workers", "each"), [(8, 2, 4), (8, 3, 2), (2, 2, 1), (2, 4, 1)])
 def test_each_worker_gets_its_share_of_the_cores(tmp_path: Path, monkeypatch, cores, workers, each):
-    monkeypatch.setattr(kdist.launch_tasks, "_cores", lambda: cores)
+    monkeypatch.setattr(kdist.launcher.tasks, "_cores", lambda: cores)
     tasks = _plan(tmp_path, workers=workers)
     assert _threads(tasks) == {("worker", i): str(each) for i in range(workers)}
 
@@ -49,7 +49,7 @@ def test_each_worker_gets_its_share_of_the_cores(tmp_path: Path, monkeypatch, co
 def test_parameter_server_workers_share_the_cores_and_the_others_keep_the_default(
     tmp_path: Path, monkeypatch
 ):
-    monkeypatch.setattr(kdist.launch_tasks, "_cores", lambda: 4)
+    monkeypatch.setattr(kdist.launcher.tasks, "_cores", lambda: 4)
     tasks = _plan(tmp_path, workers=2, ps=1)
     assert _threads(tasks) == {
         ("ps", 0): None,
@@ -60,7 +60,7 @@ def test_parameter_server_workers_share_the_cores_and_the_others_keep_the_defaul
 
 
 def test_the_users_setting_wins(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(kdist.launch_tasks, "_cores", lambda: 8)
+    monkeypatch.setattr(kdist.launcher.tasks, "_cores", lambda: 8)
     assert threads_per_worker(2, {INTRA_OP_THREADS: "3"}) is None
     tasks = _plan(tmp_path, workers=2, ps=1, env={INTRA_OP_THREADS: "3"})
     assert set(_threads(tasks).values()) == {"3"}
@@ -86,7 +86,7 @@ def test_launched_workers_see_their_share_and_the_launch_says_so(tmp_path: Path,
         "PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
     )
     monkeypatch.delenv(INTRA_OP_THREADS, raising=False)
-    monkeypatch.setattr(kdist.launch_tasks, "_cores", lambda: 2)
+    monkeypatch.setattr(kdist.launcher.tasks, "_cores", lambda: 2)
     cpus = sorted(os.sched_getaffinity(0))
     log = io.StringIO()
     code = run(2, [], module="showthreads", run_dir=tmp_path / "r", output=log, timeout=120)
@@ -107,7 +107,7 @@ def _cores_by_task(tasks) -> dict[tuple[str, int], tuple[int, ...] | None]:
 
 
 def test_workers_are_pinned_to_disjoint_shares_of_the_cpus(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(kdist.launch_tasks, "_cpus", lambda: list(range(16)))
+    monkeypatch.setattr(kdist.launcher.tasks, "_cpus", lambda: list(range(16)))
     mwms = _cores_by_task(_plan(tmp_path, workers=2))
     assert mwms == {("worker", 0): tuple(range(8)), ("worker", 1): tuple(range(8, 16))}
     ps = _cores_by_task(_plan(tmp_path, workers=3, ps=2))
@@ -116,7 +116,7 @@ def test_workers_are_pinned_to_disjoint_shares_of_the_cpus(tmp_path: Path, monke
 
 
 def test_pinning_can_be_turned_off_and_needs_a_core_per_worker(monkeypatch):
-    monkeypatch.setattr(kdist.launch_tasks, "_cpus", lambda: [0, 1])
+    monkeypatch.setattr(kdist.launcher.tasks, "_cpus", lambda: [0, 1])
     assert cores_of_workers(2, {}) == [(0,), (1,)]
     assert cores_of_workers(2, {PIN_CORES_ENV: "0"}) is None
     assert cores_of_workers(3, {}) is None  # fewer cores than workers: the OS shares them

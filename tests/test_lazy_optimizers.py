@@ -1,4 +1,4 @@
-"""Row-sparse Adam and Adagrad (kdist.lazy_optimizers) against a NumPy reference.
+"""Row-sparse Adam and Adagrad (kdist.modeling.lazy_optimizers) against a NumPy reference.
 
 Lazy Adam (TensorFlow Addons' semantics): for the rows a batch looked up (duplicate ids
 summed), m and v move as in Adam and the row takes Adam's bias-corrected step; every
@@ -16,10 +16,10 @@ import tensorflow as tf
 from helpers import compose
 
 import kdist
-from kdist import optimizers
 from kdist.config import ConfigError
 from kdist.config.validate import validate
-from kdist.lazy_optimizers import LazyAdagrad, LazyAdam, is_lazy, sparse_lookups
+from kdist.modeling import optimizers
+from kdist.modeling.lazy_optimizers import LazyAdagrad, LazyAdam, is_lazy, sparse_lookups
 from kdist.strategies import mirrored
 
 ROWS, DIM = 5000, 8
@@ -266,7 +266,7 @@ def test_accumulated_sparse_gradients_stay_sparse():
 
 
 def test_loss_scaling_keeps_the_update_lazy():
-    from kdist.lazy_optimizers import SparseLossScaleOptimizer
+    from kdist.modeling.lazy_optimizers import SparseLossScaleOptimizer
 
     table = keras.Variable(np.ones((100, 4), np.float32))
     optimizer = SparseLossScaleOptimizer(LazyAdam(learning_rate=0.1))

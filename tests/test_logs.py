@@ -14,8 +14,8 @@ import pytest
 from helpers import compose
 
 import kdist
-from kdist import quiet
 from kdist.callbacks.progress import ProgressBar
+from kdist.process import quiet
 
 
 def _bar_list(bar: ProgressBar, *, steps: int, verbose: int = 1) -> keras.callbacks.CallbackList:

@@ -13,8 +13,8 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from kdist.fileio import read_csv
-from kdist.sweep import SummaryCallback
+from kdist.runs.fileio import read_csv
+from kdist.runs.sweep import SummaryCallback
 
 FAST = ["trainer=fast_dev", "trainer.verbose=0", "callbacks=minimal"]
 
@@ -143,7 +143,7 @@ def test_single_runs_write_no_summary(tmp_path: Path):
 
 def test_summary_callback_is_registered_in_train_yaml():
     config = OmegaConf.load(REPO / "kdist" / "conf" / "train.yaml")
-    assert config.hydra.callbacks.summary._target_ == "kdist.sweep.SummaryCallback"
+    assert config.hydra.callbacks.summary._target_ == "kdist.runs.sweep.SummaryCallback"
 
 
 @pytest.mark.slow

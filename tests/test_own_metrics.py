@@ -23,7 +23,7 @@ from helpers import LOGICAL, REPO, compose, run_module
 
 import kdist
 from kdist.config import ConfigError
-from kdist.fileio import read_csv
+from kdist.runs.fileio import read_csv
 
 EXAMPLES, BATCH = 64, 16
 

@@ -37,7 +37,7 @@ from kdist.engine.ps_runner import (
 )
 from kdist.evaluate import evaluate_run
 from kdist.launch import _plan, free_ports, run
-from kdist.modeling import check_parameter_server
+from kdist.modeling.build import check_parameter_server
 from kdist.models.wide_deep import FieldBuckets, wide_deep
 from kdist.strategies.parameter_server import parameter_server, partitioner
 

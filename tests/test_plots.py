@@ -1,4 +1,4 @@
-"""kdist.plots (curves.png, sweep plots) and the Curves callback. Cost: ~5 s."""
+"""kdist.runs.plots (curves.png, sweep plots) and the Curves callback. Cost: ~5 s."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from matplotlib.figure import Figure
 
-from kdist import plots
 from kdist.callbacks.curves import Curves, wait_for_writes
+from kdist.runs import plots
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

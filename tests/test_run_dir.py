@@ -1,4 +1,4 @@
-"""The run-directory format is defined once (kdist.run_dir); conf/train.yaml agrees with it."""
+"""The run-directory format is defined once (kdist.runs.layout); conf/train.yaml agrees with it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 from helpers import REPO
 
-from kdist.run_dir import HYDRA_RUN_DIR, HYDRA_SWEEP_DIR, default_run_dir
+from kdist.runs.layout import HYDRA_RUN_DIR, HYDRA_SWEEP_DIR, default_run_dir
 
 WHEN = datetime(2026, 11, 21, 10, 0, 5, 123456)
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from helpers import LOGICAL, REPO, compose, run_module
 
-from kdist import resume_check, run_lock
 from kdist.config import ConfigError
+from kdist.runs import lock as run_lock
+from kdist.runs import resume_check
 
 
 def _errors(result: subprocess.CompletedProcess) -> list[str]:

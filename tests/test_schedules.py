@@ -16,8 +16,8 @@ from helpers import compose
 import kdist
 from kdist.config.errors import ConfigError
 from kdist.config.validate import validate
-from kdist.optimizers import scaled_learning_rate
-from kdist.schedules import WarmUp, build_schedule
+from kdist.modeling.optimizers import scaled_learning_rate
+from kdist.modeling.schedules import WarmUp, build_schedule
 
 
 def _rate(optimizer: keras.optimizers.Optimizer, step: int) -> float:

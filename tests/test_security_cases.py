@@ -183,7 +183,8 @@ def test_predict_refuses_a_wrong_shape_and_a_garbage_model_in_one_line(tmp_path:
 
 
 def test_the_sidecar_says_there_is_no_checkpoint_and_gives_up(tmp_path: Path, capsys, monkeypatch):
-    from kdist import evaluate, sidecar
+    from kdist import evaluate
+    from kdist.evaluation import sidecar
 
     run_dir = _run_with_model(tmp_path)
     monkeypatch.setattr(sidecar, "IDLE_SECONDS", 0.3)

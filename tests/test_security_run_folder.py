@@ -18,9 +18,10 @@ import pytest
 from helpers import LOGICAL, compose, run_module
 from omegaconf import OmegaConf
 
-from kdist import resume_check, run_lock
 from kdist.config import ConfigError
-from kdist.fileio import LinkError, open_nofollow
+from kdist.runs import lock as run_lock
+from kdist.runs import resume_check
+from kdist.runs.fileio import LinkError, open_nofollow
 from kdist.train import accept_run_dir
 
 

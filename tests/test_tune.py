@@ -23,14 +23,15 @@ from helpers import LOGICAL, REPO, compose, free_port, run_module
 
 import kdist
 from kdist.config import ConfigError
-from kdist.fileio import read_csv
+from kdist.runs.fileio import read_csv
 from kdist.tuning import oracles as tuning_oracles
 from kdist.tuning import run as run_search
 from kdist.tuning.oracle_chief import OracleServer
 from kdist.tuning.oracle_client import DeadlineOracleClient, Heartbeat, OracleUnreachable
+from kdist.tuning.override_text import format_value, parse_value
 from kdist.tuning.plan import TrialPlan, base_overrides, trial_config_name
 from kdist.tuning.roles import Role, resolve_role
-from kdist.tuning.space import Space, format_value, parse_value
+from kdist.tuning.space import Space
 
 # Tiny trials for in-process searches (a few seconds each search).
 TINY = ["trainer=fast_dev", "trainer.verbose=0", "callbacks=minimal", "tuner.verbose=0"]

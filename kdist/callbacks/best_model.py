@@ -10,7 +10,7 @@ from typing import Any
 
 import keras
 
-from kdist.fileio import atomic_directory, atomic_path
+from kdist.runs.fileio import atomic_directory, atomic_path
 
 __all__ = ["BestModelExport", "save_model_files"]
 

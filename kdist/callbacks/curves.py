@@ -159,7 +159,7 @@ class Curves(keras.callbacks.Callback):
         return self._write(self.records)
 
     def _write(self, records: list[dict[str, float]]) -> Path | None:
-        from kdist.plots import write_curves
+        from kdist.runs.plots import write_curves
 
         if not any(not math.isnan(v) for r in records for k, v in r.items() if k != "epoch"):
             return None

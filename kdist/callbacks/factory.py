@@ -31,7 +31,7 @@ from kdist.callbacks.tensorboard import EpochTensorBoard
 from kdist.config.build import instantiate
 from kdist.config.errors import ConfigError
 from kdist.config.validate import parse_update_freq
-from kdist.fileio import read_csv_numbers
+from kdist.runs.fileio import read_csv_numbers
 
 __all__ = ["RunCallbacks", "build", "build_run", "monitor_mode"]
 
@@ -45,7 +45,7 @@ def monitor_mode(monitor: str, mode: str, directions: Mapping[str, str]) -> str:
     """
     if mode != "auto":
         return mode
-    from kdist.compiling import direction_of
+    from kdist.modeling.compiling import direction_of
 
     name = monitor.removeprefix("val_")
     if name in directions:

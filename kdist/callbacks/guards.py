@@ -7,7 +7,7 @@ from typing import Any
 
 import keras
 
-from kdist.exit_codes import EXIT_NON_FINITE
+from kdist.process.exit_codes import EXIT_NON_FINITE
 
 __all__ = ["EXIT_NON_FINITE", "NonFiniteGuard", "NonFiniteLossError", "NonFiniteWeightsError"]
 

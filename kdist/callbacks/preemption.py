@@ -15,7 +15,7 @@ import keras
 import tensorflow as tf
 
 from kdist.cluster import chief
-from kdist.exit_codes import EXIT_INTERRUPTED, EXIT_RESTART
+from kdist.process.exit_codes import EXIT_INTERRUPTED, EXIT_RESTART
 
 __all__ = ["EXIT_RESTART", "PreemptionSave", "save_on_ctrl_c"]
 

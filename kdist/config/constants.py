@@ -31,12 +31,12 @@ OPTIMIZER_KDIST_KEYS = (
     "sparse_updates",
 )
 # `optimizer._target_` -> its row-sparse form (`optimizer.sparse_updates=true`,
-# kdist.lazy_optimizers); an optimizer missing here has none.
+# kdist.modeling.lazy_optimizers); an optimizer missing here has none.
 LAZY_OPTIMIZERS = {
-    "keras.optimizers.Adam": "kdist.lazy_optimizers.LazyAdam",
-    "keras.optimizers.Adagrad": "kdist.lazy_optimizers.LazyAdagrad",
-    "kdist.lazy_optimizers.LazyAdam": "kdist.lazy_optimizers.LazyAdam",
-    "kdist.lazy_optimizers.LazyAdagrad": "kdist.lazy_optimizers.LazyAdagrad",
+    "keras.optimizers.Adam": "kdist.modeling.lazy_optimizers.LazyAdam",
+    "keras.optimizers.Adagrad": "kdist.modeling.lazy_optimizers.LazyAdagrad",
+    "kdist.modeling.lazy_optimizers.LazyAdam": "kdist.modeling.lazy_optimizers.LazyAdam",
+    "kdist.modeling.lazy_optimizers.LazyAdagrad": "kdist.modeling.lazy_optimizers.LazyAdagrad",
 }
 LR_SCHEDULES = (None, "cosine")
 # Set by `kdist.launch` on the tasks of a local cluster: "<workers>,<ps>"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any, NoReturn
 
-from kdist.exit_codes import EXIT_CONFIG_ERROR
+from kdist.process.exit_codes import EXIT_CONFIG_ERROR
 
 __all__ = ["EXIT_CONFIG_ERROR", "ConfigError", "exit_with"]
 

@@ -195,7 +195,7 @@ class OptimizerConfig:
     learning_rate: float = 1e-3
     # kdist: scale `learning_rate` with the replica count: none, linear or sqrt.
     lr_scaling: str = "none"
-    # kdist: learning-rate schedule (kdist.schedules): null (constant) or cosine, after
+    # kdist: learning-rate schedule (kdist.modeling.schedules): null (constant) or cosine, after
     # `warmup_steps` of linear warm-up; cosine decays over `decay_steps` (null: the rest
     # of the run) down to `alpha` times the peak rate.
     schedule: str | None = None
@@ -204,7 +204,8 @@ class OptimizerConfig:
     alpha: float = 0.0
     clipnorm: float | None = None
     # kdist: true updates only the embedding rows a batch looked up, moments included
-    # (kdist.lazy_optimizers: Adam and Adagrad have a row-sparse form; others stop, status 2).
+    # (kdist.modeling.lazy_optimizers: Adam and Adagrad have a row-sparse form; others stop,
+    # status 2).
     sparse_updates: bool = False
 
 
@@ -263,7 +264,7 @@ class TrainerConfig:
     # statistics over the global batch (Keras's synchronized=True) under mirrored and
     # multi-worker strategies.
     sync_batchnorm: bool = False
-    # What `model.compile` takes (kdist.compiling): a Keras name (mse), a _target_ node, or
+    # What `model.compile` takes (kdist.modeling.compiling): a Keras name (mse), a _target_ node, or
     # a mapping from output names to those. null: SparseCategoricalCrossentropy on logits,
     # what kdist's built-in classifiers output. A name or null here lets an override
     # replace it wholesale (Hydra merges a mapping into a mapping).
@@ -277,7 +278,7 @@ class TrainerConfig:
     # multiplied by the weight of its class. null: none.
     class_weight: Any = None
     # true: resume a run folder's checkpoints even though model, data, optimizer, seed or
-    # loss changed (kdist.resume_check lists the keys; without it the run stops, status 2).
+    # loss changed (kdist.runs.resume_check lists the keys; without it the run stops, status 2).
     allow_resume_changes: bool = False
     # true: train into a run folder that already holds files kdist does not write (a
     # dataset folder, say); without it such a folder is refused (status 2), untouched.

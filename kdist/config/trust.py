@@ -8,12 +8,13 @@ unless the user says the folder is trusted (`trust_run_dir=true`).
 
 Trust is decided on the object a `_target_` resolves to, not on its spelling: the dotted
 path is walked as Hydra's `_locate` walks it, every step before the last must be a module
-of that very name (never a module reached as an attribute of another, such as
-`kdist.data.files.tf` or `kdist.data.csv_source.os`), and the object found must be a
-public class or function *defined* in one of kdist's or Keras's building-block modules
-(`TRUSTED_PREFIXES`, `TRUSTED_DEFINITIONS`). Only paths that start with a trusted prefix
-are imported at all. Every `_target_` of the tree is checked: nested ones, those under
-`_args_`, and `_partial_` ones.
+of that very name (or the module an old name moved to, `kdist.compat.moved`; never a
+module reached as an attribute of another, such as `kdist.data.files.tf` or
+`kdist.data.csv_source.os`), and the object found must be a public class or function
+*defined* in one of kdist's or Keras's building-block modules (`TRUSTED_PREFIXES`,
+`TRUSTED_DEFINITIONS`). Only paths that start with a trusted prefix are imported at all.
+Every `_target_` of the tree is checked: nested ones, those under `_args_`, and
+`_partial_` ones.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from kdist.compat.moved import new_name
 from kdist.config.errors import ConfigError
 
 __all__ = ["TRUSTED_PREFIXES", "TRUST_FLAG", "check_trusted_targets", "trusted_target"]
@@ -38,10 +40,14 @@ TRUSTED_PREFIXES = (
     "kdist.strategies.",
     "kdist.models.",
     "kdist.data.",
-    "kdist.optimizers.",
-    "kdist.schedules.",
+    "kdist.modeling.optimizers.",
+    "kdist.modeling.schedules.",
     "kdist.callbacks.",
     "kdist.tuning.oracles.",
+    "kdist.modeling.lazy_optimizers.",
+    # Their paths before kdist 0.10 (`kdist.compat.moved`), as saved configs spell them.
+    "kdist.optimizers.",
+    "kdist.schedules.",
     "kdist.lazy_optimizers.",
     "keras.losses.",
     "keras.metrics.",
@@ -58,11 +64,11 @@ TRUSTED_DEFINITIONS = (
     "kdist.strategies",
     "kdist.models",
     "kdist.data",
-    "kdist.optimizers",
-    "kdist.schedules",
+    "kdist.modeling.optimizers",
+    "kdist.modeling.schedules",
     "kdist.callbacks",
     "kdist.tuning.oracles",
-    "kdist.lazy_optimizers",
+    "kdist.modeling.lazy_optimizers",
     "keras.src.losses",
     "keras.src.metrics",
     "keras.src.optimizers",
@@ -102,7 +108,8 @@ def _resolve(target: str) -> Any:
     obj: Any = importlib.import_module(parts[0])
     for depth in range(1, len(parts)):
         name = ".".join(parts[:depth])
-        if not isinstance(obj, types.ModuleType) or obj.__name__ != name:
+        # A module that moved is the same object under its old name (`kdist.compat.moved`).
+        if not isinstance(obj, types.ModuleType) or obj.__name__ != new_name(name):
             return None
         try:
             obj = getattr(obj, parts[depth])

@@ -333,7 +333,7 @@ def validate(cfg: DictConfig) -> None:
     check_positive("trainer.validation_freq", trainer.validation_freq)
     check_positive("trainer.accumulate_steps", trainer.get("accumulate_steps", 1))
     check_allreduce_dtype(cfg)
-    from kdist.compiling import check_compile, resolve_objective
+    from kdist.modeling.compiling import check_compile, resolve_objective
 
     check_compile(trainer)
     resolve_objective(cfg)

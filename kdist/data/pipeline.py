@@ -9,12 +9,12 @@ from typing import Any
 
 import tensorflow as tf
 
-from kdist.compiling import check_class_weight
 from kdist.config.build import instantiate
 from kdist.config.errors import ConfigError
 from kdist.data.augment import augment, check_augment, is_enabled
 from kdist.data.files import FileSource
 from kdist.data.source import Source
+from kdist.modeling.compiling import check_class_weight
 
 __all__ = [
     "DatasetFn",

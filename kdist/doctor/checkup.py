@@ -24,7 +24,7 @@ from kdist.doctor.probes import (
 from kdist.doctor.rules import check_rules
 from kdist.doctor.table import Check, render
 from kdist.doctor.versions import TF_DISTRIBUTIONS, check_versions, installed
-from kdist.exit_codes import EXIT_FAILED, EXIT_OK
+from kdist.process.exit_codes import EXIT_FAILED, EXIT_OK
 
 __all__ = ["main", "run_doctor"]
 

@@ -160,9 +160,9 @@ def check_launch_network(support: Callable[[], str | None] | None = None) -> Che
 
     Args:
         support: returns why a private network namespace cannot be made, or `None`.
-            Defaults to `None`: `kdist.sandbox.isolation_support`.
+            Defaults to `None`: `kdist.launcher.sandbox.isolation_support`.
     """
-    from kdist.sandbox import isolation_support
+    from kdist.launcher.sandbox import isolation_support
 
     probe = isolation_support if support is None else support
     try:

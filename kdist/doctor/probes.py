@@ -76,7 +76,7 @@ class ProbeResult:
 
     def last_error(self) -> str:
         """The most telling line of the output: the last that is not TensorFlow noise."""
-        from kdist.quiet import stderr_noise
+        from kdist.process.quiet import stderr_noise
 
         noise = [*stderr_noise(), re.compile(r"failed call to cuInit")]
         for text in (self.stderr, self.stdout):
@@ -165,8 +165,8 @@ def _emit(payload: Mapping[str, Any]) -> None:
 
 def probe_tensorflow() -> None:
     """In a probe process: report TensorFlow's versions and devices."""
-    from kdist.quiet import filtered_stderr, stderr_noise
-    from kdist.runtime import quiet_tensorflow
+    from kdist.process.quiet import filtered_stderr, stderr_noise
+    from kdist.process.runtime import quiet_tensorflow
 
     quiet_tensorflow(2)
     import keras
@@ -201,7 +201,7 @@ def probe_tensorflow() -> None:
 
 def probe_strategy(name: str, overrides: Sequence[str]) -> None:
     """In a probe process: train the probe job under strategy `name`; report the result."""
-    from kdist.runtime import quiet_tensorflow
+    from kdist.process.runtime import quiet_tensorflow
 
     quiet_tensorflow(2)
     import kdist

@@ -7,7 +7,7 @@ from typing import Any
 import keras
 
 from kdist.engine.sharded import training_variables
-from kdist.lazy_optimizers import is_lazy, sparse_lookups
+from kdist.modeling.lazy_optimizers import is_lazy, sparse_lookups
 
 __all__ = ["UnbuildableModel", "build_for_training", "optimizer_steps", "own_optimizers"]
 

@@ -23,9 +23,9 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from kdist.compiling import direction_of, resolve_objective
 from kdist.config.errors import ConfigError
 from kdist.config.validate import validate
+from kdist.modeling.compiling import direction_of, resolve_objective
 from kdist.models import hypermodel
 from kdist.tuning import hparams, oracles, results
 from kdist.tuning.oracle_chief import OracleServer
@@ -105,8 +105,8 @@ def _add_hypermodel(
             for a compile key tuned for a model its hypermodel compiles; naming
             `tuner.space` when nothing is left to tune.
     """
-    from kdist import runtime
     from kdist.data.pipeline import build_source
+    from kdist.process import runtime
 
     # Building the model starts TensorFlow: logical devices, seeds and precision first.
     runtime.setup(base_cfg.runtime)

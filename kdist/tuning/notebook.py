@@ -125,7 +125,7 @@ class Tuner:
             raise ValueError(f"`max_trials` ({max_trials}) must be a positive integer.")
         if isinstance(hypermodel, type):
             hypermodel = hypermodel()
-        from kdist.run_dir import default_run_dir
+        from kdist.runs.layout import default_run_dir
 
         self.hypermodel = hypermodel
         self.objective = objective

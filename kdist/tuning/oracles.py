@@ -29,11 +29,11 @@ from keras_tuner.src.engine import trial as trial_module
 from keras_tuner.src.tuners import bayesian, hyperband, randomsearch
 from omegaconf import DictConfig, OmegaConf
 
-from kdist.compiling import resolve_objective
 from kdist.config.build import instantiate
 from kdist.config.errors import ConfigError
 from kdist.config.validate import check_choice, check_positive, check_target_keys
-from kdist.fileio import write_text_atomic
+from kdist.modeling.compiling import resolve_objective
+from kdist.runs.fileio import write_text_atomic
 
 __all__ = [
     "KDIST_TUNER_KEYS",

@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from kdist.fileio import write_csv_atomic, write_text_atomic
-from kdist.sweep import plot_table
+from kdist.runs.fileio import write_csv_atomic, write_text_atomic
+from kdist.runs.sweep import plot_table
 from kdist.tuning.oracles import TrialStatus, reason
 from kdist.tuning.plan import TrialPlan
 

@@ -34,7 +34,7 @@ from kdist.data.tfrecords.manifest import (
     read_manifest,
     whole_file_entry,
 )
-from kdist.fileio import atomic_path, write_text_atomic
+from kdist.runs.fileio import atomic_path, write_text_atomic
 
 __all__ = ["write_manifest", "write_tfrecords"]
 

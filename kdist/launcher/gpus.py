@@ -10,7 +10,7 @@ nothing is set.
 Example:
 
 ```python
-from kdist.gpus import plan_gpus
+from kdist.launcher.gpus import plan_gpus
 plan_gpus(gpu_ids=["0", "1", "2", "3"], workers=2, gpus_per_worker=2)
 # {("worker", 0): "0,1", ("worker", 1): "2,3"}
 ```

@@ -31,7 +31,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from kdist.config.errors import ConfigError
-from kdist.fileio import write_text_atomic
+from kdist.runs.fileio import write_text_atomic
 
 __all__ = [
     "ALLOW_KEY",

@@ -7,8 +7,8 @@ import logging
 import warnings
 from typing import Any
 
-from kdist import quiet
 from kdist.config.errors import ConfigError
+from kdist.process import quiet
 
 __all__ = ["INTRA_OP_THREADS", "enable_memory_growth", "quiet_tensorflow", "setup"]
 
@@ -22,7 +22,7 @@ def quiet_tensorflow(level: int = 2) -> None:
     """Turn down TensorFlow's C++ log noise; effective only before TensorFlow is imported.
 
     At level 1 or more it also drops the start-up lines the variable cannot silence
-    (see `kdist.quiet`).
+    (see `kdist.process.quiet`).
 
     Args:
         level: `TF_CPP_MIN_LOG_LEVEL` (0 all, 1 no INFO, 2 no WARNING, 3 no ERROR); an

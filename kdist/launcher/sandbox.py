@@ -4,7 +4,7 @@ TensorFlow's gRPC servers bind every interface and have no authentication. On Li
 launcher runs its tasks in a private network namespace: it holds only a loopback
 interface, so the tasks talk to each other on 127.0.0.1 and nothing outside this machine
 (nor outside the namespace) can connect to their ports. The namespace is made by a small
-guardian process (`python -m kdist.sandbox`), which also cleans up after the launcher:
+guardian process (`python -m kdist.launcher.sandbox`), which also cleans up after the launcher:
 when the launcher's end of its stdin closes (the launcher exited, however it died, even
 by SIGKILL), it kills the tasks' process groups and removes their scratch folders.
 
@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kdist.exit_codes import EXIT_FAILED
+from kdist.process.exit_codes import EXIT_FAILED
 
 __all__ = ["Guardian", "die_with_parent", "isolation_support", "start_in_own_group"]
 
@@ -105,7 +105,7 @@ def isolation_support() -> str | None:
     if _LIBC is None:
         return "network namespaces need Linux"
     probe = subprocess.run(
-        [sys.executable, "-m", "kdist.sandbox", "--probe"],
+        [sys.executable, "-m", "kdist.launcher.sandbox", "--probe"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -150,7 +150,7 @@ class Guardian:
 
     def __init__(self, *, isolate: bool):
         self.isolate = isolate
-        command = [sys.executable, "-m", "kdist.sandbox"]
+        command = [sys.executable, "-m", "kdist.launcher.sandbox"]
         if isolate:
             command.append("--net")
         self._process = start_in_own_group(command, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -260,8 +260,8 @@ def _guard() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of `python -m kdist.sandbox` (started by `kdist.launch`)."""
-    parser = argparse.ArgumentParser(prog="python -m kdist.sandbox")
+    """Entry point of `python -m kdist.launcher.sandbox` (started by `kdist.launch`)."""
+    parser = argparse.ArgumentParser(prog="python -m kdist.launcher.sandbox")
     parser.add_argument("--net", action="store_true", help="make a private network namespace")
     parser.add_argument("--probe", action="store_true", help="check that one can be made")
     args = parser.parse_args(argv)

@@ -9,13 +9,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kdist import compiling, models, optimizers
+from kdist import models
 from kdist.config.errors import ConfigError
 from kdist.data.checks import check_label_range
 from kdist.data.pipeline import run_dataset_fn
 from kdist.data.source import ArraySource, Source
 from kdist.engine import Runner, Schedule, build_for_training, make_runner
 from kdist.engine.building import UnbuildableModel, rebuild_in_scope, synchronize_batchnorm
+from kdist.modeling import compiling, optimizers
 
 __all__ = [
     "check_lookup_tables",

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kdist.config.errors import ConfigError
-from kdist.elastic import ElasticPolicy
+from kdist.launcher.elastic import ElasticPolicy
 
 __all__ = ["check_elastic_batch", "check_strategy", "elastic_policy"]
 

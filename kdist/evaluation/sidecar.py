@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from kdist.config.errors import ConfigError
-from kdist.fileio import open_nofollow, read_csv
-from kdist.run_dir import linked_entries
+from kdist.runs.fileio import open_nofollow, read_csv
+from kdist.runs.layout import linked_entries
 
 __all__ = ["IDLE_SECONDS", "watch"]
 
@@ -39,7 +39,7 @@ IDLE_SECONDS = 120.0
 
 def _training(run_dir: Path) -> bool:
     """Whether a run holds `run_dir`'s lock (is training there now)."""
-    from kdist import run_lock
+    from kdist.runs import lock as run_lock
 
     try:
         run_lock.check_free(run_dir)

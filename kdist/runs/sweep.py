@@ -24,7 +24,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from kdist.fileio import write_csv_atomic
+from kdist.runs.fileio import write_csv_atomic
 
 __all__ = [
     "SummaryCallback",
@@ -143,7 +143,7 @@ def plot_table(path: Path, **kwargs: Any) -> None:
     A plot is a convenience: failing to draw one (no finished job yet) is logged, never
     raised, so it cannot stop a sweep.
     """
-    from kdist.plots import write_sweep
+    from kdist.runs.plots import write_sweep
 
     try:
         write_sweep(path, **kwargs)

@@ -8,9 +8,9 @@ Example:
 
 ```python
 history = exp.fit()
-kdist.plots.history_figure(history)                 # in a notebook
-kdist.plots.write_curves(history, "curves.png")     # to a file
-kdist.plots.write_sweep("multirun/2026-11-21/10-00-00/summary.csv")   # -> summary.png
+kdist.runs.plots.history_figure(history)                 # in a notebook
+kdist.runs.plots.write_curves(history, "curves.png")     # to a file
+kdist.runs.plots.write_sweep("multirun/2026-11-21/10-00-00/summary.csv")   # -> summary.png
 ```
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from kdist.fileio import atomic_path, read_csv
+from kdist.runs.fileio import atomic_path, read_csv
 
 __all__ = [
     "OBJECTIVE_COLUMNS",

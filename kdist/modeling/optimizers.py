@@ -13,8 +13,8 @@ from kdist.config.build import instantiate
 from kdist.config.constants import LAZY_OPTIMIZERS
 from kdist.config.errors import ConfigError
 from kdist.config.validate import OPTIMIZER_KDIST_KEYS
-from kdist.lazy_optimizers import LazyAdagrad, LazyAdam, SparseLossScaleOptimizer
-from kdist.schedules import build_schedule
+from kdist.modeling.lazy_optimizers import LazyAdagrad, LazyAdam, SparseLossScaleOptimizer
+from kdist.modeling.schedules import build_schedule
 
 __all__ = ["build", "scaled_learning_rate"]
 
@@ -42,10 +42,10 @@ def build(
     """Build the optimizer; call it inside `strategy.scope()`.
 
     With `optimizer.sparse_updates`, Adam and Adagrad are built in their row-sparse
-    form (`kdist.lazy_optimizers`): embedding tables update only the looked-up rows.
+    form (`kdist.modeling.lazy_optimizers`): embedding tables update only the looked-up rows.
 
     The (scaled) learning rate is the peak of the schedule `optimizer.schedule`,
-    `warmup_steps`, `decay_steps` and `alpha` describe (see `kdist.schedules`).
+    `warmup_steps`, `decay_steps` and `alpha` describe (see `kdist.modeling.schedules`).
 
     Args:
         optimizer_cfg: the `optimizer` node (a `_partial_` `_target_` to a Keras optimizer).

@@ -3,7 +3,7 @@
 `plan_tasks` gives each task of one start its command and environment (TF_CONFIG on
 loopback ports, GPUs, the worker's share of the cores); `start` runs them with their
 output prefixed by their name; `stop` ends them (SIGTERM, then SIGKILL).
-`kdist.supervisor` decides when.
+`kdist.launcher.supervisor` decides when.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import IO
 from kdist.cluster import scratch_prefix, tf_config_for
 from kdist.config.constants import LOCAL_CLUSTER_ENV
 from kdist.config.errors import ConfigError
-from kdist.runtime import INTRA_OP_THREADS
-from kdist.sandbox import Guardian, start_in_own_group
+from kdist.launcher.sandbox import Guardian, start_in_own_group
+from kdist.process.runtime import INTRA_OP_THREADS
 
 __all__ = [
     "INTRA_OP_THREADS",
@@ -201,7 +201,7 @@ def plan_tasks(
     Workers get `threads_per_worker` intra-op threads (`TF_NUM_INTRAOP_THREADS`; a
     `runtime.intra_op_threads` override still wins in a `kdist.train` worker).
     `devices` maps `(task type, index)` to that task's `CUDA_VISIBLE_DEVICES`
-    (`kdist.gpus.plan_gpus`); tasks not in it keep `base_env`'s. With `evaluator`, a
+    (`kdist.launcher.gpus.plan_gpus`); tasks not in it keep `base_env`'s. With `evaluator`, a
     sidecar evaluator (`kdist.evaluate watch=true`, one process, no cluster) watches the
     run directory beside the training tasks.
     """

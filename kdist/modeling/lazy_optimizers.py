@@ -9,7 +9,7 @@ semantics of TensorFlow Addons' `LazyAdam` (unmaintained, and not Keras 3). Unde
 parameter servers each update runs on the ps that holds the shard, as Keras's does.
 
 Select them with `optimizer.sparse_updates=true` (kdist swaps Keras's Adam or Adagrad for
-these), or name them directly: `optimizer._target_=kdist.lazy_optimizers.LazyAdam`.
+these), or name them directly: `optimizer._target_=kdist.modeling.lazy_optimizers.LazyAdam`.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class LazyAdam(keras.optimizers.Adam):
     Example:
 
     ```python
-    optimizer = kdist.lazy_optimizers.LazyAdam(learning_rate=1e-3)
+    optimizer = kdist.modeling.lazy_optimizers.LazyAdam(learning_rate=1e-3)
     model.compile(optimizer=optimizer, loss="mse")
     ```
     """

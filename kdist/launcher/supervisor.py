@@ -1,8 +1,8 @@
 """The supervisor of a local cluster: start it, watch it, restart it.
 
 `supervise` is the outer loop of `kdist.launch`: it starts the tasks of one start
-(`kdist.launch_tasks`), watches them until a rule ends the start, then asks the restart
-policy (`kdist.elastic`) whether and with how many workers to start again.
+(`kdist.launcher.tasks`), watches them until a rule ends the start, then asks the restart
+policy (`kdist.launcher.elastic`) whether and with how many workers to start again.
 
 `Watch` holds one rule per task type, deciding what a task's exit means:
 
@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import IO
 
 from kdist.cluster import remove_scratch
-from kdist.elastic import Decision, ElasticPolicy
-from kdist.exit_codes import EXIT_RESTART
-from kdist.launch_tasks import (
+from kdist.launcher.elastic import Decision, ElasticPolicy
+from kdist.launcher.sandbox import Guardian
+from kdist.launcher.tasks import (
     INTRA_OP_THREADS,
     Task,
     clean_temp_leftovers,
@@ -45,7 +45,7 @@ from kdist.launch_tasks import (
     stop,
     threads_per_worker,
 )
-from kdist.sandbox import Guardian
+from kdist.process.exit_codes import EXIT_RESTART
 
 __all__ = ["PS_LOSS_GRACE_SECONDS", "Launch", "Outcome", "Watch", "supervise"]
 

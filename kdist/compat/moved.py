@@ -1,0 +1,101 @@
+"""Module paths that moved in kdist 0.10, importable by their old names for one release.
+
+README snippets, notebooks and saved configs (`_target_: kdist.runs.sweep.SummaryCallback`)
+name modules that now live in packages (`kdist.runs.sweep`). `install()` (called by
+`import kdist`) puts one finder on `sys.meta_path` that answers only for the old names in
+`MOVED`: importing one imports the new module, warns once with a `DeprecationWarning`
+naming the new path, and binds the old name to the very same module object, so
+`kdist.runs.sweep.SummaryCallback is kdist.runs.sweep.SummaryCallback`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+import warnings
+from collections.abc import Sequence
+
+__all__ = ["MOVED", "install", "new_name"]
+
+# Old dotted path -> new dotted path (also in /docs/architecture.md's "Moved" table).
+MOVED: dict[str, str] = {
+    "kdist.quiet": "kdist.process.quiet",
+    "kdist.runtime": "kdist.process.runtime",
+    "kdist.exit_codes": "kdist.process.exit_codes",
+    "kdist.cli": "kdist.process.log_level",
+    "kdist.run_dir": "kdist.runs.layout",
+    "kdist.run_lock": "kdist.runs.lock",
+    "kdist.resume_check": "kdist.runs.resume_check",
+    "kdist.fileio": "kdist.runs.fileio",
+    "kdist.sweep": "kdist.runs.sweep",
+    "kdist.plots": "kdist.runs.plots",
+    "kdist.sidecar": "kdist.evaluation.sidecar",
+    "kdist.predicting": "kdist.evaluation.predicting",
+    "kdist.supervisor": "kdist.launcher.supervisor",
+    "kdist.launch_tasks": "kdist.launcher.tasks",
+    "kdist.launch_checks": "kdist.launcher.checks",
+    "kdist.elastic": "kdist.launcher.elastic",
+    "kdist.sandbox": "kdist.launcher.sandbox",
+    "kdist.gpus": "kdist.launcher.gpus",
+    "kdist.batch_plan": "kdist.modeling.batch_plan",
+    "kdist.optimizers": "kdist.modeling.optimizers",
+    "kdist.schedules": "kdist.modeling.schedules",
+    "kdist.lazy_optimizers": "kdist.modeling.lazy_optimizers",
+    "kdist.compiling": "kdist.modeling.compiling",
+}
+
+
+def new_name(name: str) -> str:
+    """The module path `name` moved to (`name` itself when it did not move).
+
+    Args:
+        name: a dotted module path, e.g. `kdist.runs.sweep`.
+
+    Returns:
+        The path of the module now importable as `name`, e.g. `kdist.runs.sweep`.
+    """
+    return MOVED.get(name, name)
+
+
+class _Alias(importlib.abc.Loader):
+    """Loads an old name as the module at its new path (the same object)."""
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return types.ModuleType(spec.name)  # replaced in `exec_module`
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        old = module.__name__
+        new = MOVED[old]
+        warnings.warn(
+            f"{old} moved to {new}; import {new} (the old path goes in the next release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        # The import system returns whatever `sys.modules` holds under the old name.
+        sys.modules[old] = importlib.import_module(new)
+
+
+class _MovedFinder(importlib.abc.MetaPathFinder):
+    """Finds the old names in `MOVED`, and nothing else."""
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None = None,
+        target: types.ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in MOVED:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, _Alias())
+
+
+_FINDER = _MovedFinder()
+
+
+def install() -> None:
+    """Put the finder of old module paths on `sys.meta_path` (once)."""
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)

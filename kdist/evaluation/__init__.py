@@ -1,0 +1,1 @@
+"""A finished (or running) run reopened: its model evaluated, followed by a sidecar, predicted."""

@@ -1,0 +1,1 @@
+"""The local cluster of `python -m kdist.launch`: checks, tasks, supervisor, elastic, GPUs."""
