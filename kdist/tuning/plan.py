@@ -9,7 +9,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from kdist.tuning.space import Space, format_value
+from kdist.tuning.override_text import format_value
+from kdist.tuning.space import Space
 
 __all__ = ["TrialPlan", "base_overrides", "trial_config_name"]
 

@@ -22,7 +22,6 @@ Hydra overrides (`optimizer.learning_rate=0.0031`), so a trial is exactly
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,63 +29,15 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from kdist.config.errors import ConfigError
+from kdist.tuning.override_text import format_value, override_parser, parse_value, plain
 
-__all__ = ["Dimension", "Space", "format_value", "parse_value"]
+__all__ = ["Dimension", "Space"]
 
 _HINT = (
     "use choice(a, b, ...), interval(low, high), tag(log, interval(low, high)), "
     "tag(int, interval(low, high)) or range(start, stop, step)"
 )
-_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_\-./]*")
-_KEYWORDS = {"true", "false", "null", "inf", "nan", "none"}
 _MISSING = object()
-
-
-def format_value(value: Any) -> str:
-    """A value as Hydra override text: `parse_value(format_value(v)) == v`.
-
-    Args:
-        value: None, a bool, number, string, list or mapping of those.
-
-    Returns:
-        The text to put after `key=` on a Hydra command line.
-    """
-    if isinstance(value, (DictConfig, ListConfig)):
-        value = OmegaConf.to_container(value)
-    value = _plain(value)
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, str):
-        if _PLAIN.fullmatch(value) and value.lower() not in _KEYWORDS:
-            return value
-        escaped = value.replace("\\", "\\\\").replace("'", "\\'")
-        return f"'{escaped}'"
-    if isinstance(value, Mapping):
-        return "{" + ",".join(f"{k}:{format_value(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(format_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {type(value).__name__} {value!r} as a Hydra override")
-
-
-def _parser() -> Any:
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    return OverridesParser.create()
-
-
-def parse_value(text: str) -> Any:
-    """The Python value of Hydra override text, e.g. `"[64,64]"` -> `[64, 64]`."""
-    return _parser().parse_override(f"key={text}").value()
 
 
 @dataclass(frozen=True)
@@ -133,16 +84,11 @@ class Dimension:
 
     def display(self, value: Any) -> Any:
         """A trial's value as a scalar for tables and TensorBoard (override text if encoded)."""
-        return _plain(value)
+        return plain(value)
 
     def decode(self, value: Any) -> Any:
         """A trial's value as the config receives it (lists parsed back from text)."""
-        return parse_value(value) if self.encoded else _plain(value)
-
-
-def _plain(value: Any) -> Any:
-    """Python's own scalar for a numpy one (oracles return np.float64, np.int64)."""
-    return value.item() if hasattr(value, "item") and not isinstance(value, str) else value
+        return parse_value(value) if self.encoded else plain(value)
 
 
 def _flatten(node: Any, prefix: str, out: dict[str, Any]) -> None:
@@ -195,7 +141,7 @@ def _dimension(key: str, raw: Any) -> Dimension:
             return Dimension(key, format_value(value), "fixed", (value,))
         return Dimension(key, format_value(value), "fixed", (format_value(value),), encoded=True)
     try:
-        override = _parser().parse_override(f"{key}={raw}")
+        override = override_parser().parse_override(f"{key}={raw}")
     except HydraException as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else "syntax error"
         raise ConfigError(where, f"cannot be parsed ({first})", value=raw, hint=_HINT) from None
@@ -252,7 +198,7 @@ def _hp_dimension(hp: Any, key: str) -> Dimension:
     where = f"{key}.hp.{hp.name}"
     log = getattr(hp, "sampling", "linear") in ("log", "reverse_log")
     if isinstance(hp, hp_types.Choice):
-        values = tuple(_plain(v) for v in hp.values)
+        values = tuple(plain(v) for v in hp.values)
         return Dimension(where, expression, "choice", values, hp_name=hp.name)
     if isinstance(hp, hp_types.Boolean):
         return Dimension(where, expression, "choice", (False, True), hp_name=hp.name)
@@ -279,7 +225,7 @@ def _hp_dimension(hp: Any, key: str) -> Dimension:
             log=log,
             hp_name=hp.name,
         )
-    return Dimension(where, expression, "fixed", (_plain(hp.value),), hp_name=hp.name)
+    return Dimension(where, expression, "fixed", (plain(hp.value),), hp_name=hp.name)
 
 
 class Space:
