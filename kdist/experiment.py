@@ -24,6 +24,7 @@ from kdist.callbacks.best_model import BestModelExport
 from kdist.callbacks.factory import build_run
 from kdist.cluster import chief
 from kdist.config.errors import ConfigError
+from kdist.config.objective import check_monitors, check_objective, metric_directions
 from kdist.config.validate import validate
 from kdist.data.in_hand import Given, check_inputs, given_data
 from kdist.data.pipeline import build_source, run_dataset_fn
@@ -34,7 +35,6 @@ from kdist.engine.building import optimizer_steps
 from kdist.evaluation.predicting import predict_split
 from kdist.modeling import batch_plan
 from kdist.modeling.build import check_targets, compiled_model, runner_for
-from kdist.objective import check_monitors, check_objective, metric_directions
 from kdist.process import runtime
 from kdist.runs import resume_check
 from kdist.runs.layout import default_run_dir
@@ -140,7 +140,7 @@ class Experiment:
 
         Raises:
             ConfigError: naming the key, for a loss, metric, target or objective that
-                the model or the data cannot take (`kdist.modeling`, `kdist.objective`).
+                the model or the data cannot take (`kdist.modeling`, `kdist.config.objective`).
         """
         cfg = self.cfg
         from_config = model is None

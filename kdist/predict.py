@@ -38,7 +38,7 @@ import numpy as np
 
 from kdist.config.errors import ConfigError, exit_with
 from kdist.config.trust import TRUST_FLAG
-from kdist.evaluate import experiment_with_run_model, in_one_process, load_trusted_config
+from kdist.evaluation.reopen import experiment_with_run_model, in_one_process, load_trusted_config
 from kdist.process.runtime import quiet_tensorflow
 from kdist.runs.fileio import atomic_path
 

@@ -31,7 +31,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from kdist.cluster import ClusterInfo, resolve
+from kdist.cluster import ClusterInfo, cluster_resolver, resolve
 from kdist.config.errors import ConfigError, exit_with
 from kdist.process import quiet
 from kdist.process.runtime import INTRA_OP_THREADS, enable_memory_growth, quiet_tensorflow
@@ -100,7 +100,7 @@ def start_server(info: ClusterInfo) -> Any:
         )
     import tensorflow as tf
 
-    resolver = info.resolver()
+    resolver = cluster_resolver(info)
     # Starting the server is the first device use: drop the no-driver ERROR line it
     # prints on machines without CUDA, as `kdist.process.runtime.setup` does for the chief.
     noise = quiet.filtered_stderr(quiet.stderr_noise()) if quiet.enabled() else None

@@ -9,6 +9,7 @@ import pytest
 from kdist.cluster import (
     ClusterInfo,
     chief_task,
+    cluster_resolver,
     is_chief,
     is_chief_task,
     parse_tf_config,
@@ -139,7 +140,7 @@ def test_slurm_matches_tensorflows_resolver(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi: the CPU-node path
     info = resolve(SLURM_2_NODES)
-    resolver = info.resolver()
+    resolver = cluster_resolver(info)
     assert resolver.cluster_spec().as_dict() == {"worker": info.cluster["worker"]}
     assert (resolver.task_type, resolver.task_id) == ("worker", 1)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from helpers import REPO, compose
 
-from kdist.cluster import resolve
+from kdist.cluster import cluster_resolver, resolve
 from kdist.config.validate import validate
 
 SCRIPT = REPO / "recipes" / "cluster" / "slurm-multiworker-gpus.sbatch"
@@ -62,7 +62,7 @@ def test_slurm_gpu_tasks_keep_their_cuda_devices(tmp_path: Path, monkeypatch):
         info = resolve(env, mode=cfg.strategy.cluster, port_base=cfg.strategy.port_base)
         expected = [f"gpu{n}:{8888 + i}" for n in (1, 2) for i in range(4)]
         assert info.cluster == {"worker": expected}
-        resolver = info.resolver()
+        resolver = cluster_resolver(info)
         assert resolver.cluster_spec().as_dict() == {"worker": expected}
         assert (resolver.task_type, resolver.task_id) == ("worker", rank)
         assert os.environ["CUDA_VISIBLE_DEVICES"] == str(rank % 4)

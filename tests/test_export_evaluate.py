@@ -19,7 +19,7 @@ from helpers import REPO, compose, only_run_dir, run_module
 import kdist
 from kdist.config.errors import ConfigError
 from kdist.config.validate import validate
-from kdist.evaluate import evaluate_run
+from kdist.evaluation.reopen import evaluate_run
 from kdist.export import load_model, load_serving
 
 

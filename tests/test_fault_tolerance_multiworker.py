@@ -18,7 +18,7 @@ from helpers import REPO, alive, compose
 
 import kdist
 from kdist.cluster.chief import scratch_prefix
-from kdist.evaluate import evaluate_run
+from kdist.evaluation.reopen import evaluate_run
 from kdist.launch import run
 
 pytestmark = [pytest.mark.multiworker, pytest.mark.slow]

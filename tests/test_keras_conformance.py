@@ -44,13 +44,9 @@ from helpers import REPO, compose
 
 import kdist
 from kdist.config import ConfigError
+from kdist.config.compile_rules import check_class_weight
 from kdist.engine.building import optimizer_steps
-from kdist.modeling.compiling import (
-    build_loss,
-    build_loss_weights,
-    build_metrics,
-    check_class_weight,
-)
+from kdist.modeling.compiling import build_loss, build_loss_weights, build_metrics
 
 EXAMPLES, BATCH, EPOCHS = 64, 16, 2
 LEARNING_RATE = 0.01

@@ -35,7 +35,7 @@ from kdist.engine.ps_runner import (
     savable_model,
     training_variables,
 )
-from kdist.evaluate import evaluate_run
+from kdist.evaluation.reopen import evaluate_run
 from kdist.launch import _plan, free_ports, run
 from kdist.modeling.build import check_parameter_server
 from kdist.models.wide_deep import FieldBuckets, wide_deep

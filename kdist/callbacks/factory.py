@@ -45,7 +45,7 @@ def monitor_mode(monitor: str, mode: str, directions: Mapping[str, str]) -> str:
     """
     if mode != "auto":
         return mode
-    from kdist.modeling.compiling import direction_of
+    from kdist.config.objective import direction_of
 
     name = monitor.removeprefix("val_")
     if name in directions:

@@ -5,7 +5,8 @@ description fails with one line naming the problem instead of a silent 1-replica
 misspelled TF_CONFIG key gives exactly that in TensorFlow). Who is chief is decided by
 one function, `is_chief_task`; `is_chief(strategy)` and `ClusterInfo.is_chief` use it.
 
-Modules: `info` (`ClusterInfo`), `tf_config`, `slurm`, `discovery` (`resolve`), `chief`
+Modules: `info` (`ClusterInfo`), `tf_config`, `slurm`, `resolver` (TensorFlow's cluster
+resolver of a `ClusterInfo`), `discovery` (`resolve`), `chief`
 (who is chief, chief-only writes and per-task scratch folders).
 """
 
@@ -23,6 +24,7 @@ from kdist.cluster.chief import (
 )
 from kdist.cluster.discovery import resolve
 from kdist.cluster.info import TASK_TYPES, ClusterInfo
+from kdist.cluster.resolver import cluster_resolver
 from kdist.cluster.slurm import slurm_info
 from kdist.cluster.tf_config import parse_tf_config, tf_config_for
 
@@ -31,6 +33,7 @@ __all__ = [
     "ClusterInfo",
     "chief_task",
     "cleanup_dir",
+    "cluster_resolver",
     "is_chief",
     "is_chief_task",
     "on_chief",

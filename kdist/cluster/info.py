@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from kdist.cluster.chief import is_chief_task
 
@@ -50,19 +49,3 @@ class ClusterInfo:
     def addresses(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
         """The cluster as a sorted, hashable tuple, e.g. for a cache key."""
         return tuple(sorted((job, tuple(a)) for job, a in self.cluster.items()))
-
-    def resolver(self) -> Any:
-        """The TensorFlow cluster resolver for this cluster, or `None` when alone."""
-        if self.source == "none":
-            return None
-        import tensorflow as tf
-
-        if self.source == "slurm":
-            # Imported here: `kdist.cluster.slurm` builds `ClusterInfo`s (a module cycle).
-            from kdist.cluster.slurm import slurm_resolver
-
-            return slurm_resolver(self.port_base)
-        spec = tf.train.ClusterSpec({job: list(addrs) for job, addrs in self.cluster.items()})
-        return tf.distribute.cluster_resolver.SimpleClusterResolver(
-            spec, task_type=self.task_type, task_id=self.task_index, rpc_layer="grpc"
-        )

@@ -45,6 +45,7 @@ MOVED: dict[str, str] = {
     "kdist.schedules": "kdist.modeling.schedules",
     "kdist.lazy_optimizers": "kdist.modeling.lazy_optimizers",
     "kdist.compiling": "kdist.modeling.compiling",
+    "kdist.objective": "kdist.config.objective",
 }
 
 

@@ -264,8 +264,8 @@ class TrainerConfig:
     # statistics over the global batch (Keras's synchronized=True) under mirrored and
     # multi-worker strategies.
     sync_batchnorm: bool = False
-    # What `model.compile` takes (kdist.modeling.compiling): a Keras name (mse), a _target_ node, or
-    # a mapping from output names to those. null: SparseCategoricalCrossentropy on logits,
+    # What `model.compile` takes (kdist.config.compile_rules): a Keras name (mse), a _target_
+    # node, or a mapping from output names to those. null: SparseCategoricalCrossentropy on logits,
     # what kdist's built-in classifiers output. A name or null here lets an override
     # replace it wholesale (Hydra merges a mapping into a mapping).
     loss: Any = None

@@ -7,19 +7,17 @@ nodes against the signature of the callable they name.
 
 from __future__ import annotations
 
-import inspect
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import get_method
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from kdist.config.compile_rules import check_compile
 from kdist.config.constants import (
     ALLREDUCE_DTYPES,
     FLIP_MODES,
-    HYDRA_KEYS,
     LAZY_OPTIMIZERS,
     LR_SCHEDULES,
     MODEL_INJECTED_KEYS,
@@ -28,6 +26,8 @@ from kdist.config.constants import (
 )
 from kdist.config.errors import ConfigError
 from kdist.config.groups import TRAIN_GROUPS
+from kdist.config.objective import resolve_objective
+from kdist.config.targets import check_target_keys
 
 __all__ = [
     "check_allreduce_dtype",
@@ -115,91 +115,6 @@ def check_choice(key: str, value: Any, choices: Iterable[Any]) -> None:
     if value not in choices:
         shown = ", ".join("null" if c is None else str(c) for c in choices)
         raise ConfigError(key, "is not a valid choice", value=value, hint=f"use one of: {shown}")
-
-
-def _hypermodel_instance(target: str) -> Any | None:
-    """A `keras_tuner.HyperModel` instance `target` names (not callable, but a model)."""
-    from hydra._internal.utils import _locate as locate
-
-    try:
-        obj = locate(target)
-    except Exception:  # as in `_locate`: not importable
-        return None
-    kinds = type(obj).__mro__
-    if any(c.__name__ == "HyperModel" and c.__module__.startswith("keras_tuner") for c in kinds):
-        return obj
-    return None
-
-
-def _locate(key: str, target: Any) -> Callable[..., Any]:
-    if not isinstance(target, str) or not target or target == "???":
-        raise ConfigError(
-            f"{key}._target_",
-            "must name a callable, e.g. mypkg.models.build",
-            value=target,
-        )
-    try:
-        return get_method(target)
-    except Exception as error:  # Hydra wraps ImportError/AttributeError in its own types
-        instance = _hypermodel_instance(target)
-        if instance is not None:
-            return instance
-        raise ConfigError(
-            f"{key}._target_",
-            f"cannot be imported ({type(error).__name__})",
-            value=target,
-            hint="give the full dotted path of a function or class that is installed",
-        ) from None
-
-
-def check_target_keys(
-    key: str, node: Any, *, injected: Iterable[str] = (), ignore: Iterable[str] = ()
-) -> Callable[..., Any]:
-    """Check that every key of a `_target_` node is a parameter of its callable.
-
-    Args:
-        key: the dotted config path of the node, used in messages.
-        node: the config node, with `_target_`.
-        injected: parameters kdist passes itself (e.g. `input_shape`); they may be absent
-            from the node but must not be set in it. Defaults to `()`.
-        ignore: kdist's own keys in the node, removed before the call. Defaults to `()`.
-
-    Returns:
-        The callable the node names.
-
-    Raises:
-        ConfigError: naming the first unknown key and the valid ones.
-    """
-    if not isinstance(node, (DictConfig, dict)):
-        raise ConfigError(key, "must be a mapping with a _target_ key", value=node)
-    target = _locate(key, node.get("_target_"))
-    try:
-        signature = inspect.signature(target)
-    except (TypeError, ValueError):
-        return target  # builtins without a signature: let the call itself complain
-    params = signature.parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return target
-    valid = [
-        name
-        for name, p in params.items()
-        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    ]
-    injected = set(injected)
-    for name in node:
-        name = str(name)
-        if name in HYDRA_KEYS or name in ignore:
-            continue
-        if name in injected:
-            raise ConfigError(f"{key}.{name}", "is set by kdist from the data; remove it")
-        if name not in valid:
-            shown = ", ".join(v for v in valid if v not in injected) or "none"
-            raise ConfigError(
-                f"{key}.{name}",
-                f"unknown key for {node.get('_target_')}",
-                hint=f"valid keys: {shown}",
-            )
-    return target
 
 
 def check_safe_loading(node: Any, key: str = "") -> None:
@@ -333,8 +248,6 @@ def validate(cfg: DictConfig) -> None:
     check_positive("trainer.validation_freq", trainer.validation_freq)
     check_positive("trainer.accumulate_steps", trainer.get("accumulate_steps", 1))
     check_allreduce_dtype(cfg)
-    from kdist.modeling.compiling import check_compile, resolve_objective
-
     check_compile(trainer)
     resolve_objective(cfg)
 

@@ -10,11 +10,11 @@ from typing import Any
 import tensorflow as tf
 
 from kdist.config.build import instantiate
+from kdist.config.compile_rules import check_class_weight
 from kdist.config.errors import ConfigError
 from kdist.data.augment import augment, check_augment, is_enabled
 from kdist.data.files import FileSource
 from kdist.data.source import Source
-from kdist.modeling.compiling import check_class_weight
 
 __all__ = [
     "DatasetFn",

@@ -108,7 +108,7 @@ def watch(
     """
     import tensorflow as tf
 
-    from kdist.evaluate import in_one_process, load_trusted_config
+    from kdist.evaluation.reopen import in_one_process, load_trusted_config
     from kdist.experiment import Experiment
 
     if poll_seconds <= 0:

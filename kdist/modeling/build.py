@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from kdist import models
+from kdist.config import compile_rules
 from kdist.config.errors import ConfigError
 from kdist.data.checks import check_label_range
 from kdist.data.pipeline import run_dataset_fn
@@ -38,7 +39,7 @@ def check_targets(trainer: Any, source: Source) -> None:
             ids the model has no output for.
     """
     loss = trainer.get("loss")
-    if not compiling.is_sparse_classification_loss(loss) or not isinstance(source, ArraySource):
+    if not compile_rules.is_sparse_classification_loss(loss) or not isinstance(source, ArraySource):
         return
     targets = source.arrays("train")[1]
     if isinstance(targets, dict):
@@ -47,7 +48,7 @@ def check_targets(trainer: Any, source: Source) -> None:
         raise ConfigError(
             "trainer.loss",
             f"needs integer class ids, but the targets are {targets.dtype}",
-            value=compiling.loss_names(loss)[0],
+            value=compile_rules.loss_names(loss)[0],
             hint="for float targets use a regression loss, e.g. trainer.loss=mse "
             "trainer.metrics=[mae]",
         )
@@ -191,7 +192,7 @@ def compiled_model(
         if model.compiled and model.optimizer is not None:
             log.info("keeping %s's own compile (loss, metrics, optimizer)", model.name)
             return model
-        compiling.check_output_names(model, cfg.trainer)
+        compile_rules.check_output_names(model, cfg.trainer)
         model.compile(
             optimizer=optimizers.build(
                 cfg.optimizer,

@@ -114,7 +114,7 @@ def multi_worker_mirrored(
         bytes_per_pack=bytes_per_pack,
     )
     strategy = tf.distribute.MultiWorkerMirroredStrategy(
-        cluster_resolver=info.resolver(), communication_options=options
+        cluster_resolver=kdist_cluster.cluster_resolver(info), communication_options=options
     )
     log.info(
         "MultiWorkerMirroredStrategy: %s of %d worker(s) from %s, %d replica(s) in sync",

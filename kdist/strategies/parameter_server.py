@@ -182,7 +182,7 @@ def parameter_server(
     if reused is not None:
         return reused
     strategy = tf.distribute.ParameterServerStrategy(
-        info.resolver(), variable_partitioner=variable_partitioner
+        kdist_cluster.cluster_resolver(info), variable_partitioner=variable_partitioner
     )
     log.info(
         "ParameterServerStrategy: chief coordinating %d worker(s) and %d ps from %s; "

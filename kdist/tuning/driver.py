@@ -24,8 +24,8 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from kdist.config.errors import ConfigError
+from kdist.config.objective import direction_of, resolve_objective
 from kdist.config.validate import validate
-from kdist.modeling.compiling import direction_of, resolve_objective
 from kdist.models import hypermodel
 from kdist.tuning import hparams, oracles, results
 from kdist.tuning.oracle_chief import OracleServer

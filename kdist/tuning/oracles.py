@@ -31,8 +31,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from kdist.config.build import instantiate
 from kdist.config.errors import ConfigError
+from kdist.config.objective import resolve_objective
 from kdist.config.validate import check_choice, check_positive, check_target_keys
-from kdist.modeling.compiling import resolve_objective
 from kdist.runs.fileio import write_text_atomic
 
 __all__ = [

@@ -1,4 +1,14 @@
-"""The run's objective (`objective.name`, `objective.direction`) and its metrics' directions."""
+"""The run's objective: its name, its direction, what `auto` picks, the check against the logs.
+
+One home for everything `objective.name` / `objective.direction` mean, without Keras:
+
+- before a model exists, `resolve_objective` turns `auto` into what the config's metrics
+  will log (`val_accuracy` or `val_loss`), for sweeps and the tuner;
+- once the model is built, `check_objective` checks the name against what the model logs
+  (and picks from a user-compiled model's own metrics), with the metrics' own directions
+  (`metric_directions`); `check_monitors` does the same for the callbacks' monitors;
+- `direction_of` guesses `min`/`max` from a name; `monitor_mode` is a monitor's `mode`.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +16,67 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import keras
-
+from kdist.config.compile_rules import default_metrics, has_accuracy, plain
 from kdist.config.errors import ConfigError
-from kdist.modeling.compiling import direction_of
 
-__all__ = ["check_monitors", "check_objective", "metric_directions"]
+__all__ = [
+    "check_monitors",
+    "check_objective",
+    "direction_of",
+    "metric_directions",
+    "monitor_mode",
+    "resolve_objective",
+]
 
 log = logging.getLogger(__name__)
 
 
-def metric_directions(model: keras.Model | None) -> dict[str, str]:
+def resolve_objective(cfg: Any) -> None:
+    """Replace `objective.name`/`direction` `auto` by what the run logs (in place).
+
+    `auto` is `val_accuracy` when `trainer.metrics` has a metric logged as `accuracy`,
+    else `val_loss`; without validation the `val_` prefix is dropped. A direction of
+    `auto` is `max` for accuracy-like names and `min` for losses and errors.
+    """
+    objective = cfg.get("objective")
+    if objective is None or "trainer" not in cfg:
+        return
+    name = str(objective.get("name", "auto"))
+    if name == "auto":
+        metrics = cfg.trainer.get("metrics")
+        if metrics is None:
+            metrics = default_metrics(plain(cfg.trainer.get("loss")))
+        base = "accuracy" if has_accuracy(metrics) else "loss"
+        validates = bool(cfg.trainer.get("validation", True))
+        name = f"val_{base}" if validates else base
+        objective.name = name
+    if str(objective.get("direction", "auto")) == "auto":
+        objective.direction = direction_of(name)
+
+
+# Words in a metric's name that mean lower is better (losses, errors, divergences).
+_LOWER_IS_BETTER = (
+    "loss",
+    "error",
+    "mae",
+    "mse",
+    "mape",
+    "msle",
+    "crossentropy",
+    "hinge",
+    "divergence",
+    "poisson",
+    "logcosh",
+)
+
+
+def direction_of(name: str) -> str:
+    """`min` for a loss or an error (by its name, `val_` prefix or not), else `max`."""
+    stem = name.removeprefix("val_").lower()
+    return "min" if any(word in stem for word in _LOWER_IS_BETTER) else "max"
+
+
+def metric_directions(model: Any) -> dict[str, str]:
     """`min`/`max` of each metric `model` logs, from the metrics' own `_direction`."""
     directions = {"loss": "min"}
     if model is None:
@@ -144,3 +204,24 @@ def check_monitors(cfg: Any, logged: Sequence[str]) -> None:
                 value=str(monitor),
                 hint=f"the model logs: {', '.join(logged)} (val_<name> for validation)",
             )
+
+
+def monitor_mode(monitor: str, mode: str, directions: Mapping[str, str]) -> str:
+    """`mode` for a monitored metric: as configured, or `min`/`max` from the metric itself.
+
+    Keras infers it from compiled metrics, which kdist's engine does not use.
+
+    Args:
+        monitor: the monitored name (`val_` prefix or not).
+        mode: the configured mode: `min`, `max` or `auto`.
+        directions: metric name -> `min`/`max` (`metric_directions`).
+
+    Returns:
+        `min` or `max`.
+    """
+    if mode != "auto":
+        return mode
+    name = monitor.removeprefix("val_")
+    if name in directions:
+        return directions[name]
+    return direction_of(name)
