@@ -53,25 +53,10 @@ from kdist.launcher.checks import check_elastic_batch, check_strategy, elastic_p
 from kdist.launcher.gpus import ALLOW_GROWTH, detect_gpus, plan_gpus
 from kdist.launcher.sandbox import Guardian
 from kdist.launcher.supervisor import Launch, supervise
-from kdist.launcher.tasks import (
-    clean_temp_leftovers,
-    free_ports,
-    given_run_dir,
-    plan_tasks,
-)
+from kdist.launcher.tasks import free_ports, given_run_dir
 from kdist.runs.layout import default_run_dir
 
-__all__ = [
-    "check_elastic_batch",
-    "check_strategy",
-    "clean_temp_leftovers",
-    "free_ports",
-    "main",
-    "run",
-]
-
-# Tests build one start's tasks through this name.
-_plan = plan_tasks
+__all__ = ["main", "run"]
 _WARNING = "WARNING: "
 
 

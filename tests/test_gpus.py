@@ -17,8 +17,9 @@ import pytest
 from helpers import alive, launch_pids
 
 from kdist.config.errors import ConfigError
-from kdist.launch import _plan, run
+from kdist.launch import run
 from kdist.launcher.gpus import ALLOW_GROWTH, detect_gpus, plan_gpus
+from kdist.launcher.tasks import plan_tasks as _plan
 
 FOUR = ["0", "1", "2", "3"]
 

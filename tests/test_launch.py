@@ -24,7 +24,8 @@ from helpers import SMALL_JOB, alive, compose, launch_pids
 
 import kdist
 from kdist.cluster.chief import scratch_prefix
-from kdist.launch import free_ports, run
+from kdist.launch import run
+from kdist.launcher.tasks import free_ports
 from kdist.runs.fileio import read_csv
 
 pytestmark = pytest.mark.multiworker

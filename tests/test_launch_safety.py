@@ -22,7 +22,8 @@ from helpers import REPO, alive, launch_pids, non_loopback_ipv4, read_until, sta
 import kdist.launch
 from kdist.cluster.chief import scratch_prefix
 from kdist.config.errors import ConfigError
-from kdist.launch import check_strategy, run
+from kdist.launch import run
+from kdist.launcher.checks import check_strategy
 from kdist.launcher.sandbox import isolation_support
 
 pytestmark = pytest.mark.multiworker

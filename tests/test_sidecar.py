@@ -67,7 +67,7 @@ def test_sidecar_evaluates_each_checkpoint_once_and_stops_with_the_run(tmp_path:
 
 
 def test_the_launcher_plans_an_evaluator_without_cluster_or_gpu(tmp_path: Path):
-    from kdist.launch import _plan
+    from kdist.launcher.tasks import plan_tasks as _plan
 
     tasks = _plan(
         workers=2,
