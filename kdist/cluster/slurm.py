@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kdist.cluster.info import ClusterInfo
+from kdist.compat.tf_private import expand_hostlist, expand_tasks_per_node
 from kdist.config.errors import ConfigError
 
 __all__ = ["slurm_info", "slurm_resolver"]
@@ -43,11 +44,7 @@ def slurm_resolver(port_base: int) -> Any:
 
 
 def _slurm_tasks_per_node() -> list[int]:
-    from tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver import (
-        expand_tasks_per_node,
-    )
-
-    return list(expand_tasks_per_node(os.environ["SLURM_STEP_TASKS_PER_NODE"]))
+    return expand_tasks_per_node(os.environ["SLURM_STEP_TASKS_PER_NODE"])
 
 
 def slurm_info(env: Mapping[str, str], *, port_base: int = 8888) -> ClusterInfo:
@@ -56,11 +53,6 @@ def slurm_info(env: Mapping[str, str], *, port_base: int = 8888) -> ClusterInfo:
     Raises:
         ConfigError: naming the SLURM variable that is missing or inconsistent.
     """
-    from tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver import (
-        expand_hostlist,
-        expand_tasks_per_node,
-    )
-
     for name in (*_SLURM_VARS, "SLURM_STEP_TASKS_PER_NODE"):
         if name not in env:
             raise ConfigError(name, "is not set; run the training command with srun")

@@ -26,6 +26,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from kdist.compat.keras_private import KERAS_DEFINITION_MODULES, KERAS_UNTRUSTED_DEFINITIONS
 from kdist.compat.moved import new_name
 from kdist.config.errors import ConfigError
 
@@ -59,7 +60,8 @@ TRUSTED_PREFIXES = (
     "keras.callbacks.",
 )
 # Where the object found must be defined (its `__module__`, or a module under it): Keras's
-# public names are re-exports of `keras.src` definitions.
+# public names are re-exports of definitions in Keras's private modules
+# (`kdist.compat.keras_private.KERAS_DEFINITION_MODULES`).
 TRUSTED_DEFINITIONS = (
     "kdist.strategies",
     "kdist.models",
@@ -69,23 +71,12 @@ TRUSTED_DEFINITIONS = (
     "kdist.callbacks",
     "kdist.tuning.oracles",
     "kdist.modeling.lazy_optimizers",
-    "keras.src.losses",
-    "keras.src.metrics",
-    "keras.src.optimizers",
-    "keras.src.layers",
-    "keras.src.initializers",
-    "keras.src.regularizers",
-    "keras.src.activations",
-    "keras.src.callbacks",
+    *KERAS_DEFINITION_MODULES,
 )
 # Inside a trusted module, still not: they send metrics to a URL, or write or delete
 # files at a path they are given when a run uses them.
 UNTRUSTED = (
-    "keras.src.callbacks.remote_monitor.RemoteMonitor",
-    "keras.src.callbacks.backup_and_restore.BackupAndRestore",
-    "keras.src.callbacks.model_checkpoint.ModelCheckpoint",
-    "keras.src.callbacks.csv_logger.CSVLogger",
-    "keras.src.callbacks.tensorboard.TensorBoard",
+    *KERAS_UNTRUSTED_DEFINITIONS,
     "kdist.callbacks.preemption.save_on_ctrl_c",
 )
 # Nor callables that write or fetch files (`kdist.data.write_tfrecords`, ...).
