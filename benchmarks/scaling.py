@@ -223,6 +223,18 @@ PS1, PS2 = "PS: 2 workers + 1 ps", "PS: 2 workers + 2 ps"
 TF_MWMS2, TF_PS1 = "TF loop, 2 MWMS workers", "TF loop, PS 2 workers + 1 ps"
 TF_MWMS2_UNPINNED = "TF loop, 2 MWMS workers, not pinned"
 
+MWMS2_BF16_BUCKETS = "2 MWMS workers, bf16, 1 MB buckets"
+MWMS2_BUCKETS = "2 MWMS workers, 1 MB buckets"
+MWMS2_BF16_PACKS = "2 MWMS workers, bf16, bytes_per_pack 1 MB"
+BUCKETS_FORM = (
+    "1 process",
+    "2 MWMS workers, bf16 all-reduce",
+    MWMS2_BF16_BUCKETS,
+    MWMS2_BUCKETS,
+    MWMS2_BF16_PACKS,
+    "TF loop, 2 MWMS workers",
+)
+
 # `KDIST_SCALING_FORM=device`: the runs of the 16-core targets only, for the lent machine's
 # 15-minute budget (`../shared/DEVICE.md`); with `KDIST_BENCH_BATCH=256` as measured there.
 DEVICE_FORM = (
@@ -290,12 +302,13 @@ class _Clusters:
         more: tuple[str, ...] = (),
         module: str = "",
         pinned: bool = True,
+        env: dict[str, str] | None = None,
     ) -> Callable[[], float]:
         strategy = "strategy=parameter_server" if ps else "strategy=multi_worker_mirrored"
         prefix = "[chief 0]" if ps else "[worker 0]"
 
         def side() -> float:
-            with _pinning(pinned):
+            with _pinning(pinned), _environ(env or {}):
                 return launched()
 
         def launched() -> float:
@@ -328,6 +341,20 @@ def _pinning(on: bool) -> Iterator[None]:
             os.environ[PIN_CORES_ENV] = before
 
 
+@contextlib.contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    before = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def _over_perfect_ms(cluster: float, one: float, workers: int, batch: int) -> float:
     """ms a step of the cluster takes beyond one process's step divided by the workers."""
     return 1000.0 * (batch / cluster - batch / one / workers)
@@ -341,6 +368,22 @@ def _clusters(ctx: Context) -> list[Comparison]:
         MWMS2: c.cluster(JOB, workers=2, ps=0),
         MWMS2_BF16: c.cluster(JOB, workers=2, ps=0, more=("trainer.allreduce_dtype=bfloat16",)),
         MWMS2_UNPINNED: c.cluster(JOB, workers=2, ps=0, pinned=False),
+        MWMS2_BF16_BUCKETS: c.cluster(
+            JOB,
+            workers=2,
+            ps=0,
+            more=("trainer.allreduce_dtype=bfloat16",),
+            env={"KDIST_ALLREDUCE_BUCKET_BYTES": "1048576"},
+        ),
+        MWMS2_BUCKETS: c.cluster(
+            JOB, workers=2, ps=0, env={"KDIST_ALLREDUCE_BUCKET_BYTES": "1048576"}
+        ),
+        MWMS2_BF16_PACKS: c.cluster(
+            JOB,
+            workers=2,
+            ps=0,
+            more=("trainer.allreduce_dtype=bfloat16", "strategy.bytes_per_pack=1048576"),
+        ),
         MWMS4: c.cluster(JOB, workers=4, ps=0),
         PS1: c.cluster(JOB, workers=2, ps=1, more=ps_shards),
         PS2: c.cluster(JOB, workers=2, ps=2, more=(*ps_shards, "strategy.min_shard_bytes=262144")),
@@ -358,11 +401,21 @@ def _clusters(ctx: Context) -> list[Comparison]:
         ),
         REC_MWMS2: c.cluster(RECOMMENDER, workers=2, ps=0),
     }
-    if os.environ.get("KDIST_SCALING_FORM") == "device":
-        sides = {name: side for name, side in sides.items() if name in DEVICE_FORM}
+    form = os.environ.get("KDIST_SCALING_FORM")
+    if form in ("device", "buckets"):
+        keep = DEVICE_FORM if form == "device" else BUCKETS_FORM
+        sides = {name: side for name, side in sides.items() if name in keep}
     elif ctx.quick:
         # 2 cores: the runs the 2-core targets and the rule of thumb need.
-        for name in (MWMS4, PS2, REC_MWMS2, TF_PS1, MWMS2_UNPINNED, TF_MWMS2_UNPINNED):
+        for name in (
+            MWMS4,
+            PS2,
+            REC_MWMS2,
+            TF_PS1,
+            MWMS2_UNPINNED,
+            TF_MWMS2_UNPINNED,
+            *BUCKETS_FORM[2:5],
+        ):
             del sides[name]
     rounds = int(os.environ.get("KDIST_SCALING_ROUNDS", "0")) or (
         1 if ctx.quick else ctx.rounds_for(5)
@@ -380,6 +433,9 @@ def _clusters(ctx: Context) -> list[Comparison]:
         MWMS2: 2,
         MWMS2_BF16: 2,
         MWMS2_UNPINNED: 2,
+        MWMS2_BF16_BUCKETS: 2,
+        MWMS2_BUCKETS: 2,
+        MWMS2_BF16_PACKS: 2,
         MWMS4: 4,
         PS1: 2,
         PS2: 2,
@@ -410,6 +466,11 @@ def _clusters(ctx: Context) -> list[Comparison]:
         ("scaling/mwms2_vs_one", MWMS2, ONE, None),
         ("scaling/mwms2_pinned_vs_unpinned", MWMS2, MWMS2_UNPINNED, None),
         ("scaling/mwms2_bf16_vs_one", MWMS2_BF16, ONE, None),
+        ("scaling/mwms2_bf16_buckets_vs_one", MWMS2_BF16_BUCKETS, ONE, None),
+        ("scaling/mwms2_bf16_buckets_vs_bf16", MWMS2_BF16_BUCKETS, MWMS2_BF16, None),
+        ("scaling/mwms2_buckets_vs_one", MWMS2_BUCKETS, ONE, None),
+        ("scaling/mwms2_bf16_packs_vs_bf16", MWMS2_BF16_PACKS, MWMS2_BF16, None),
+        ("scaling/mwms2_bf16_buckets_vs_tf_loop", MWMS2_BF16_BUCKETS, TF_MWMS2, None),
         ("scaling/mwms2_bf16_vs_f32", MWMS2_BF16, MWMS2, Target(">=", 1.0)),
         ("scaling/mwms4_vs_one", MWMS4, ONE, None),
         ("scaling/ps_2w1ps_vs_one", PS1, ONE, None),

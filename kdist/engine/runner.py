@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -253,8 +254,9 @@ class StepRunner(Runner):
                 type(model).__name__,
             )
         self.variables = training_variables(model)
-        if allreduce_dtype != "float32":
-            compress_all_reduce(self.optimizer, allreduce_dtype)
+        bucket_bytes = int(os.environ.get("KDIST_ALLREDUCE_BUCKET_BYTES", "0") or 0)
+        if allreduce_dtype != "float32" or bucket_bytes:
+            compress_all_reduce(self.optimizer, allreduce_dtype, bucket_bytes=bucket_bytes)
         self.train_dataset_fn = train_dataset_fn
         self.validation_dataset_fn = validation_dataset_fn
         self.replica_train_step = self._make_replica_train_step(jit_compile)
