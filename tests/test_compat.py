@@ -119,6 +119,13 @@ def _keras_direction():
     assert kp.metric_direction(keras.metrics.MeanSquaredError()) == "down"
 
 
+def _keras_learning_rate():
+    constant = kp.learning_rate_variable(keras.optimizers.SGD(0.5))
+    assert isinstance(constant, keras.Variable) and float(constant.numpy()) == 0.5
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.5, 10, 0.9)
+    assert kp.learning_rate_variable(keras.optimizers.SGD(schedule)) is schedule
+
+
 def _keras_safe_mode_scope():
     private_import("keras.src.saving.serialization_lib", "SafeModeScope", "test")
     with kp.safe_mode_scope():
@@ -204,6 +211,7 @@ PROBES = {
     "keras.Model._distribute_strategy": _keras_distribute_strategy,
     "keras.src.trainers.compile_utils.CompileMetrics._flat_metrics": _keras_flat_metrics,
     "keras.metrics.Metric._direction": _keras_direction,
+    "keras.optimizers.Optimizer._learning_rate": _keras_learning_rate,
     "keras.src.saving.serialization_lib.SafeModeScope": _keras_safe_mode_scope,
     "keras.src.backend.tensorflow.core.Variable._copy_trackable_to_cpu": _keras_variable_copy,
     "keras.src (definition modules of keras.losses, metrics, ...)": _keras_definitions,

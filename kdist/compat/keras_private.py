@@ -24,6 +24,7 @@ __all__ = [
     "flat_metrics",
     "flatten_layers",
     "inputs_struct",
+    "learning_rate_variable",
     "loss_tracker",
     "metric_direction",
     "outputs_struct",
@@ -150,6 +151,15 @@ def metric_direction(metric: Any) -> str | None:
     """`"up"` or `"down"`: which way `metric` gets better (`Metric._direction`)."""
     direction = getattr(metric, "_direction", None)
     return direction if direction in ("up", "down") else None
+
+
+def learning_rate_variable(optimizer: Any) -> Any:
+    """The variable or schedule behind `optimizer.learning_rate` (`_learning_rate`), or `None`.
+
+    `optimizer.learning_rate` reads a schedule's current value; the attribute tells a
+    constant rate (a variable a checkpoint restores) from a schedule.
+    """
+    return getattr(optimizer, "_learning_rate", None)
 
 
 def safe_mode_scope() -> contextlib.AbstractContextManager[Any]:

@@ -150,6 +150,11 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "kdist.objective (metric directions)",
         "whether a metric is better up or down",
     ),
+    PrivateName(
+        "keras.optimizers.Optimizer._learning_rate",
+        "kdist.runs.resume_check.optimizer_hyperparameters",
+        "tells a constant learning rate (restored by a checkpoint) from a schedule",
+    ),
     # Keras: saving and loading.
     PrivateName(
         "keras.src.saving.serialization_lib.SafeModeScope",

@@ -20,6 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from kdist.compat.keras_private import outputs_struct
 from kdist.config.errors import ConfigError
 from kdist.config.targets import check_target_keys
 
@@ -244,7 +245,7 @@ def output_keys(model: Any) -> list[str]:
     As in Keras's `compile`: the keys of a dict output structure
     (`keras.Model(x, {"cls": ..., "aux": ...})`), else the output names.
     """
-    structure = getattr(model, "_outputs_struct", None)
+    structure = outputs_struct(model)
     if isinstance(structure, Mapping):
         return [str(key) for key in structure]
     return [str(name) for name in getattr(model, "output_names", None) or []]

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kdist.compat.keras_private import flat_metrics, metric_direction
 from kdist.config.compile_rules import default_metrics, has_accuracy, plain
 from kdist.config.errors import ConfigError
 
@@ -85,9 +86,9 @@ def metric_directions(model: Any) -> dict[str, str]:
     while pending:
         metric = pending.pop()
         # CompileMetrics holds the compiled metrics (per output) inside it.
-        pending.extend(getattr(metric, "_flat_metrics", None) or [])
-        direction = getattr(metric, "_direction", None)
-        if direction in ("up", "down"):
+        pending.extend(flat_metrics(metric))
+        direction = metric_direction(metric)
+        if direction is not None:
             directions[metric.name] = "max" if direction == "up" else "min"
     return directions
 

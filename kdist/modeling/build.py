@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from kdist import models
+from kdist.compat.keras_private import distribute_strategy, flatten_layers
 from kdist.config import compile_rules
 from kdist.config.errors import ConfigError
 from kdist.data.checks import check_label_range
@@ -94,7 +95,7 @@ def check_lookup_tables(model: keras.Model, *, parameter_server: bool, validates
     if not (parameter_server and validates):
         return
     kinds = (keras.layers.StringLookup, keras.layers.IntegerLookup, keras.layers.TextVectorization)
-    tables = [layer.name for layer in model._flatten_layers() if isinstance(layer, kinds)]
+    tables = [layer.name for layer in flatten_layers(model) if isinstance(layer, kinds)]
     if tables:
         raise ConfigError(
             "trainer.validation",
@@ -185,7 +186,7 @@ def compiled_model(
             model = models.from_config(
                 cfg.model, input_shape=source.input_shape, num_classes=source.num_classes
             )
-        elif getattr(model, "_distribute_strategy", None) is not strategy and distributed:
+        elif distribute_strategy(model) is not strategy and distributed:
             model = rebuild_in_scope(model)
         if cfg.trainer.get("sync_batchnorm"):
             synchronize(model, strategy)

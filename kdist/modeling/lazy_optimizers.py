@@ -19,6 +19,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from kdist.compat.keras_private import flatten_layers
+
 __all__ = ["LazyAdagrad", "LazyAdam", "SparseLossScaleOptimizer", "is_lazy", "sparse_lookups"]
 
 
@@ -178,7 +180,7 @@ def sparse_lookups(model: keras.Model) -> int:
         The number of layers changed.
     """
     changed = 0
-    for layer in model._flatten_layers():
+    for layer in flatten_layers(model):
         if type(layer) is not keras.layers.Embedding or layer.quantization_mode:
             continue
         layer.call = _row_reader(layer)

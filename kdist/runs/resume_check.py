@@ -30,8 +30,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from kdist.compat.keras_private import learning_rate_variable
 from kdist.config.errors import ConfigError
 from kdist.runs.fileio import write_text_atomic
+from kdist.runs.layout import CONFIG, SAVE_FOLDERS, saved_configs
 
 __all__ = [
     "ALLOW_KEY",
@@ -46,8 +48,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ALLOW_KEY = "trainer.allow_resume_changes"
-CONFIG_NAME = "config.yaml"
-FOLDERS = ("backup", "checkpoints")
+CONFIG_NAME = CONFIG
+FOLDERS = SAVE_FOLDERS
 # Dotted keys (and everything under them) that do not change what is trained.
 MAY_CHANGE = (
     "trainer.epochs",
@@ -158,7 +160,7 @@ def _saved_config(run_dir: Path) -> tuple[Path, DictConfig] | bool | None:
         if (folder / CONFIG_NAME).is_file():
             return folder / CONFIG_NAME, _load(folder / CONFIG_NAME)
     # Written before kdist saved a copy beside the checkpoints.
-    for path in (run_dir / ".hydra" / CONFIG_NAME, run_dir / CONFIG_NAME):
+    for path in saved_configs(run_dir):
         if path.is_file():
             return path, _load(path)
     return False
@@ -235,7 +237,7 @@ def optimizer_hyperparameters(optimizer: Any) -> dict[str, float]:
     """The hyperparameters a checkpoint holds and a restore overwrites: the learning rate
     of an optimizer built with a constant one. Read before the restore."""
     inner = getattr(optimizer, "inner_optimizer", optimizer)  # a LossScaleOptimizer's
-    rate = getattr(inner, "_learning_rate", None)
+    rate = learning_rate_variable(inner)
     if rate is None or not hasattr(rate, "assign") or not hasattr(rate, "numpy"):
         return {}  # a schedule: built from the new config, not restored
     return {"learning_rate": float(rate.numpy())}
