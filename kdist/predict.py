@@ -41,6 +41,7 @@ from kdist.config.trust import TRUST_FLAG
 from kdist.evaluation.reopen import experiment_with_run_model, in_one_process, load_trusted_config
 from kdist.process.runtime import quiet_tensorflow
 from kdist.runs.fileio import atomic_path
+from kdist.runs.layout import PREDICTIONS
 
 __all__ = ["main", "predict_run"]
 
@@ -80,7 +81,7 @@ def predict_run(
     if x is not None:
         _check_shapes(experiment.model, x, input_path)
     predictions = experiment.predict(split, x=x)
-    destination = Path(output_path) if output_path else Path(run_dir) / "predictions.npz"
+    destination = Path(output_path) if output_path else Path(run_dir) / PREDICTIONS
     arrays = (
         {f"predictions_{name}": value for name, value in predictions.items()}
         if isinstance(predictions, Mapping)

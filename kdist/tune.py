@@ -35,6 +35,7 @@ from kdist.config.validate import check_run_dir
 from kdist.process.exit_codes import EXIT_FAILED
 from kdist.process.log_level import requested_log_level
 from kdist.process.runtime import quiet_tensorflow
+from kdist.runs.layout import CONFIG, HYDRA
 from kdist.train import non_chief_overrides, precheck
 
 if TYPE_CHECKING:  # imported on first use, see `__getattr__`
@@ -180,8 +181,8 @@ def _write_hydra_files(run_dir: Path, cfg: DictConfig) -> None:
     from kdist.runs.fileio import write_text_atomic
 
     hydra_cfg = HydraConfig.get()
-    folder = run_dir / ".hydra"
-    write_text_atomic(folder / "config.yaml", OmegaConf.to_yaml(cfg))
+    folder = run_dir / HYDRA
+    write_text_atomic(folder / CONFIG, OmegaConf.to_yaml(cfg))
     write_text_atomic(folder / "hydra.yaml", OmegaConf.to_yaml({"hydra": hydra_cfg}))
     overrides = OmegaConf.to_container(hydra_cfg.overrides.task)
     write_text_atomic(folder / "overrides.yaml", OmegaConf.to_yaml(overrides))

@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 from helpers import REPO
 
+from kdist.runs import layout
 from kdist.runs.layout import HYDRA_RUN_DIR, HYDRA_SWEEP_DIR, default_run_dir
 
 WHEN = datetime(2026, 11, 21, 10, 0, 5, 123456)
@@ -42,3 +43,25 @@ def test_default_run_dir_is_now_when_not_given():
     stamp = datetime.strptime(f"{folder.parent.name} {folder.name}", "%Y-%m-%d %H-%M-%S")
     assert folder.parts[0] == "outputs"
     assert before <= stamp <= after
+
+
+def test_one_clean_up_removes_what_interrupted_saves_left_and_nothing_else(tmp_path: Path):
+    backup = tmp_path / layout.BACKUP
+    (backup / "ckpt-20_temp").mkdir(parents=True)
+    (backup / "ckpt-20_temp" / "part").write_text("x")
+    (backup / "ckpt-10.index").write_text("kept")
+    (backup / "checkpoint_temp_1234").write_text("x")
+    outside = tmp_path / "elsewhere_temp"
+    outside.mkdir()
+    (backup / "link_temp").symlink_to(outside)
+    removed = layout.clean_leftovers(backup)
+    assert sorted(p.name for p in removed) == ["checkpoint_temp_1234", "ckpt-20_temp", "link_temp"]
+    assert sorted(p.name for p in backup.iterdir()) == ["ckpt-10.index"]
+    assert outside.is_dir()  # a link is removed, never followed
+    assert layout.clean_leftovers(tmp_path / layout.CHECKPOINTS) == []  # no folder: nothing
+
+
+def test_the_run_folder_names_are_spelled_once():
+    assert layout.SAVE_FOLDERS == ("backup", "checkpoints")
+    assert {layout.METRICS, layout.MODEL, layout.HISTORY, layout.HYDRA} <= layout.RUN_FILES
+    assert layout.saved_configs("r") == (Path("r/.hydra/config.yaml"), Path("r/config.yaml"))

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kdist.doctor.table import Check
+from kdist.runs.layout import METRICS
 
 __all__ = [
     "MULTI_PROCESS",
@@ -268,7 +269,7 @@ def check_strategy(name: str, *, timeout: float, devices: Mapping[str, Any]) -> 
             ]
             # A little longer than the launcher's own limit, so it can stop its tasks.
             result = run_probe(command, timeout=timeout + 30, cwd=tmp)
-            metrics_file = run_dir / "metrics.json"
+            metrics_file = run_dir / METRICS
             metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
         tasks = f"{plan['workers']} workers" + (f" + {plan['ps']} ps" if plan["ps"] else "")
         if result.ok and metrics:

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from kdist.config.errors import ConfigError
 from kdist.config.groups import TRAIN_GROUPS
 from kdist.config.trust import check_trusted_targets
+from kdist.runs.layout import MODEL, saved_configs
 
 __all__ = [
     "apply_overrides",
@@ -43,7 +44,7 @@ def load_run_config(run_dir: str | os.PathLike[str]) -> DictConfig:
     folder = Path(run_dir)
     if not folder.is_dir():
         raise ConfigError("run_dir", "is not a folder", value=str(run_dir))
-    for candidate in (folder / ".hydra" / "config.yaml", folder / "config.yaml"):
+    for candidate in saved_configs(folder):
         if candidate.is_file():
             cfg = OmegaConf.load(candidate)
             assert isinstance(cfg, DictConfig)
@@ -116,7 +117,7 @@ def experiment_with_run_model(
     from kdist.experiment import Experiment
     from kdist.export import load_model
 
-    model_path = Path(run_dir) / "model.keras"
+    model_path = Path(run_dir) / MODEL
     if not model_path.is_file():
         raise ConfigError(
             "run_dir",

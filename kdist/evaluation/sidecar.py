@@ -28,7 +28,7 @@ from typing import Any
 
 from kdist.config.errors import ConfigError
 from kdist.runs.fileio import open_nofollow, read_csv
-from kdist.runs.layout import linked_entries
+from kdist.runs.layout import CHECKPOINTS, EVAL, METRICS, TENSORBOARD, linked_entries, saved_configs
 
 __all__ = ["IDLE_SECONDS", "watch"]
 
@@ -62,7 +62,7 @@ def _complete_checkpoints(folder: Path) -> list[str]:
 
 def _finished_at(run_dir: Path) -> int | None:
     """The last step of a finished run (from `metrics.json`), or `None` while it trains."""
-    path = run_dir / "metrics.json"
+    path = run_dir / METRICS
     if not path.is_file():
         return None
     try:
@@ -72,7 +72,7 @@ def _finished_at(run_dir: Path) -> int | None:
 
 
 def _wait_for_config(run_dir: Path, deadline: float | None, poll_seconds: float) -> None:
-    names = (run_dir / ".hydra" / "config.yaml", run_dir / "config.yaml")
+    names = saved_configs(run_dir)
     while not any(p.is_file() for p in names):
         if deadline is not None and time.monotonic() > deadline:
             raise ConfigError("run_dir", "holds no run config yet", value=str(run_dir))
@@ -133,17 +133,17 @@ def watch(
     experiment.build_model()
     controller = experiment.controller
     assert controller is not None
-    writer = tf.summary.create_file_writer(str(folder / "tensorboard" / "eval"))
+    writer = tf.summary.create_file_writer(str(folder / TENSORBOARD / "eval"))
     steps_per_epoch = experiment.steps_per_epoch
     done: set[str] = set()
     records: list[dict[str, Any]] = []
     # Steps an earlier sidecar of this run evaluated (a restarted launch): not again.
-    evaluated = _evaluated_steps(folder / "eval.csv")
+    evaluated = _evaluated_steps(folder / EVAL)
     last_step = max(evaluated, default=-1)
     idle_since, announced = time.monotonic(), False
     while True:
         finished = _finished_at(folder)
-        complete = _complete_checkpoints(folder / "checkpoints")
+        complete = _complete_checkpoints(folder / CHECKPOINTS)
         if not complete and not records:
             _no_checkpoint_yet(folder, finished, idle_since, announced=announced)
             announced = True
@@ -158,7 +158,7 @@ def watch(
             evaluated.add(step)
             metrics = experiment.evaluate()
             record = {"step": step, "epoch": round(step / steps_per_epoch, 4), **metrics}
-            _append_row(folder / "eval.csv", record)
+            _append_row(folder / EVAL, record)
             with writer.as_default():
                 for name, value in metrics.items():
                     tf.summary.scalar(f"eval_{name}", value, step=step)
@@ -182,7 +182,7 @@ def _no_checkpoint_yet(
     folder: Path, finished: int | None, idle_since: float, *, announced: bool
 ) -> None:
     """Say once that there is nothing to evaluate yet; give up when nothing will come."""
-    where = folder / "checkpoints"
+    where = folder / CHECKPOINTS
     if finished is not None:
         raise ConfigError(
             "run_dir",

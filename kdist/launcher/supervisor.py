@@ -36,7 +36,6 @@ from kdist.launcher.sandbox import Guardian
 from kdist.launcher.tasks import (
     INTRA_OP_THREADS,
     Task,
-    clean_temp_leftovers,
     exit_status,
     plan_tasks,
     port_race,
@@ -46,6 +45,7 @@ from kdist.launcher.tasks import (
     threads_per_worker,
 )
 from kdist.process.exit_codes import EXIT_RESTART
+from kdist.runs.layout import SAVE_FOLDERS, clean_leftovers
 
 __all__ = ["PS_LOSS_GRACE_SECONDS", "Launch", "Outcome", "Watch", "supervise"]
 
@@ -277,8 +277,9 @@ class Launch:
 def supervise(launch: Launch, policy: ElasticPolicy, guardian: Guardian) -> int:
     """Start the cluster, watch it, and restart it as `policy` decides; the exit status."""
     say = launch.say
-    for leftover in clean_temp_leftovers(launch.run_dir):
-        say(f"removed {leftover}, left by an interrupted save")
+    for folder in SAVE_FOLDERS:
+        for leftover in clean_leftovers(launch.run_dir / folder):
+            say(f"removed {leftover}, left by an interrupted save")
     port_retries = 0
     shown_devices: dict[tuple[str, int], str] = {}
     while True:

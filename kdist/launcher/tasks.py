@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -33,7 +32,6 @@ __all__ = [
     "INTRA_OP_THREADS",
     "PIN_CORES_ENV",
     "Task",
-    "clean_temp_leftovers",
     "cores_of_workers",
     "exit_status",
     "free_ports",
@@ -119,24 +117,6 @@ def given_run_dir(overrides: Sequence[str]) -> Path | None:
         if arg.lstrip("+").startswith(f"{key}="):
             return Path(arg.split("=", 1)[1].strip("'\""))
     return None
-
-
-def clean_temp_leftovers(run_dir: Path) -> list[Path]:
-    """Remove `*_temp*` leftovers of interrupted saves in `run_dir`'s checkpoint folders.
-
-    A save cut short (a full disk, a kill) leaves e.g. `backup/ckpt-20_temp`; training
-    skips it on restore, but it takes disk space until the next save. Returns what was
-    removed.
-    """
-    removed = []
-    for folder in ("backup", "checkpoints"):
-        for entry in sorted((run_dir / folder).glob("*_temp*")):
-            if entry.is_dir():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
-            removed.append(entry)
-    return removed
 
 
 def _cpus() -> list[int]:

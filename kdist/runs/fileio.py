@@ -65,7 +65,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     Example:
 
     ```python
-    with atomic_path(out / "model.keras") as partial:
+    with atomic_path(out / MODEL) as partial:
         model.save(partial)
     ```
     """
@@ -94,7 +94,7 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     Example:
 
     ```python
-    with atomic_directory(out / "saved_model") as staging:
+    with atomic_directory(out / SAVED_MODEL) as staging:
         model.export(str(staging), format="tf_saved_model")
     ```
     """

@@ -1,4 +1,8 @@
-"""Where a run writes when it is not told (`outputs/<date>/<time>`), and what it writes there.
+"""A run folder's layout: where a run writes when not told, the names of what it writes there.
+
+Every module that reads or writes a run folder takes the names from here (`METRICS`,
+`CHECKPOINTS`, `SAVED_CONFIGS`, ...), so a name is spelled once; `clean_leftovers` is the
+one clean-up of what an interrupted save leaves.
 
 `kdist.experiment` (a notebook's `Experiment` without `run_dir`) and `kdist.launch` call
 `default_run_dir`; `conf/train.yaml` spells the same folders with Hydra's `${now:...}`
@@ -11,22 +15,44 @@ output names are symbolic links (`foreign_entries`, `linked_entries`).
 
 from __future__ import annotations
 
+import logging
+import shutil
 from datetime import datetime
 from pathlib import Path
 
 __all__ = [
+    "BACKUP",
+    "CHECKPOINTS",
+    "CONFIG",
+    "CURVES",
     "DATE_FORMAT",
+    "EVAL",
+    "HISTORY",
+    "HYDRA",
     "HYDRA_RUN_DIR",
     "HYDRA_SWEEP_DIR",
+    "LOCK",
+    "METRICS",
+    "MODEL",
     "MULTIRUN_ROOT",
+    "PREDICTIONS",
     "RUN_FILES",
     "RUN_ROOT",
+    "SAVED_MODEL",
+    "SAVE_FOLDERS",
+    "SUMMARY",
+    "TENSORBOARD",
     "TIME_FORMAT",
+    "TRAIN_LOG",
+    "clean_leftovers",
     "default_run_dir",
     "foreign_entries",
     "is_run_file",
     "linked_entries",
+    "saved_configs",
 ]
+
+log = logging.getLogger(__name__)
 
 RUN_ROOT = "outputs"
 MULTIRUN_ROOT = "multirun"
@@ -54,27 +80,87 @@ def default_run_dir(*, microseconds: bool = False, now: datetime | None = None) 
     return Path(RUN_ROOT) / now.strftime(DATE_FORMAT) / now.strftime(time_format)
 
 
-# -- what a run folder may already hold -------------------------------------------------
+# -- the names kdist writes at the top of a run folder (`DESIGN.md`'s run directory) ------
 
-# The names kdist writes at the top of a run folder (`DESIGN.md`'s run directory).
+HYDRA = ".hydra"  # the composed config Hydra (or kdist, once the run is accepted) writes
+LOCK = ".lock"  # held by the chief while it trains (`kdist.runs.lock`)
+TRAIN_LOG = "train.log"
+CONFIG = "config.yaml"  # the resolved config; also `.hydra/config.yaml`
+METRICS = "metrics.json"
+HISTORY = "history.csv"
+CURVES = "curves.png"
+CHECKPOINTS = "checkpoints"
+BACKUP = "backup"
+TENSORBOARD = "tensorboard"
+MODEL = "model.keras"
+SAVED_MODEL = "saved_model"
+EVAL = "eval.csv"  # the sidecar evaluator's rows
+PREDICTIONS = "predictions.npz"
+SUMMARY = "summary.csv"  # in a multirun's sweep folder, one row per job
+# The folders of checkpoints a run resumes from, the newest-saved first.
+SAVE_FOLDERS = (BACKUP, CHECKPOINTS)
+
 RUN_FILES = frozenset(
     {
-        ".hydra",
-        ".lock",
-        "train.log",
-        "config.yaml",
-        "metrics.json",
-        "history.csv",
-        "curves.png",
-        "checkpoints",
-        "backup",
-        "tensorboard",
-        "model.keras",
-        "saved_model",
-        "eval.csv",
-        "predictions.npz",
+        HYDRA,
+        LOCK,
+        TRAIN_LOG,
+        CONFIG,
+        METRICS,
+        HISTORY,
+        CURVES,
+        CHECKPOINTS,
+        BACKUP,
+        TENSORBOARD,
+        MODEL,
+        SAVED_MODEL,
+        EVAL,
+        PREDICTIONS,
     }
 )
+
+
+def saved_configs(run_dir: str | Path) -> tuple[Path, Path]:
+    """Where a run's config may be, in the order to read them.
+
+    `.hydra/config.yaml` (a `kdist.train` run), then `config.yaml` (a run from the Python
+    API, which has no `.hydra/`).
+    """
+    folder = Path(run_dir)
+    return folder / HYDRA / CONFIG, folder / CONFIG
+
+
+def clean_leftovers(folder: str | Path) -> list[Path]:
+    """Remove what interrupted saves left in a checkpoint folder (`*_temp*` entries).
+
+    A save cut short (a full disk, a kill) leaves e.g. `backup/ckpt-20_temp`; a restore
+    skips it, but it takes disk space until the next save.
+
+    Args:
+        folder: a checkpoint folder (`run_dir/backup`, `run_dir/checkpoints`); nothing
+            happens when it does not exist.
+
+    Returns:
+        What was removed.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    removed = []
+    for entry in sorted(folder.iterdir()):
+        if "_temp" not in entry.name:
+            continue
+        log.info("removing leftover temporary checkpoint files %s", entry)
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed
+
+
+# -- what a run folder may already hold -------------------------------------------------
+
 # Hidden staging names of kdist's atomic writes (`.metrics.json.x1y2`, `.model.partial-7.keras`,
 # `.saved_model.partial`, ...) start with a dot and one of these.
 _STAGING_STEMS = tuple(f".{name.split('.')[0]}" for name in RUN_FILES if not name.startswith("."))
@@ -107,6 +193,6 @@ def linked_entries(run_dir: str | Path) -> list[str]:
         path = folder / name
         if path.is_symlink():
             found.append(name)
-        elif path.is_dir() and name in ("backup", "checkpoints", ".hydra", "tensorboard"):
+        elif path.is_dir() and name in (*SAVE_FOLDERS, HYDRA, TENSORBOARD):
             found.extend(f"{name}/{e.name}" for e in sorted(path.iterdir()) if e.is_symlink())
     return found

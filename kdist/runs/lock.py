@@ -23,12 +23,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kdist.config.errors import ConfigError
+from kdist.runs.layout import LOCK
 
 __all__ = ["LOCK_NAME", "check_free", "hold", "holder"]
 
 log = logging.getLogger(__name__)
 
-LOCK_NAME = ".lock"
+LOCK_NAME = LOCK
 
 
 def holder(run_dir: str | os.PathLike[str]) -> str:

@@ -25,6 +25,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from kdist.runs.fileio import write_csv_atomic
+from kdist.runs.layout import METRICS, SUMMARY
 
 __all__ = [
     "SummaryCallback",
@@ -111,7 +112,7 @@ def summary_row(
     Returns:
         A mapping of column name to value.
     """
-    metrics = _read_json(run_dir / "metrics.json")
+    metrics = _read_json(run_dir / METRICS)
     row: dict[str, Any] = {
         "job": job,
         "status": status or ("COMPLETED" if metrics else "UNKNOWN"),
@@ -179,7 +180,7 @@ class SummaryCallback(Callback):
         filename: the file's name in the sweep folder. Defaults to `"summary.csv"`.
     """
 
-    def __init__(self, *, filename: str = "summary.csv"):
+    def __init__(self, *, filename: str = SUMMARY):
         if not filename or Path(filename).name != filename:
             raise ValueError(f"`filename` ({filename!r}) must be a plain file name.")
         self.filename = filename

@@ -31,6 +31,7 @@ import numpy as np
 
 from kdist.config.errors import ConfigError
 from kdist.models import hypermodel as hm
+from kdist.runs import layout
 from kdist.tuning.driver import SearchResult, run
 from kdist.tuning.oracles import TrialStatus
 
@@ -300,7 +301,7 @@ class Tuner:
         """The best trials' trained models (`model.keras` of their folders), best first."""
         models = []
         for trial in self._best_trials(num_models):
-            path = self.directory / "trials" / f"trial_{trial.trial_id}" / "model.keras"
+            path = self.directory / "trials" / f"trial_{trial.trial_id}" / layout.MODEL
             if not path.is_file():
                 raise FileNotFoundError(
                     f"trial {trial.trial_id} saved no model at {path} (callbacks.save_model=false?)"

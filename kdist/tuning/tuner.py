@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 from kdist.config.compose import format_hydra_error
 from kdist.config.errors import ConfigError
 from kdist.models import hypermodel
+from kdist.runs.layout import CONFIG, MODEL, TENSORBOARD
 from kdist.tuning import hparams, results
 from kdist.tuning.oracle_client import DeadlineOracleClient, Heartbeat, OracleUnreachable
 from kdist.tuning.oracles import is_finite, reason
@@ -178,7 +179,7 @@ class KdistTuner(keras_tuner.Tuner):
             ) from None
         # The trial's config, also for a trial that fails before training writes it.
         folder = self.trial_dir(trial.trial_id)
-        (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        (folder / CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
         # Layer names and other global Keras state start afresh in every trial (without
         # the forced garbage collection, which takes seconds once TensorFlow is loaded).
         keras.backend.clear_session(free_memory=False)
@@ -258,7 +259,7 @@ class KdistTuner(keras_tuner.Tuner):
             log.warning("trial %s failed: %s", trial.trial_id, record["reason"])
         results.write_record(folder, record)
         hparams.write_session(
-            folder / "tensorboard",
+            folder / TENSORBOARD,
             trial_id=trial.trial_id,
             hparams=record["hyperparameters"],
             metrics=record["metrics"],
@@ -269,7 +270,7 @@ class KdistTuner(keras_tuner.Tuner):
 
     def load_model(self, trial: Any) -> keras.Model:
         """The model a trial saved (`callbacks.save_model=true`, the default)."""
-        path = self.trial_dir(trial.trial_id) / "model.keras"
+        path = self.trial_dir(trial.trial_id) / MODEL
         if not path.is_file():
             raise FileNotFoundError(
                 f"trial {trial.trial_id} saved no model at {path} (callbacks.save_model=false?)"
