@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import abc
 import logging
-import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -254,9 +253,8 @@ class StepRunner(Runner):
                 type(model).__name__,
             )
         self.variables = training_variables(model)
-        bucket_bytes = int(os.environ.get("KDIST_ALLREDUCE_BUCKET_BYTES", "0") or 0)
-        if allreduce_dtype != "float32" or bucket_bytes:
-            compress_all_reduce(self.optimizer, allreduce_dtype, bucket_bytes=bucket_bytes)
+        if allreduce_dtype != "float32":
+            compress_all_reduce(self.optimizer, allreduce_dtype)
         self.train_dataset_fn = train_dataset_fn
         self.validation_dataset_fn = validation_dataset_fn
         self.replica_train_step = self._make_replica_train_step(jit_compile)

@@ -58,30 +58,7 @@ def _cast(value: Any, dtype: tf.DType) -> Any:
     return tf.cast(value, dtype)
 
 
-def _buckets(sizes: list[int | None], bucket_bytes: int) -> list[list[int]]:
-    """Indices of the gradients in all-reduce buckets of about `bucket_bytes`, last first.
-
-    The backward pass computes the last layers' gradients first, so buckets taken from
-    the end of the list can start their all-reduce while earlier layers' gradients are
-    still being computed (PyTorch DDP's order). `bucket_bytes <= 0`: one bucket, in order.
-    """
-    if bucket_bytes <= 0:
-        return [list(range(len(sizes)))]
-    buckets: list[list[int]] = []
-    current: list[int] = []
-    size = 0
-    for index in reversed(range(len(sizes))):
-        current.append(index)
-        size += sizes[index] or 0
-        if size >= bucket_bytes:
-            buckets.append(current)
-            current, size = [], 0
-    if current:
-        buckets.append(current)
-    return buckets
-
-
-def compress_all_reduce(optimizer: Any, dtype: str, *, bucket_bytes: int = 0) -> ReducedBytes:
+def compress_all_reduce(optimizer: Any, dtype: str) -> ReducedBytes:
     """Make `optimizer` all-reduce its gradients in `dtype`, and count the bytes it sends.
 
     Call it once, before the train function is traced. With `dtype="float32"` nothing is
@@ -90,8 +67,6 @@ def compress_all_reduce(optimizer: Any, dtype: str, *, bucket_bytes: int = 0) ->
     Args:
         optimizer: a Keras optimizer (a `LossScaleOptimizer`'s inner one is changed).
         dtype: `float32`, `bfloat16` or `float16`.
-        bucket_bytes: all-reduce the gradients in buckets of about this many bytes, the
-            last layers' first (see `_buckets`). Defaults to `0`: one all-reduce.
 
     Returns:
         The counter of bytes reduced per step (filled when the step is traced).
@@ -119,11 +94,7 @@ def compress_all_reduce(optimizer: Any, dtype: str, *, bucket_bytes: int = 0) ->
         counter.per_step = sum(s for s in sizes if s is not None)
         counter.dynamic = sum(1 for s in sizes if s is None)
         counter.traces.append(counter.per_step)
-        reduced: list[Any] = [None] * len(sent)
-        for bucket in _buckets(sizes, bucket_bytes):
-            values = context.all_reduce(tf.distribute.ReduceOp.SUM, [sent[j] for j in bucket])
-            for j, value in zip(bucket, values, strict=True):
-                reduced[j] = value
+        reduced = context.all_reduce(tf.distribute.ReduceOp.SUM, sent)
         out = list(pairs)
         for i, original, value in zip(present, originals, reduced, strict=True):
             out[i] = (_cast(value, original.dtype), pairs[i][1])
