@@ -18,6 +18,7 @@ import tensorflow as tf
 from kdist.compat import PRIVATE_NAMES, UpstreamMoved
 from kdist.compat import keras_private as kp
 from kdist.compat import tf_private as tp
+from kdist.compat import tools_private as tt
 from kdist.compat.upstream import private_attribute, private_import
 
 KDIST = Path(__file__).resolve().parents[1] / "kdist"
@@ -195,6 +196,43 @@ def _tf_dataset_inputs():
     assert len(tp.dataset_inputs(joined)) >= 2
 
 
+def _tuner_servicer():
+    assert isinstance(tt.oracle_servicer_class(), type)
+
+
+def _tuner_client():
+    assert callable(tt.oracle_client_class().create_trial)
+
+
+def _tuner_protos():
+    protos = tt.tuner_protos()
+    assert protos.get_service().GetSpaceRequest() is not None
+    assert callable(protos.get_service_grpc().OracleStub)
+
+
+def _tuner_exists():
+    import keras_tuner
+
+    space = keras_tuner.HyperParameters()
+    space.Int("units", 1, 4)
+    assert tt.space_has(space, "units", [])
+    assert not tt.space_has(space, "other", [])
+
+
+def _hydra_locate():
+    assert tt.hydra_locate("keras.layers.Dense") is keras.layers.Dense
+
+
+def _hydra_parser():
+    args = tt.hydra_args_parser().parse_args(["--multirun", "a=1"])
+    assert args.multirun and args.overrides == ["a=1"]
+
+
+def _hydra_compose():
+    assert isinstance(tt.hydra_class(), type)
+    assert tt.hydra_config_search_path("pkg://kdist.conf") is not None
+
+
 PROBES = {
     "keras.src.backend.compute_output_spec": _keras_output_spec,
     "keras.Model._symbolic_build": _keras_symbolic_build,
@@ -225,6 +263,15 @@ PROBES = {
     "tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver": _tf_slurm,
     "tf.distribute.ParameterServerStrategy._cluster_resolver": _tf_ps_resolver,
     "tf.data.Dataset._input_dataset, tf.data.Dataset._input_datasets": _tf_dataset_inputs,
+    "keras_tuner.src.distribute.oracle_chief.OracleServicer": _tuner_servicer,
+    "keras_tuner.src.distribute.oracle_client.OracleClient": _tuner_client,
+    "keras_tuner.src.protos": _tuner_protos,
+    "keras_tuner.HyperParameters._exists": _tuner_exists,
+    "hydra._internal.utils._locate": _hydra_locate,
+    "hydra._internal.utils.get_args_parser": _hydra_parser,
+    "hydra._internal.hydra.Hydra, hydra._internal.utils.create_config_search_path": (
+        _hydra_compose
+    ),
 }
 
 

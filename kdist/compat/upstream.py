@@ -21,6 +21,7 @@ __all__ = [
     "UpstreamMoved",
     "private_attribute",
     "private_import",
+    "private_module",
 ]
 
 # The versions `constraints.txt` pins; `make test-all` on another pair re-checks every name.
@@ -62,6 +63,14 @@ def private_import(module: str, name: str, needed_by: str) -> Any:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError):
         raise UpstreamMoved(f"{module}.{name}", needed_by) from None
+
+
+def private_module(module: str, needed_by: str) -> Any:
+    """The module `module`, or `UpstreamMoved` naming it and `needed_by`."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise UpstreamMoved(module, needed_by) from None
 
 
 def private_attribute(obj: Any, name: str, upstream: str, needed_by: str) -> Any:
@@ -201,5 +210,42 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "tf.data.Dataset._input_dataset, tf.data.Dataset._input_datasets",
         "kdist.data.in_hand.datasets.is_batched",
         "the datasets a dataset was made from (whether it was batched)",
+    ),
+    # keras-tuner (its distributed search is not public).
+    PrivateName(
+        "keras_tuner.src.distribute.oracle_chief.OracleServicer",
+        "kdist.tuning.oracle_chief.OracleServer",
+        "the chief's oracle service, extended to note when each tuner was last heard from",
+    ),
+    PrivateName(
+        "keras_tuner.src.distribute.oracle_client.OracleClient",
+        "kdist.tuning.oracle_client.DeadlineOracleClient",
+        "the tuners' client of the chief's oracle, given a deadline on every call",
+    ),
+    PrivateName(
+        "keras_tuner.src.protos",
+        "kdist.tuning.oracle_chief, kdist.tuning.oracle_client",
+        "the oracle service's protocol buffers",
+    ),
+    PrivateName(
+        "keras_tuner.HyperParameters._exists",
+        "kdist.models.hypermodel.space.search_space",
+        "whether a space declares a name under given conditions (keras-tuner's tuner asks it)",
+    ),
+    # Hydra.
+    PrivateName(
+        "hydra._internal.utils._locate",
+        "kdist.models.hypermodel.target.locate, kdist.config.targets, kdist.tuning.notebook",
+        "reads a dotted path as `instantiate` reads `_target_`, without logging a miss",
+    ),
+    PrivateName(
+        "hydra._internal.utils.get_args_parser",
+        "kdist.train, kdist.tune, kdist.launcher.checks",
+        "Hydra's command-line flags, read before Hydra runs",
+    ),
+    PrivateName(
+        "hydra._internal.hydra.Hydra, hydra._internal.utils.create_config_search_path",
+        "kdist.config.compose",
+        "composes a config from kdist's conf/ outside a Hydra app, with Hydra's messages",
     ),
 )

@@ -29,6 +29,8 @@ from typing import Any
 import keras
 import numpy as np
 
+from kdist.compat import UpstreamMoved
+from kdist.compat.tools_private import hydra_locate
 from kdist.config.errors import ConfigError
 from kdist.models import hypermodel as hm
 from kdist.runs import layout
@@ -42,14 +44,14 @@ DATA_FILE = "data.npz"
 
 def _target_path(obj: Any) -> str:
     """`model._target_` for `obj`: its importable name, else the notebook placeholder."""
-    from hydra._internal.utils import _locate
-
     module, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
     if module and name and "<" not in name:
         path = f"{module}.{name}"
         try:
-            if _locate(path) is obj:
+            if hydra_locate(path) is obj:
                 return path
+        except UpstreamMoved:
+            raise
         except Exception:  # not importable under that name (a closure, a deleted cell)
             pass
     return "kdist.models.hypermodel.given_in_notebook"

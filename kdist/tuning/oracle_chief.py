@@ -14,6 +14,7 @@ import time
 from concurrent import futures
 from typing import Any
 
+from kdist.compat.tools_private import oracle_servicer_class, tuner_protos
 from kdist.config.errors import ConfigError
 from kdist.tuning.roles import ENV_ORACLE_PORT
 
@@ -23,9 +24,7 @@ log = logging.getLogger(__name__)
 
 
 def _servicer_class() -> type:
-    from keras_tuner.src.distribute import oracle_chief
-
-    class _Servicer(oracle_chief.OracleServicer):
+    class _Servicer(oracle_servicer_class()):  # type: ignore[misc]
         """keras-tuner's servicer, noting when each tuner was last heard from."""
 
         def __init__(self, oracle: Any, server: OracleServer):
@@ -96,7 +95,8 @@ class OracleServer:
             ConfigError: when the address cannot be bound.
         """
         import grpc
-        from keras_tuner.src import protos
+
+        protos = tuner_protos()
 
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=self.threads))
         self._servicer = _servicer_class()(self.oracle, self)

@@ -16,11 +16,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from kdist.compat.tools_private import oracle_client_class, tuner_protos
+
 __all__ = ["DeadlineOracleClient", "Heartbeat", "OracleError", "OracleUnreachable"]
 
 
 def _fatal_base() -> type[Exception]:
-    from keras_tuner.src.errors import FatalError
+    from keras_tuner.errors import FatalError
 
     return FatalError
 
@@ -34,9 +36,7 @@ class OracleError(_fatal_base()):  # type: ignore[misc]
 
 
 def _client_base() -> type:
-    from keras_tuner.src.distribute import oracle_client
-
-    return oracle_client.OracleClient
+    return oracle_client_class()
 
 
 class DeadlineOracleClient(_client_base()):  # type: ignore[misc]
@@ -67,7 +67,8 @@ class DeadlineOracleClient(_client_base()):  # type: ignore[misc]
     ):
         # Not keras-tuner's __init__: it reads the environment and uses a 1-hour deadline.
         import grpc
-        from keras_tuner.src import protos
+
+        protos = tuner_protos()
 
         if timeout <= 0 or connect_timeout <= 0 or idle_wait < 0:
             raise ValueError(
@@ -109,14 +110,15 @@ class DeadlineOracleClient(_client_base()):  # type: ignore[misc]
         return response
 
     def get_space(self) -> Any:
-        from keras_tuner.src import protos
-        from keras_tuner.src.engine import hyperparameters as hp_module
+        from keras_tuner.engine import hyperparameters as hp_module
+
+        protos = tuner_protos()
 
         response = self._call("GetSpace", protos.get_service().GetSpaceRequest())
         return hp_module.HyperParameters.from_proto(response.hyperparameters)
 
     def update_space(self, hyperparameters: Any) -> None:
-        from keras_tuner.src import protos
+        protos = tuner_protos()
 
         request = protos.get_service().UpdateSpaceRequest(
             hyperparameters=hyperparameters.to_proto()
@@ -124,8 +126,9 @@ class DeadlineOracleClient(_client_base()):  # type: ignore[misc]
         self._call("UpdateSpace", request)
 
     def create_trial(self, tuner_id: str) -> Any:
-        from keras_tuner.src import protos
-        from keras_tuner.src.engine import trial as trial_module
+        from keras_tuner.engine import trial as trial_module
+
+        protos = tuner_protos()
 
         request = protos.get_service().CreateTrialRequest(tuner_id=tuner_id)
         trial = trial_module.Trial.from_proto(self._call("CreateTrial", request).trial)
@@ -135,8 +138,9 @@ class DeadlineOracleClient(_client_base()):  # type: ignore[misc]
         return trial
 
     def update_trial(self, trial_id: str, metrics: Mapping[str, float], step: int = 0) -> Any:
-        from keras_tuner.src import protos
-        from keras_tuner.src.engine import trial as trial_module
+        from keras_tuner.engine import trial as trial_module
+
+        protos = tuner_protos()
 
         request = protos.get_service().UpdateTrialRequest(
             trial_id=trial_id, metrics=dict(metrics), step=step
@@ -144,20 +148,22 @@ class DeadlineOracleClient(_client_base()):  # type: ignore[misc]
         return trial_module.Trial.from_proto(self._call("UpdateTrial", request).trial)
 
     def end_trial(self, trial: Any) -> None:
-        from keras_tuner.src import protos
+        protos = tuner_protos()
 
         self._call("EndTrial", protos.get_service().EndTrialRequest(trial=trial.to_proto()))
 
     def get_trial(self, trial_id: str) -> Any:
-        from keras_tuner.src import protos
-        from keras_tuner.src.engine import trial as trial_module
+        from keras_tuner.engine import trial as trial_module
+
+        protos = tuner_protos()
 
         request = protos.get_service().GetTrialRequest(trial_id=trial_id)
         return trial_module.Trial.from_proto(self._call("GetTrial", request).trial)
 
     def get_best_trials(self, num_trials: int = 1) -> list[Any]:
-        from keras_tuner.src import protos
-        from keras_tuner.src.engine import trial as trial_module
+        from keras_tuner.engine import trial as trial_module
+
+        protos = tuner_protos()
 
         request = protos.get_service().GetBestTrialsRequest(num_trials=num_trials)
         response = self._call("GetBestTrials", request)

@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import keras_tuner
-from keras_tuner.src.engine import oracle as oracle_module
-from keras_tuner.src.engine import trial as trial_module
-from keras_tuner.src.tuners import bayesian, hyperband, randomsearch
+from keras_tuner import oracles as kt_oracles
+from keras_tuner.engine import trial as trial_module
 from omegaconf import DictConfig, OmegaConf
 
 from kdist.config.build import instantiate
@@ -51,7 +50,7 @@ KDIST_TUNER_KEYS = ("objective", "space", "distributed", "overwrite", "verbose")
 # Oracle arguments kdist sets itself.
 _INJECTED = ("hyperparameters", "allow_new_entries", "tune_new_entries")
 
-synchronized = oracle_module.synchronized
+synchronized = keras_tuner.synchronized
 TrialStatus = trial_module.TrialStatus
 
 
@@ -205,7 +204,7 @@ class _KdistOracleMixin:
         self.trial_tuners = dict(state.get("kdist_trial_tuners", {}))
 
 
-class RandomSearchOracle(_KdistOracleMixin, randomsearch.RandomSearchOracle):
+class RandomSearchOracle(_KdistOracleMixin, kt_oracles.RandomSearchOracle):
     """keras-tuner's `RandomSearchOracle` (`tuner=random`), with kdist's additions."""
 
     def __init__(self, **kwargs: Any):
@@ -213,7 +212,7 @@ class RandomSearchOracle(_KdistOracleMixin, randomsearch.RandomSearchOracle):
         self._kdist_init()
 
 
-class BayesianOptimizationOracle(_KdistOracleMixin, bayesian.BayesianOptimizationOracle):
+class BayesianOptimizationOracle(_KdistOracleMixin, kt_oracles.BayesianOptimizationOracle):
     """keras-tuner's Gaussian-process `BayesianOptimizationOracle` (`tuner=bayesian`)."""
 
     def __init__(self, **kwargs: Any):
@@ -231,7 +230,7 @@ class BayesianOptimizationOracle(_KdistOracleMixin, bayesian.BayesianOptimizatio
             return super().populate_space(trial_id)
 
 
-class HyperbandOracle(_KdistOracleMixin, hyperband.HyperbandOracle):
+class HyperbandOracle(_KdistOracleMixin, kt_oracles.HyperbandOracle):
     """keras-tuner's `HyperbandOracle` (`tuner=hyperband`), capped at `max_trials`.
 
     Each trial sets `trainer.epochs` to its budget (`tuner/epochs`) and trains from
@@ -261,9 +260,9 @@ def _signature(base: type, **extra: Any) -> inspect.Signature:
     return inspect.Signature(params)
 
 
-RandomSearchOracle.__signature__ = _signature(randomsearch.RandomSearchOracle)
-BayesianOptimizationOracle.__signature__ = _signature(bayesian.BayesianOptimizationOracle)
-HyperbandOracle.__signature__ = _signature(hyperband.HyperbandOracle, max_trials=None)
+RandomSearchOracle.__signature__ = _signature(kt_oracles.RandomSearchOracle)
+BayesianOptimizationOracle.__signature__ = _signature(kt_oracles.BayesianOptimizationOracle)
+HyperbandOracle.__signature__ = _signature(kt_oracles.HyperbandOracle, max_trials=None)
 
 
 def _oracle_args(tuner_cfg: DictConfig) -> DictConfig:

@@ -191,7 +191,7 @@ def _fixed_text(key: str, value: str) -> Dimension:
 
 def _hp_dimension(hp: Any, key: str) -> Dimension:
     """A hyperparameter a hypermodel declares, as the dimension of `<key>.hp.<name>`."""
-    from keras_tuner.src.engine.hyperparameters import hp_types
+    from keras_tuner.engine import hyperparameters as hp_types
 
     config = {k: v for k, v in hp.get_config().items() if k not in ("name", "conditions")}
     expression = f"hp.{type(hp).__name__}({', '.join(f'{k}={v!r}' for k, v in config.items())})"

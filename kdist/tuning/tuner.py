@@ -15,8 +15,8 @@ from typing import Any
 
 import keras
 import keras_tuner
-from keras_tuner.src import errors as kt_errors
-from keras_tuner.src.engine import trial as trial_module
+from keras_tuner import errors as kt_errors
+from keras_tuner.engine import trial as trial_module
 from omegaconf import OmegaConf
 
 from kdist.config.compose import format_hydra_error

@@ -9,6 +9,7 @@ from typing import Any
 
 import keras
 
+from kdist.compat.tools_private import space_has
 from kdist.config.errors import ConfigError
 from kdist.models.hypermodel.build import builder, call_build
 from kdist.models.hypermodel.target import HP_KEY, locate, model_target_text
@@ -118,7 +119,7 @@ def search_space(
         if not compiled and model.compiled and model.optimizer is not None:
             compiled, metrics = True, _metric_names(model)
         del model
-        space.merge([p for p in hp.space if not space._exists(p.name, p.conditions)])
+        space.merge([p for p in hp.space if not space_has(space, p.name, p.conditions)])
         for conditions in hp.active_scopes:
             if conditions not in once_active:
                 once_active.append(copy.deepcopy(conditions))

@@ -8,6 +8,8 @@ from typing import Any
 import keras
 from omegaconf import DictConfig
 
+from kdist.compat import UpstreamMoved
+from kdist.compat.tools_private import hydra_locate
 from kdist.config.errors import ConfigError
 
 __all__ = [
@@ -52,13 +54,13 @@ def is_hypermodel(target: Any) -> bool:
 
 def locate(model_cfg: Any) -> Any | None:
     """The object `model._target_` names, or `None` when it names none (yet)."""
-    from hydra._internal.utils import _locate
-
     target = model_cfg.get("_target_") if isinstance(model_cfg, (DictConfig, dict)) else None
     if not isinstance(target, str) or not target or target == "???":
         return None
     try:
-        return _locate(target)
+        return hydra_locate(target)
+    except UpstreamMoved:
+        raise
     except Exception:  # Hydra wraps ImportError/AttributeError; the config checks say it
         return None
 

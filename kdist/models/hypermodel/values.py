@@ -46,7 +46,7 @@ def hp_values(model_cfg: Any, *, key: str = "model") -> dict[str, Any]:
 
 
 def _in_domain(hp: Any, value: Any) -> bool:
-    from keras_tuner.src.engine.hyperparameters import hp_types
+    from keras_tuner.engine import hyperparameters as hp_types
 
     if isinstance(hp, hp_types.Choice):
         return value in list(hp.values)

@@ -1,0 +1,91 @@
+"""keras-tuner's and Hydra's private names that kdist uses, each reached in one function.
+
+keras-tuner's distributed search (the chief's oracle service and its client, their
+protocol buffers) is not public; nor is the reading of a dotted path the way Hydra's
+`instantiate` reads it, its command-line parser, or composing a config from a folder
+outside a Hydra app. Each function names the upstream symbol and the kdist code that
+needs it when an upgrade moves it (`kdist.compat.upstream.UpstreamMoved`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kdist.compat.upstream import private_attribute, private_import, private_module
+
+__all__ = [
+    "KERAS_TUNER_PRIVATE",
+    "hydra_args_parser",
+    "hydra_class",
+    "hydra_config_search_path",
+    "hydra_locate",
+    "oracle_client_class",
+    "oracle_servicer_class",
+    "space_has",
+    "tuner_protos",
+]
+
+# keras-tuner's private modules kdist imports (the rest it uses are public).
+KERAS_TUNER_PRIVATE = "keras_tuner.src"
+_DISTRIBUTE = f"{KERAS_TUNER_PRIVATE}.distribute"
+
+
+def oracle_servicer_class() -> type:
+    """keras-tuner's gRPC `OracleServicer`, which the chief's oracle service extends."""
+    return private_import(
+        f"{_DISTRIBUTE}.oracle_chief", "OracleServicer", "kdist.tuning.oracle_chief.OracleServer"
+    )
+
+
+def oracle_client_class() -> type:
+    """keras-tuner's `OracleClient`, which kdist's client with deadlines extends."""
+    return private_import(
+        f"{_DISTRIBUTE}.oracle_client",
+        "OracleClient",
+        "kdist.tuning.oracle_client.DeadlineOracleClient",
+    )
+
+
+def tuner_protos() -> Any:
+    """keras-tuner's protocol buffers of the oracle service (`get_service`, `get_service_grpc`)."""
+    return private_module(
+        f"{KERAS_TUNER_PRIVATE}.protos", "kdist.tuning.oracle_chief/oracle_client"
+    )
+
+
+def space_has(space: Any, name: str, conditions: Any) -> bool:
+    """Whether `space` (`keras_tuner.HyperParameters`) declares `name` under `conditions`."""
+    exists = private_attribute(
+        space,
+        "_exists",
+        "keras_tuner.HyperParameters._exists",
+        "kdist.models.hypermodel.space.search_space",
+    )
+    return bool(exists(name, conditions))
+
+
+def hydra_locate(path: str) -> Any:
+    """The object a dotted path names, found as Hydra's `instantiate` finds `_target_`."""
+    locate = private_import("hydra._internal.utils", "_locate", "kdist (reading a _target_)")
+    return locate(path)
+
+
+def hydra_args_parser() -> Any:
+    """Hydra's command-line parser (`hydra._internal.utils.get_args_parser`)."""
+    make = private_import(
+        "hydra._internal.utils", "get_args_parser", "kdist commands (reading Hydra's flags)"
+    )
+    return make()
+
+
+def hydra_class() -> type:
+    """Hydra's app object, which composes a config from a search path outside an app."""
+    return private_import("hydra._internal.hydra", "Hydra", "kdist.config.compose")
+
+
+def hydra_config_search_path(config_dir: str | None) -> Any:
+    """Hydra's config search path for `config_dir` (`create_config_search_path`)."""
+    make = private_import(
+        "hydra._internal.utils", "create_config_search_path", "kdist.config.compose"
+    )
+    return make(config_dir)
