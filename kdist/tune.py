@@ -190,9 +190,9 @@ def _write_hydra_files(run_dir: Path, cfg: DictConfig) -> None:
 
 def _default_space(argv: list[str]) -> bool:
     """Whether the search uses conf/tune.yaml's default `tuner/space` (none chosen)."""
-    from hydra._internal.utils import get_args_parser
+    from kdist.compat.tools_private import hydra_args_parser
 
-    args, _ = get_args_parser().parse_known_args(argv)
+    args, _ = hydra_args_parser().parse_known_args(argv)
     if args.config_name not in (None, "tune") or args.config_dir is not None:
         return False  # a recipe chooses its own space
     return not any(o.lstrip("~+").startswith("tuner/space") for o in args.overrides)

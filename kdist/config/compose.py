@@ -10,14 +10,13 @@ from pathlib import Path
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_module, version
-from hydra._internal.hydra import Hydra
-from hydra._internal.utils import create_config_search_path
 from hydra.core.config_search_path import SearchPathQuery
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from kdist.compat.tools_private import hydra_class, hydra_config_search_path
 from kdist.config.errors import ConfigError
 from kdist.config.schema import register
 
@@ -69,10 +68,12 @@ def _initialize_with_dir(config_dir: Path) -> Iterator[None]:
         raise ConfigError("config_dir", "is not a folder", value=str(config_dir))
     backup = get_gh_backup()
     version.setbase("1.3")
-    search_path = create_config_search_path(str(config_dir))
+    search_path = hydra_config_search_path(str(config_dir))
     # After the user's folder and before the structured-config schemas, which must stay last.
     search_path.append("kdist", f"pkg://{CONFIG_MODULE}", anchor=SearchPathQuery(provider="main"))
-    Hydra.create_main_hydra2(task_name="train", config_search_path=search_path)
+    hydra_class().create_main_hydra2(  # type: ignore[attr-defined]
+        task_name="train", config_search_path=search_path
+    )
     try:
         yield
     finally:

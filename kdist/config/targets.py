@@ -9,6 +9,8 @@ from typing import Any
 from hydra.utils import get_method
 from omegaconf import DictConfig
 
+from kdist.compat import UpstreamMoved
+from kdist.compat.tools_private import hydra_locate
 from kdist.config.constants import HYDRA_KEYS
 from kdist.config.errors import ConfigError
 
@@ -17,10 +19,10 @@ __all__ = ["check_target_keys"]
 
 def _hypermodel_instance(target: str) -> Any | None:
     """A `keras_tuner.HyperModel` instance `target` names (not callable, but a model)."""
-    from hydra._internal.utils import _locate as locate
-
     try:
-        obj = locate(target)
+        obj = hydra_locate(target)
+    except UpstreamMoved:
+        raise
     except Exception:  # as in `_locate`: not importable
         return None
     kinds = type(obj).__mro__

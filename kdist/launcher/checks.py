@@ -21,11 +21,10 @@ def _job_config(overrides: Sequence[str]) -> Any:
     `None` for a sweep (`-m`: each job may differ; its tasks report their own errors) and
     for a command line that does not compose (the tasks report it as one line).
     """
-    from hydra._internal.utils import get_args_parser
-
+    from kdist.compat.tools_private import hydra_args_parser
     from kdist.config.compose import compose
 
-    args, _ = get_args_parser().parse_known_args(list(overrides))
+    args, _ = hydra_args_parser().parse_known_args(list(overrides))
     if args.multirun:
         return None
     try:
