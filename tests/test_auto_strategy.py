@@ -52,7 +52,8 @@ def test_auto_on_the_command_line_with_the_default_callbacks_then_evaluate(tmp_p
     with open(run_dir / "history.csv", newline="") as f:
         assert [int(r["epoch"]) for r in csv.DictReader(f)] == [0, 1]
     assert (run_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (run_dir / "saved_model" / "saved_model.pb").is_file()
+    # saved_model/ is off by default (callbacks.saved_model=true writes it).
+    assert (run_dir / "model.keras").is_file() and not (run_dir / "saved_model").exists()
     evaluated = run_module("kdist.evaluate", [f"run_dir={run_dir}"], cwd=REPO, timeout=300)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     printed = dict(re.findall(r"^validation (\w+): (\S+)$", evaluated.stdout, re.M))

@@ -638,7 +638,8 @@ def test_best_model_export(tmp_path: Path):
     import keras
 
     exp = kdist.Experiment(
-        compose([*BASE, "callbacks.best_model.monitor=val_accuracy"]), run_dir=tmp_path
+        compose([*BASE, "callbacks.best_model.monitor=val_accuracy", "callbacks.saved_model=true"]),
+        run_dir=tmp_path,
     )
     history = exp.fit()
     best = max(history.history["val_accuracy"])

@@ -244,6 +244,7 @@ def test_train_then_evaluate_on_the_command_line(tmp_path: Path):
         "runtime.logical_devices=2",
         "trainer=fast_dev",
         "trainer.verbose=0",
+        "callbacks.saved_model=true",
     ]
     trained = run_module("kdist.train", args, cwd=tmp_path, timeout=600)
     assert trained.returncode == 0, trained.stderr[-3000:]
@@ -258,8 +259,11 @@ def test_train_then_evaluate_on_the_command_line(tmp_path: Path):
         assert abs(printed[name] - value) <= 1e-6, name
 
 
-def test_saved_model_false_writes_model_keras_only(tmp_path: Path, tiny):
-    exp = kdist.Experiment(compose([*tiny, "callbacks.saved_model=false"]))
+@pytest.mark.parametrize("best", [False, True])
+def test_the_default_writes_model_keras_only(tmp_path: Path, tiny, best: bool):
+    # saved_model/ is opt-in (callbacks.saved_model=true), for the best model's export too.
+    more = ["callbacks.best_model.monitor=val_accuracy"] if best else []
+    exp = kdist.Experiment(compose([*tiny, *more]))
     exp.fit()
     assert (exp.run_dir / "model.keras").is_file()
     assert not (exp.run_dir / "saved_model").exists()

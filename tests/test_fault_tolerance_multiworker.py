@@ -32,6 +32,7 @@ JOB = [
     "trainer.verbose=2",
     "runtime.deterministic=true",
     "callbacks.backup.every_n_steps=5",
+    "callbacks.saved_model=true",
 ]
 
 

@@ -357,7 +357,8 @@ def test_launch_plans_a_chief_and_servers(tmp_path: Path):
 def test_digits_on_two_workers_and_one_ps(tmp_path: Path):
     log = io.StringIO()
     run_dir = tmp_path / "run"
-    code = run(2, [*DIGITS, "trainer.epochs=10"], ps=1, run_dir=run_dir, timeout=300, output=log)
+    job = [*DIGITS, "trainer.epochs=10", "callbacks.saved_model=true"]
+    code = run(2, job, ps=1, run_dir=run_dir, timeout=300, output=log)
     text = log.getvalue()
     assert code == 0, text[-3000:]
     metrics = json.loads((run_dir / "metrics.json").read_text())

@@ -58,6 +58,12 @@ def test_tensorboard_has_train_and_validation_scalars(default_run):
     assert {"epoch_loss", "epoch_accuracy"} <= _scalar_tags(run_dir / "tensorboard" / "validation")
 
 
+def test_the_default_run_writes_model_keras_only(default_run):
+    # saved_model/ costs about a second of a 5-second default run (issue 29): opt-in.
+    run_dir, _ = default_run
+    assert not (run_dir / "saved_model").exists()
+
+
 def test_saved_model_reloads_with_the_same_accuracy(default_run):
     import keras
     import numpy as np

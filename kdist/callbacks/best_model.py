@@ -55,15 +55,18 @@ class BestModelExport(keras.callbacks.Callback):
         directory: the run directory (a temporary folder on workers other than the chief).
         monitor: the epoch log to watch, e.g. `"val_accuracy"`.
         mode: `"min"` or `"max"`.
+        saved_model: also export `saved_model/` (`callbacks.saved_model`). Defaults to
+            `True`.
     """
 
-    def __init__(self, *, directory: Path, monitor: str, mode: str):
+    def __init__(self, *, directory: Path, monitor: str, mode: str, saved_model: bool = True):
         super().__init__()
         if mode not in ("min", "max"):
             raise ValueError(f"`mode` ({mode!r}) must be 'min' or 'max'.")
         self.directory = Path(directory)
         self.monitor = monitor
         self.mode = mode
+        self.saved_model = saved_model
         self.best: float | None = None
         self.best_epoch: int | None = None
 
@@ -81,4 +84,4 @@ class BestModelExport(keras.callbacks.Callback):
                 "epoch %d: %s improved to %.6g; exporting the model", epoch + 1, self.monitor, value
             )
             self.best, self.best_epoch = value, epoch
-            save_model_files(self.model, self.directory)
+            save_model_files(self.model, self.directory, saved_model=self.saved_model)

@@ -225,6 +225,7 @@ def build_run(
             directory=output_dir,
             monitor=monitor,
             mode=monitor_mode(monitor, str(node.best_model.mode), directions),
+            saved_model=bool(node.get("saved_model", False)),
         )
         run.callbacks.append(run.best_model)
     if node.preemption and "backup" in savers:

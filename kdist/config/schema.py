@@ -371,9 +371,10 @@ class CallbacksConfig:
     preemption: bool = True
     # model.keras (and, with `saved_model`, saved_model/) in the run directory at the end.
     save_model: bool = True
-    # With save_model: also export saved_model/ (serving_default, for TF Serving); it
-    # costs about a second at the end of a run. false writes model.keras only.
-    saved_model: bool = True
+    # With save_model: also export saved_model/ (serving_default, for TF Serving). Off by
+    # default: it costs about a second at the end of a run (a fifth of the default
+    # 20-epoch job, issue 29); `true` turns it on, `kdist.export.load_model` reads model.keras.
+    saved_model: bool = False
     # curves.png in the run directory: loss and metrics per epoch (chief only).
     curves: bool = True
     # Extra Keras callbacks: a list of `_target_` nodes, each built inside the scope.
