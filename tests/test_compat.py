@@ -167,6 +167,28 @@ def _tf_async_helper(tmp_path: Path):
         tp.stop_helper_thread(helper)
 
 
+def _tf_copy_to_cpu():
+    from tensorflow.python.util.object_identity import ObjectIdentityDictionary
+
+    variable = tf.Variable([1.0, 2.0])
+    object_map = ObjectIdentityDictionary()  # what TensorFlow's async helper passes
+    tp.copy_trackable_to_cpu(variable, object_map)
+    assert np.array_equal(object_map[variable].numpy(), [1.0, 2.0])
+
+
+def _tf_saved_tensors(tmp_path: Path):
+    variable = keras.Variable([1.0, 2.0])
+    restored = []
+    tp.set_saved_tensors(
+        variable,
+        lambda: {"VARIABLE_VALUE": tf.constant([5.0, 6.0])},
+        lambda tensors: restored.append(tensors["VARIABLE_VALUE"].numpy()),
+    )
+    path = tf.train.Checkpoint(v=variable).write(str(tmp_path / "ckpt"))
+    tf.train.Checkpoint(v=variable).read(path)
+    assert np.array_equal(restored[0], [5.0, 6.0])
+
+
 def _tf_checkpoint_private():
     checkpoint = tf.train.Checkpoint(v=tf.Variable(1.0))
     private_attribute(checkpoint, "_async_checkpointer", "tf.train.Checkpoint", "test")
@@ -256,6 +278,10 @@ PROBES = {
     "tensorflow.python.distribute.sharded_variable.ShardedVariable": _tf_sharded,
     "tensorflow.python.checkpoint.async_checkpoint_helper.AsyncCheckpointHelper": (
         _tf_async_helper
+    ),
+    "tf.Variable._copy_trackable_to_cpu": _tf_copy_to_cpu,
+    "tf.train.Checkpoint's _serialize_to_tensors/_restore_from_tensors protocol": (
+        _tf_saved_tensors
     ),
     "tf.train.Checkpoint._async_checkpointer, tf.train.Checkpoint._kwargs": (
         _tf_checkpoint_private

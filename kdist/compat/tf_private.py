@@ -17,6 +17,7 @@ from kdist.compat.upstream import private_attribute, private_import
 
 __all__ = [
     "async_helper",
+    "copy_trackable_to_cpu",
     "dataset_inputs",
     "expand_hostlist",
     "expand_tasks_per_node",
@@ -25,6 +26,7 @@ __all__ = [
     "helper_host_variables",
     "initialize_helper",
     "ps_cluster_resolver",
+    "set_saved_tensors",
     "sharded_variable_type",
     "stop_helper_thread",
 ]
@@ -133,3 +135,30 @@ def stop_helper_thread(helper: Any) -> None:
     # The stop item: a later `sync` must not wait for it.
     private_attribute(helper, "_queue", f"{_HELPER}._queue", _ASYNC).task_done()
     atexit.unregister(join)
+
+
+def copy_trackable_to_cpu(variable: Any, object_map: dict[Any, Any]) -> None:
+    """TensorFlow's host copy of `variable` into `object_map` (`_copy_trackable_to_cpu`)."""
+    copy = private_attribute(
+        variable, "_copy_trackable_to_cpu", "tf.Variable._copy_trackable_to_cpu", _ASYNC
+    )
+    copy(object_map)
+
+
+def set_saved_tensors(
+    trackable: Any,
+    serialize: Callable[[], dict[str, Any]],
+    restore: Callable[[dict[str, Any]], Any],
+) -> None:
+    """Make `trackable` save and restore through `serialize` and `restore`.
+
+    TensorFlow's checkpoint saves an object by calling its `_serialize_to_tensors` and
+    restores it with `_restore_from_tensors`; set on the instance, they replace the
+    class's for this object only.
+    """
+    for name in ("_serialize_to_tensors", "_restore_from_tensors"):
+        private_attribute(
+            trackable, name, f"tf.train.Checkpoint's {name} protocol", "kdist.engine.sharded"
+        )
+    trackable._serialize_to_tensors = serialize
+    trackable._restore_from_tensors = restore

@@ -192,6 +192,16 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "host copies of a checkpoint's variables, written on kdist's own thread",
     ),
     PrivateName(
+        "tf.Variable._copy_trackable_to_cpu",
+        "kdist.engine.checkpoint.compatibility.copy_keras_variable_to_cpu",
+        "the host copy of the TensorFlow variable inside a Keras variable",
+    ),
+    PrivateName(
+        "tf.train.Checkpoint's _serialize_to_tensors/_restore_from_tensors protocol",
+        "kdist.engine.sharded.checkpointable",
+        "saves a Keras variable holding a ShardedVariable as one whole value",
+    ),
+    PrivateName(
         "tf.train.Checkpoint._async_checkpointer, tf.train.Checkpoint._kwargs",
         "kdist.engine.checkpoint (asynchronous saves)",
         "the checkpoint's own async helper, and what makes another",
