@@ -36,7 +36,7 @@ _ASYNC = "kdist.engine.checkpoint (asynchronous saves)"
 _SLURM = "tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver"
 
 
-def sharded_variable_type() -> type:
+def sharded_variable_type() -> Any:
     """TensorFlow's `ShardedVariable` class (parameter-server partitioned variables)."""
     return private_import(
         "tensorflow.python.distribute.sharded_variable", "ShardedVariable", "kdist.engine.sharded"
