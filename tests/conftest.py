@@ -22,6 +22,39 @@ def pytest_configure(config):
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
 
+SLOW_CASES = Path(__file__).with_name("slow_cases.txt")
+
+
+def _slow_cases() -> set[str]:
+    lines = SLOW_CASES.read_text().splitlines()
+    return {line.split("#", 1)[0].strip() for line in lines} - {""}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the heavy cases of `slow_cases.txt` `slow` (`make test` leaves them out)."""
+    listed = _slow_cases()
+    found = set()
+    for item in items:
+        if item.nodeid in listed:
+            item.add_marker(pytest.mark.slow)
+            found.add(item.nodeid)
+    collected_files = {item.nodeid.split("::", 1)[0] for item in items}
+    missing = sorted(
+        nodeid
+        for nodeid in listed - found
+        if nodeid.split("::", 1)[0] in collected_files
+        and "::" in nodeid
+        # a run of a few tests (-k, a node id) collects only part of a file
+        and not config.getoption("keyword")
+        and not any("::" in arg for arg in config.args)
+    )
+    if missing:
+        raise pytest.UsageError(
+            f"{SLOW_CASES.name} lists cases that no longer exist: {', '.join(missing)}; "
+            "update the file"
+        )
+
+
 @pytest.fixture
 def tiny(tmp_path: Path) -> list[str]:
     """Overrides for a fast in-process job writing under tmp_path."""
