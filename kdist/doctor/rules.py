@@ -116,7 +116,7 @@ RULES: tuple[Rule, ...] = (
         "FAIL",
         # 3.dev0: the first Keras 3 release, pre-releases included.
         _installed_before(
-            "keras", "3.dev0", "is Keras 2; kdist needs Keras 3: pip install 'keras>=3.15,<4'"
+            "keras", "3.dev0", "is Keras 2; kdist needs Keras 3: pip install 'keras>=3.15,<3.16'"
         ),
     ),
     Rule("Keras backend not TensorFlow", "FAIL", _other_backend),
@@ -124,7 +124,7 @@ RULES: tuple[Rule, ...] = (
         "keras-tuner before 1.4",
         "FAIL",
         _installed_before(
-            "keras-tuner", "1.4", "predates Keras 3: pip install 'keras-tuner>=1.4.7'"
+            "keras-tuner", "1.4", "predates Keras 3: pip install 'keras-tuner>=1.4.7,<1.5'"
         ),
     ),
     Rule("TF_USE_LEGACY_KERAS", "warn", _legacy_keras),

@@ -35,8 +35,8 @@ TF_DISTRIBUTIONS = (
 # checks that it matches pyproject.toml).
 FALLBACK_REQUIREMENTS = (
     "tensorflow>=2.21,<2.22",
-    "keras>=3.15,<4",
-    "keras-tuner>=1.4.7",
+    "keras>=3.15,<3.16",
+    "keras-tuner>=1.4.7,<1.5",
     "tensorboard>=2.21",
     "hydra-core>=1.3.2,<1.4",
     "scikit-learn>=1.3",
