@@ -175,6 +175,10 @@ def _compressed_all_reduce(ctx: Context) -> list[Comparison]:
     before = load_average()
     full = _cnn_curve(ctx, "float32", steps, epochs)
     half = _cnn_curve(ctx, "bfloat16", steps, epochs)
+    # The control: float16 keeps 3 more bits than bfloat16. On the synthetic job the loss
+    # sits on a plateau near ln 10 until a step escapes it, and when depends on the
+    # smallest change (float16 deviated 3.96 %, bfloat16 3.27 % on 2026-11-26).
+    control = _cnn_curve(ctx, "float16", steps, epochs)
     # The digits CNN learns in 300 steps (loss 1.7 -> 0.02): the same curves where they fall.
     digits = ("data=digits",)
     full_digits = _cnn_curve(ctx, "float32", steps, epochs, digits)
@@ -185,6 +189,7 @@ def _compressed_all_reduce(ctx: Context) -> list[Comparison]:
         return max(abs(x - y) / (abs(y) if relative else 1.0) for x, y in zip(a, b, strict=True))
 
     deviation = largest(half["loss"], full["loss"], True)
+    control_deviation = largest(control["loss"], full["loss"], True)
     digits_relative = largest(half_digits["loss"], full_digits["loss"], True)
     details = {
         "job": "MNIST CNN, synthetic 28x28x1, global batch 64, mirrored over 2 logical CPUs",
@@ -193,6 +198,8 @@ def _compressed_all_reduce(ctx: Context) -> list[Comparison]:
         "bytes_per_step_float32": full["bytes_per_step"],
         "bytes_per_step_bfloat16": half["bytes_per_step"],
         "fit_seconds": {"float32": full["seconds"], "bfloat16": half["seconds"]},
+        "loss_float16_control": control["loss"],
+        "float16_control_largest_relative_difference": control_deviation,
         "digits_loss_float32": full_digits["loss"],
         "digits_loss_bfloat16": half_digits["loss"],
         "digits_largest_absolute_difference": largest(
