@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from kdist.data.builtin import synthetic
 from kdist.data.source import ArraySource
-from kdist.data.tfrecord_io import MANIFEST_NAME, interleave_files, read_manifest
+from kdist.data.tfrecords import MANIFEST_NAME, interleave_files, read_manifest
 
 __all__ = ["FileBlocks", "file_blocks"]
 

@@ -1,6 +1,6 @@
 """Comparison 4: steps fed from TFRecord files through the kdist builder vs from memory.
 
-The same arrays are written with `kdist.data.tfrecord_io.write_tfrecords` (float
+The same arrays are written with `kdist.data.tfrecords.write_tfrecords` (float
 lists, 4 training shards) and read by `data=tfrecord`; the reference is the in-memory
 synthetic source (cached tensors). With `data.cache=false` every epoch reads and parses
 the files again (the case the target is about): whole files (the default for these
@@ -60,7 +60,7 @@ SPECS = [
 
 
 def _write_files(ctx: Context, job: Job) -> str:
-    from kdist.data.tfrecord_io import write_tfrecords
+    from kdist.data.tfrecords import write_tfrecords
 
     folder = ctx.workdir / f"tfrecord_{job.model}"
     if not (folder / "manifest.json").exists():

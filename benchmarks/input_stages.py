@@ -57,7 +57,7 @@ def _pass_cost(dataset: Any, elements_per_pass: int, passes: int) -> Callable[[]
 
 def read_only(reader: Any) -> Any:
     """The reader's own work: each file read whole, checked and parsed; one element a file."""
-    from kdist.data.tfrecord_io import read_whole_file, whole_files
+    from kdist.data.tfrecords import read_whole_file, whole_files
 
     shards = [reader._shard[f] for f in reader.split_files("train")]
     return whole_files(shards).map(lambda *file: reader._examples(read_whole_file(*file)))
@@ -82,7 +82,7 @@ def permuted(reader: Any, batch: int, seed: int) -> Any:
     """
     import tensorflow as tf
 
-    from kdist.data.tfrecord_io import read_whole_file, whole_files
+    from kdist.data.tfrecords import read_whole_file, whole_files
 
     shards = [reader._shard[f] for f in reader.split_files("train")]
     size = reader.size("train")

@@ -23,6 +23,7 @@ from kdist import outputs, strategies
 from kdist.callbacks.best_model import BestModelExport
 from kdist.callbacks.factory import build_run
 from kdist.cluster import chief
+from kdist.compat.keras_private import inputs_struct
 from kdist.config.errors import ConfigError
 from kdist.config.objective import check_monitors, check_objective, metric_directions
 from kdist.config.validate import validate
@@ -162,7 +163,7 @@ class Experiment:
     def _takes_source(self, model: keras.Model) -> bool:
         """Whether `model`'s inputs take the config's data (a subclassed model: yes, it
         is built from it, as `build_model` has always done)."""
-        if getattr(model, "_inputs_struct", None) is None and not model.built:
+        if inputs_struct(model) is None and not model.built:
             return True
         try:
             check_inputs(model, self.source.dataset("train").element_spec, key="data.source")

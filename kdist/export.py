@@ -17,7 +17,6 @@ logits = serve(images)
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import zipfile
@@ -28,6 +27,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from kdist.compat.keras_private import safe_mode_scope
 from kdist.config.errors import ConfigError
 
 __all__ = ["LEGACY_SUFFIXES", "SIGNATURE", "load_model", "load_serving"]
@@ -78,7 +78,7 @@ def load_model(path: str | os.PathLike[str]) -> keras.Model:
     try:
         # Keras lets keras.config.enable_unsafe_deserialization() anywhere in the process
         # override safe_mode=True; the scope sets safe mode back for this load.
-        with _safe_mode_scope():
+        with safe_mode_scope():
             return keras.models.load_model(target, compile=False, safe_mode=True)
     except ValueError as error:
         if "safe_mode" in str(error) or "unsafe" in str(error).lower():
@@ -119,14 +119,6 @@ def _has_python_lambda(path: Path) -> bool:
         return False
 
     return walk(config)
-
-
-def _safe_mode_scope() -> contextlib.AbstractContextManager[Any]:
-    try:
-        from keras.src.saving.serialization_lib import SafeModeScope
-    except ImportError:  # a Keras without it: the config scan above still applies
-        return contextlib.nullcontext()
-    return SafeModeScope(True)
 
 
 def load_serving(path: str | os.PathLike[str]) -> Callable[..., dict[str, Any]]:

@@ -231,8 +231,8 @@ def _train(cfg: DictConfig, run_dir: str | None, *, write_config: bool = False) 
         exit_with(error)
     import tensorflow as tf
 
-    from kdist.callbacks.checkpoint import CheckpointWriteError
     from kdist.callbacks.guards import EXIT_NON_FINITE, NonFiniteLossError
+    from kdist.engine.checkpoint import CheckpointWriteError
     from kdist.engine.ps_runner import ParameterServerUnavailableError
     from kdist.engine.state import CheckpointError
 
@@ -313,7 +313,7 @@ def _what_is_saved(run_dir: Path) -> str:
 
     A re-run resumes from `backup/` when it holds a checkpoint, else from `checkpoints/`.
     """
-    from kdist.callbacks.checkpoint import finish_writes
+    from kdist.engine.checkpoint import finish_writes
 
     finish_writes()  # a backup of finite weights still being written is complete now
     for folder, what in (("backup", "backup"), ("checkpoints", "checkpoint")):

@@ -205,7 +205,7 @@ class KillDuringAsyncSave:
 
         import keras
 
-        from kdist.callbacks import checkpoint
+        from kdist.engine import checkpoint
 
         original = checkpoint.PeriodicCheckpoint.after_steps
 

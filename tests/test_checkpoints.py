@@ -24,10 +24,10 @@ from helpers import REPO, compose, run_module
 from omegaconf import OmegaConf
 
 import kdist
-from kdist.callbacks import checkpoint as checkpoint_module
-from kdist.callbacks.checkpoint import PeriodicCheckpoint
 from kdist.callbacks.guards import NonFiniteLossError
 from kdist.data import ArraySource, make_dataset_fn
+from kdist.engine.checkpoint import PeriodicCheckpoint
+from kdist.engine.checkpoint import writer as writer_module
 from kdist.engine.state import CheckpointError, restore_latest
 
 BASE = [
@@ -320,7 +320,7 @@ def _fail_writes(monkeypatch) -> None:
     def fail(self, prefix: str) -> None:
         raise OSError(f"disk full writing {prefix}")
 
-    monkeypatch.setattr(checkpoint_module._HostWriter, "write", fail)
+    monkeypatch.setattr(writer_module.HostWriter, "write", fail)
 
 
 def test_an_asynchronous_save_holds_the_state_of_its_step_not_a_later_one(tmp_path: Path):
@@ -350,13 +350,13 @@ def test_the_call_after_a_save_copies_the_state_of_the_saved_step(tmp_path: Path
     import keras
 
     eager: list[int] = []
-    snapshot = checkpoint_module._HostWriter.snapshot
+    snapshot = writer_module.HostWriter.snapshot
 
     def counted(self, weights, steps):
         eager.append(steps)
         return snapshot(self, weights, steps)
 
-    monkeypatch.setattr(checkpoint_module._HostWriter, "snapshot", counted)
+    monkeypatch.setattr(writer_module.HostWriter, "snapshot", counted)
     seen: dict[int, list[np.ndarray]] = {}
 
     class Record(keras.callbacks.Callback):
@@ -388,14 +388,14 @@ def test_at_most_one_asynchronous_save_is_in_flight(tmp_path: Path, monkeypatch)
     # when save N starts every earlier save is complete (a crash loses one save at most).
     release = threading.Event()
     writing: list[str] = []
-    write = checkpoint_module._HostWriter.write
+    write = writer_module.HostWriter.write
 
     def held(self, prefix: str) -> None:
         writing.append(prefix)
         assert release.wait(30)
         write(self, prefix)
 
-    monkeypatch.setattr(checkpoint_module._HostWriter, "write", held)
+    monkeypatch.setattr(writer_module.HostWriter, "write", held)
     exp = _built(tmp_path)
     saver = _saver(exp, tmp_path / "bound")
     saver.keep = 3
@@ -425,17 +425,17 @@ def test_at_most_one_asynchronous_save_is_in_flight(tmp_path: Path, monkeypatch)
 def test_a_queued_write_starts_when_the_training_thread_enters_a_call(tmp_path: Path, monkeypatch):
     # Between two calls the training thread runs the hooks; the writer starts a job
     # only once the controller opens the gate around a call, or `sync` waits for it.
-    from kdist.engine.runner import TRAIN_CALLS
+    from kdist.engine.call_gate import TRAIN_CALLS
 
-    monkeypatch.setattr(checkpoint_module, "GATE_SECONDS", 30.0)
+    monkeypatch.setattr(writer_module, "GATE_SECONDS", 30.0)
     started = threading.Event()
-    write = checkpoint_module._HostWriter.write
+    write = writer_module.HostWriter.write
 
     def spy(self, prefix: str) -> None:
         started.set()
         write(self, prefix)
 
-    monkeypatch.setattr(checkpoint_module._HostWriter, "write", spy)
+    monkeypatch.setattr(writer_module.HostWriter, "write", spy)
     exp = _built(tmp_path)
     saver = _saver(exp, tmp_path / "gated")
     exp.runner.train_steps(2)
@@ -465,7 +465,7 @@ def test_the_writer_does_not_keep_a_finished_run_alive(tmp_path: Path):
     saver.save(1)
     saver.finish(1)
     checkpoint = weakref.ref(exp.controller.checkpoint)
-    assert checkpoint() in checkpoint_module._WRITERS
+    assert checkpoint() in writer_module._WRITERS
     del exp, saver
     deadline = time.monotonic() + 5.0  # threads that just ended may still hold frames
     while checkpoint() is not None and time.monotonic() < deadline:

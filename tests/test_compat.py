@@ -8,6 +8,7 @@ the upstream symbol and the kdist code that needs it.
 from __future__ import annotations
 
 import functools
+import subprocess
 from pathlib import Path
 
 import keras
@@ -342,6 +343,22 @@ def test_moved_compute_output_spec_is_not_swallowed(monkeypatch):
     spec = (tf.TensorSpec((3,), tf.float32), tf.TensorSpec((), tf.int32))
     with pytest.raises(UpstreamMoved, match="compute_output_spec"):
         check_inputs(model, spec)
+
+
+def test_private_names_only_in_compat():
+    """`keras.src` and `tensorflow.python` appear in kdist only under kdist/compat/."""
+    found = subprocess.run(
+        ["grep", "-rln", r"keras.src\|tensorflow.python", str(KDIST), "--include=*.py"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    outside = sorted(
+        str(Path(path).relative_to(KDIST.parent))
+        for path in found
+        if Path(path).parent != KDIST / "compat"
+    )
+    assert not outside, f"private Keras/TensorFlow names outside kdist/compat/: {outside}"
 
 
 def test_compat_imports_nothing_of_kdist():

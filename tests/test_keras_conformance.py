@@ -460,7 +460,7 @@ def test_own_train_step_with_sharded_variables_is_refused(tmp_path: Path, monkey
     # Sharded variables need a parameter-server cluster; the rule is what is tested here
     # (a model's own train_step updates `trainable_variables`, which Keras 3 cannot do
     # for a ShardedVariable).
-    monkeypatch.setattr("kdist.engine.runner.has_sharded_variables", lambda model: True)
+    monkeypatch.setattr("kdist.engine.step.has_sharded_variables", lambda model: True)
     cfg = _config(CASES[0], tmp_path / "data.npz", tmp_path / "run", [])
     exp = kdist.Experiment(cfg)
     with pytest.raises(ConfigError, match=r"^model=.*overrides `train_step`.*sharded"):

@@ -252,7 +252,7 @@ def test_parameter_servers_train_sharded_tables_with_lazy_adam(tmp_path: Path):
 
 
 def test_accumulated_sparse_gradients_stay_sparse():
-    from kdist.engine.runner import _add, _divide
+    from kdist.engine.step import _add, _divide
 
     a = tf.IndexedSlices(tf.ones((2, 3)), tf.constant([1, 4]), tf.constant([6, 3]))
     b = tf.IndexedSlices(2 * tf.ones((2, 3)), tf.constant([4, 5]), tf.constant([6, 3]))

@@ -27,7 +27,7 @@ def _forget(monkeypatch: pytest.MonkeyPatch, old: str) -> None:
     """Import `old` afresh in this test (another test may have imported it already)."""
     monkeypatch.delitem(sys.modules, old, raising=False)
     parent, _, last = old.rpartition(".")
-    monkeypatch.delattr(sys.modules[parent], last, raising=False)
+    monkeypatch.delattr(importlib.import_module(parent), last, raising=False)
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))

@@ -15,8 +15,8 @@ import pytest
 from helpers import compose, learnable_arrays
 
 import kdist
-from kdist.callbacks import checkpoint as checkpoint_module
 from kdist.callbacks import preemption
+from kdist.engine.checkpoint import writer as writer_module
 from kdist.train import run
 
 FAST = ["trainer=fast_dev", "trainer.verbose=0", "callbacks.curves=false"]
@@ -52,7 +52,7 @@ def test_an_infinite_learning_rate_says_no_backup_was_saved(tmp_path: Path, caps
 
 
 def test_a_full_disk_is_one_line_status_6_and_no_temp_folder(tmp_path: Path, capsys, monkeypatch):
-    write = checkpoint_module._HostWriter.write
+    write = writer_module.HostWriter.write
     calls = []
 
     def full(self, prefix: str) -> None:
@@ -62,7 +62,7 @@ def test_a_full_disk_is_one_line_status_6_and_no_temp_folder(tmp_path: Path, cap
             raise OSError(errno.ENOSPC, "No space left on device", prefix)
         write(self, prefix)
 
-    monkeypatch.setattr(checkpoint_module._HostWriter, "write", full)
+    monkeypatch.setattr(writer_module.HostWriter, "write", full)
     cfg = compose([*FAST, f"run_dir={tmp_path}", "callbacks.backup.every_n_steps=2"])
     code, err = _stopped(cfg, capsys)
     assert code == 6

@@ -20,7 +20,6 @@ import tensorflow as tf
 
 from kdist.callbacks import cluster_speed
 from kdist.callbacks.best_model import BestModelExport
-from kdist.callbacks.checkpoint import PeriodicCheckpoint
 from kdist.callbacks.curves import Curves
 from kdist.callbacks.guards import NonFiniteGuard
 from kdist.callbacks.preemption import PreemptionSave
@@ -31,6 +30,7 @@ from kdist.callbacks.tensorboard import EpochTensorBoard
 from kdist.config.build import instantiate
 from kdist.config.errors import ConfigError
 from kdist.config.validate import parse_update_freq
+from kdist.engine.checkpoint import PeriodicCheckpoint
 from kdist.runs.fileio import read_csv_numbers
 
 __all__ = ["RunCallbacks", "build", "build_run", "monitor_mode"]

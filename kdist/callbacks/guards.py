@@ -7,23 +7,10 @@ from typing import Any
 
 import keras
 
+from kdist.engine.checkpoint.finite import NonFiniteLossError, NonFiniteWeightsError
 from kdist.process.exit_codes import EXIT_NON_FINITE
 
 __all__ = ["EXIT_NON_FINITE", "NonFiniteGuard", "NonFiniteLossError", "NonFiniteWeightsError"]
-
-
-class NonFiniteLossError(FloatingPointError):
-    """The training loss became NaN or infinite."""
-
-
-class NonFiniteWeightsError(NonFiniteLossError):
-    """The weights are NaN or infinite at a save although the logged loss was finite.
-
-    That happens when the bad values do not reach the loss: e.g. NaN in a kernel under
-    ReLU, where oneDNN's fused MatMul+BiasAdd+Relu (TensorFlow's default on many x86 CPUs)
-    gives 0 for NaN. A subclass of `NonFiniteLossError`, so it stops the run the same way
-    (the train command exits with status 3 and one line).
-    """
 
 
 class NonFiniteGuard(keras.callbacks.Callback):

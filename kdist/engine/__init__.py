@@ -3,8 +3,9 @@
 from kdist.engine.building import build_for_training
 from kdist.engine.controller import Controller, FitResult, Schedule
 from kdist.engine.factory import make_runner
-from kdist.engine.runner import Logs, Runner, StepRunner
+from kdist.engine.runner import Logs, Runner
 from kdist.engine.standard_runner import StandardRunner
+from kdist.engine.step import StepRunner
 
 __all__ = [
     "Controller",

@@ -6,6 +6,7 @@ from typing import Any
 
 import keras
 
+from kdist.compat.keras_private import compute_output_spec, flatten_layers, symbolic_build
 from kdist.engine.sharded import training_variables
 from kdist.modeling.lazy_optimizers import is_lazy, sparse_lookups
 
@@ -34,13 +35,11 @@ def build_for_training(model: keras.Model, element_spec: Any) -> None:
         element_spec: the training dataset's `element_spec`, `(x, y)` or
             `(x, y, sample_weight)` with a batch dimension.
     """
-    model_unbuilt = not all(layer.built for layer in model._flatten_layers())
+    model_unbuilt = not all(layer.built for layer in flatten_layers(model))
     if model_unbuilt:
         x, _, _ = keras.utils.unpack_x_y_sample_weight(_symbolic(element_spec))
-        from keras.src import backend
-
         try:
-            backend.compute_output_spec(model, x, training=False)
+            compute_output_spec(model, x, training=False)
         except NotImplementedError:
             _build_without_call(model)
     for other in own_optimizers(model):
@@ -55,7 +54,7 @@ def build_for_training(model: keras.Model, element_spec: Any) -> None:
         optimizer.build(training_variables(model))
     if optimizer is not None and is_lazy(optimizer):
         sparse_lookups(model)
-    model._symbolic_build(data_batch=_symbolic(element_spec))
+    symbolic_build(model, _symbolic(element_spec))
 
 
 def own_optimizers(model: keras.Model) -> list[keras.optimizers.Optimizer]:
@@ -86,9 +85,9 @@ def _build_without_call(model: keras.Model) -> None:
     Raises:
         UnbuildableModel: when it has no `call` and a part of it is not built.
     """
-    from kdist.engine.runner import overrides
+    from kdist.engine.step import overrides
 
-    unbuilt = [layer.name for layer in model._flatten_layers(include_self=False) if not layer.built]
+    unbuilt = [layer.name for layer in flatten_layers(model, include_self=False) if not layer.built]
     if not overrides(model, "train_step") or unbuilt:
         raise UnbuildableModel(
             f"{type(model).__name__} has no `call` to build it with"
@@ -153,7 +152,7 @@ def synchronize_batchnorm(model: keras.Model) -> int:
         How many layers were switched.
     """
     count = 0
-    for layer in model._flatten_layers():
+    for layer in flatten_layers(model):
         if isinstance(layer, keras.layers.BatchNormalization):
             layer.synchronized = True
             count += 1

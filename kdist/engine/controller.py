@@ -18,7 +18,8 @@ import keras
 import tensorflow as tf
 
 from kdist.data.pipeline import DatasetFn
-from kdist.engine.runner import TRAIN_CALLS, Runner
+from kdist.engine.call_gate import TRAIN_CALLS
+from kdist.engine.runner import Runner
 from kdist.engine.state import (
     TrainingState,
     clean_leftovers,
@@ -57,7 +58,7 @@ class Schedule:
 
 
 class Saver(Protocol):
-    """What the controller needs of a checkpoint writer (`kdist.callbacks.checkpoint`)."""
+    """What the controller needs of a checkpoint writer (`kdist.engine.checkpoint`)."""
 
     every_n_steps: int
 

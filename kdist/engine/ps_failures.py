@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 
 import tensorflow as tf
 
+from kdist.compat.tf_private import ps_cluster_resolver
+
 __all__ = ["ParameterServerUnavailableError", "cluster_spec", "diagnose"]
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,7 @@ def cluster_spec(strategy: tf.distribute.Strategy) -> dict[str, list[str]]:
     """The cluster of a `ParameterServerStrategy` as `{job: [address, ...]}` (`{}` if none)."""
     # ParameterServerStrategy keeps its resolver but does not expose it through
     # `Strategy.cluster_resolver` (which answers None), so read the private attribute.
-    resolver = getattr(strategy, "_cluster_resolver", None)
+    resolver = ps_cluster_resolver(strategy)
     if resolver is None:
         return {}
     return {job: list(tasks) for job, tasks in resolver.cluster_spec().as_dict().items()}

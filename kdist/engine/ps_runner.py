@@ -24,7 +24,7 @@ from kdist.engine.ps_failures import (
     diagnose,
     first_line,
 )
-from kdist.engine.runner import Logs, StepRunner, to_floats
+from kdist.engine.runner import Logs, to_floats
 from kdist.engine.sharded import (
     atomic_increments,
     checkpointable,
@@ -32,6 +32,7 @@ from kdist.engine.sharded import (
     sharded_variables,
     training_variables,
 )
+from kdist.engine.step import StepRunner
 
 __all__ = [
     "ParameterServerRunner",

@@ -1,84 +1,30 @@
-"""The interface the controller drives, and the base every runner shares: Keras's step.
+"""The interface the controller drives: what a runner is (Orbit's `runner.py`).
 
-`Runner` is what a runner is (Orbit's `runner.py`); `StepRunner` holds the per-replica
-train and test steps and the metric logic, which are the same under every strategy
-(Orbit's `standard_runner.py`, Keras's `TensorFlowTrainer`). Its subclasses differ only in
-how a call is dispatched and how the data is distributed: `StandardRunner` for the
-synchronous strategies, `ParameterServerRunner` for parameter servers.
+`kdist.engine.step.StepRunner` holds the per-replica train and test steps and the
+metric logic, the same under every strategy (Orbit's `standard_runner.py`, Keras's
+`TensorFlowTrainer`). Its subclasses differ only in how a call is dispatched and how the
+data is distributed: `StandardRunner` for the synchronous strategies,
+`ParameterServerRunner` for parameter servers. The asynchronous savers' snapshot protocol
+is `kdist.engine.snapshot`, the process's gate for background writes
+`kdist.engine.call_gate`.
 """
 
 from __future__ import annotations
 
 import abc
-import logging
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-import keras
-import tensorflow as tf
-
 from kdist.data.pipeline import DatasetFn
-from kdist.engine.sharded import has_sharded_variables, training_variables
-from kdist.strategies.compression import compress_all_reduce
+from kdist.engine.snapshot import SnapshotTaker
 
-__all__ = [
-    "TRAIN_CALLS",
-    "CallGate",
-    "Logs",
-    "Runner",
-    "SnapshotFn",
-    "StepRunner",
-    "compiled_reset",
-    "overrides",
-    "to_floats",
-]
-
-log = logging.getLogger(__name__)
+__all__ = ["Logs", "Runner", "to_floats"]
 
 # Metric name -> value (a scalar tensor between steps, a float at epoch ends).
 Logs = Mapping[str, Any]
 
 
-class CallGate:
-    """Open while the training thread waits on TensorFlow: background Python waits for it.
-
-    Between two train calls the training thread runs Python (callbacks, savers) and
-    needs the GIL; inside a call it holds none. A background thread that runs Python
-    (the checkpoint writer) starts its work when the gate is open, so it competes with
-    TensorFlow's threads rather than with the training thread's hooks. The controller
-    opens it around every train call; a thread that waits for the background work
-    (`sync`) opens it too, so that nothing waits on a closed gate.
-    """
-
-    def __init__(self) -> None:
-        self._condition = threading.Condition()
-        self._open = 0
-
-    def open(self) -> None:
-        with self._condition:
-            self._open += 1
-            self._condition.notify_all()
-
-    def close(self) -> None:
-        with self._condition:
-            self._open -= 1
-
-    def wait(self, timeout: float) -> None:
-        """Return when the gate is open, or after `timeout` seconds at the latest."""
-        with self._condition:
-            self._condition.wait_for(lambda: self._open > 0, timeout)
-
-
-# The process's gate: open during train calls (`Controller`).
-TRAIN_CALLS = CallGate()
-
-# `snapshot(which, steps)`: copy the variables to host buffer `which` (an int32 tensor;
-# -1 copies nothing) and record `steps` (int64); returns whether the weights are finite.
-SnapshotFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
-
-
-class Runner(abc.ABC):
+class Runner(SnapshotTaker, abc.ABC):
     """Runs training and evaluation steps under one strategy.
 
     The controller (`kdist.engine.controller.Controller`) owns the global step, epochs,
@@ -124,27 +70,6 @@ class Runner(abc.ABC):
     def metric_variables(self) -> list[Any]:
         """The running metrics' variables, saved with checkpoints."""
 
-    def set_snapshot(self, snapshot: SnapshotFn) -> bool:
-        """Let train calls run `snapshot` before their steps, when asked (`snapshot_next_call`).
-
-        The asynchronous savers copy the variables to host memory this way, inside the
-        call that follows a save instead of in a call of their own. Returns `False` when
-        the runner cannot (the saver then copies in a call of its own).
-        """
-        return False
-
-    def snapshot_next_call(self, which: int, steps: int) -> None:
-        """Run the snapshot with `(which, steps)` at the start of the next train call."""
-        raise NotImplementedError(f"{type(self).__name__} runs no snapshot in its calls")
-
-    def cancel_snapshot(self) -> None:
-        """Forget a snapshot asked for and not run yet."""
-        return None
-
-    def pop_snapshot(self) -> tf.Tensor | None:
-        """What the snapshot the last train call ran returned (once), or `None`."""
-        return None
-
     def failure(self, error: BaseException) -> BaseException | None:
         """The error to report for `error` raised while training, or `None` for itself.
 
@@ -152,280 +77,6 @@ class Runner(abc.ABC):
         step; other runners report errors as they are.
         """
         return None
-
-
-def overrides(model: keras.Model, method: str) -> bool:
-    """Whether `model`'s class defines its own `method` (e.g. `train_step`)."""
-    return getattr(type(model), method) is not getattr(keras.Model, method)
-
-
-class StepRunner(Runner):
-    """The step and metric logic of every kdist runner: Keras's training contract.
-
-    The per-replica train step is the model's own `train_step` when its class overrides
-    it (GANs, VAEs, distillation...). Otherwise it is Keras's `train_step`, line for line
-    (`keras/src/backend/tensorflow/trainer.py`): the model's `compute_loss` with the
-    compiled losses, loss weights, sample weights and `model.losses`, the loss tracker,
-    `optimizer.scale_loss`, then `compute_metrics`. Keras scales each replica's loss by
-    the replica count, and the optimizer sums the replicas' gradients, so an update
-    equals one-device training on the global batch. kdist's copy differs in two places
-    only: the forward and backward pass can be XLA-compiled apart from the update (whose
-    all-reduce cannot run inside XLA), and it differentiates the shards of sharded
-    variables (`kdist.engine.sharded`). The test step is always the model's `test_step`.
-
-    Metrics are the model's (`model.metrics`), shared by training and validation as in
-    `fit`; they are reset by one compiled call and read in cross-replica context, so
-    they cover every replica.
-
-    All arguments are keyword-only. Build the runner inside `strategy.scope()`, after
-    the model is compiled and built (`kdist.engine.building.build_for_training`).
-
-    Args:
-        strategy: the `tf.distribute.Strategy`.
-        model: the compiled, built `keras.Model`; its optimizer is the one updated.
-        train_dataset_fn: the training `dataset_fn` (infinite, batched per replica).
-        validation_dataset_fn: the validation `dataset_fn`, or `None` for no validation.
-        global_batch_size: examples per step over all replicas.
-        steps_per_execution: most steps run by one call of `train_steps`.
-        jit_compile: compile the step's forward and backward pass with XLA. Defaults to
-            `False`.
-        allreduce_dtype: the type gradients are summed across replicas in: `float32`, or
-            `bfloat16`/`float16` for half the bytes (`kdist.strategies.compression`).
-            Defaults to `"float32"`.
-        accumulate_steps: micro-batches per optimizer update. Each update reads this many
-            batches (of `global_batch_size / accumulate_steps` examples), sums their
-            gradients and applies their mean once: the same update as one step on the
-            whole global batch (Keras 3's own `gradient_accumulation_steps` fails under
-            `tf.distribute`, keras-team/keras#20582). `optimizer.iterations` counts
-            updates. Defaults to `1`.
-
-    Raises:
-        ValueError: naming the argument, for values out of range, or a model whose own
-            `train_step` cannot update sharded variables.
-    """
-
-    def __init__(
-        self,
-        *,
-        strategy: tf.distribute.Strategy,
-        model: keras.Model,
-        train_dataset_fn: DatasetFn,
-        validation_dataset_fn: DatasetFn | None,
-        global_batch_size: int,
-        steps_per_execution: int,
-        jit_compile: bool = False,
-        accumulate_steps: int = 1,
-        allreduce_dtype: str = "float32",
-    ):
-        for name, value in (
-            ("global_batch_size", global_batch_size),
-            ("steps_per_execution", steps_per_execution),
-            ("accumulate_steps", accumulate_steps),
-        ):
-            if value < 1:
-                raise ValueError(f"`{name}` ({value}) must be a positive integer.")
-        if model.optimizer is None:
-            raise ValueError("`model` must be compiled with an optimizer before training.")
-        self.strategy = strategy
-        self.model = model
-        self.optimizer = model.optimizer
-        self.global_batch_size = global_batch_size
-        self.steps_per_execution = steps_per_execution
-        self.custom_train_step = overrides(model, "train_step")
-        self.accumulate_steps = accumulate_steps
-        if self.custom_train_step and accumulate_steps > 1:
-            raise ValueError(
-                f"{type(model).__name__} overrides `train_step`, which applies its own "
-                "updates: kdist cannot accumulate its gradients; set "
-                "trainer.accumulate_steps=1, or accumulate inside the model's train_step."
-            )
-        if self.custom_train_step and has_sharded_variables(model):
-            raise ValueError(
-                f"{type(model).__name__} overrides `train_step`, which cannot update the "
-                "sharded variables of a parameter-server partitioner (Keras 3 does not "
-                "support them); train without sharding (no min/max_shard_bytes) or use "
-                "Keras's own train_step."
-            )
-        if self.custom_train_step and jit_compile:
-            log.warning(
-                "runtime.jit_compile: %s has its own train_step, whose optimizer update "
-                "cannot run inside XLA; training runs without XLA (validation uses it)",
-                type(model).__name__,
-            )
-        self.variables = training_variables(model)
-        if allreduce_dtype != "float32":
-            compress_all_reduce(self.optimizer, allreduce_dtype)
-        self.train_dataset_fn = train_dataset_fn
-        self.validation_dataset_fn = validation_dataset_fn
-        self.replica_train_step = self._make_replica_train_step(jit_compile)
-        self.replica_test_step = self._make_replica_test_step(jit_compile)
-        # Resetting Keras metrics eagerly runs one op per variable, and under
-        # MirroredStrategy each assign goes to every replica: about 5 ms per reset of a
-        # loss and an accuracy on 2 replicas (benchmarks/README.md). One compiled call
-        # resets them all in well under a millisecond.
-        self.reset_metrics = compiled_reset(model.metrics)
-
-    # -- the step ----------------------------------------------------------------------
-
-    def _make_replica_train_step(self, jit_compile: bool) -> Callable[[Any], None]:
-        model, optimizer, variables = self.model, self.optimizer, self.variables
-        if self.custom_train_step:
-
-            def own_step(data: Any) -> None:
-                model.train_step(data)
-
-            return own_step
-
-        from keras.src.losses.loss import unscale_loss_for_distribution
-
-        own_metrics = overrides(model, "compute_metrics")
-
-        def gradients_of(data: Any) -> list[Any]:
-            x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-            with tf.GradientTape() as tape:
-                y_pred = model(x, training=True) if model._call_has_training_arg else model(x)
-                loss = model._compute_loss(
-                    x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True
-                )
-                model._loss_tracker.update_state(
-                    unscale_loss_for_distribution(loss),
-                    sample_weight=tf.shape(tf.nest.flatten(x)[0])[0],
-                )
-                loss = optimizer.scale_loss(loss)
-            gradients = tape.gradient(loss, variables)
-            if own_metrics:
-                model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
-            elif model._compile_metrics is not None:
-                # Keras's `compute_metrics` is this update followed by reading every
-                # metric's result, which the loop does not use: read once per call instead.
-                model._compile_metrics.update_state(y, y_pred, sample_weight)
-            return gradients
-
-        steps = self.accumulate_steps
-
-        def replica_step(data: Any) -> None:
-            # `apply_gradients` all-reduces across replicas (a `merge_call`), which cannot
-            # run inside a nested (XLA) tf.function: only forward and backward are compiled.
-            compute = _per_replica_xla(gradients_of) if jit_compile else gradients_of
-            if steps == 1:
-                gradients = compute(data)
-            else:
-                # `data` holds the update's micro-batches; their losses are each a mean
-                # over a micro-batch, so the update applies the mean of their gradients.
-                total = compute(data[0])
-                for micro_batch in data[1:]:
-                    total = _add(total, compute(micro_batch))
-                gradients = [None if g is None else _divide(g, steps) for g in total]
-            optimizer.apply_gradients(zip(gradients, variables, strict=True))
-
-        return replica_step
-
-    def update_args(self, iterator: Any) -> tuple[Any, ...]:
-        """`strategy.run` arguments of one update: the next batch, or its micro-batches.
-
-        Call it in cross-replica context, inside the train function.
-        """
-        if self.accumulate_steps == 1:
-            return (next(iterator),)
-        return ([next(iterator) for _ in range(self.accumulate_steps)],)
-
-    def run_train_steps(self, iterator: Any, num_steps: tf.Tensor) -> None:
-        """Run `num_steps` updates on `iterator`'s batches, inside the train function."""
-        for _ in tf.range(num_steps):
-            self.strategy.run(self.replica_train_step, args=self.update_args(iterator))
-
-    def _make_replica_test_step(self, jit_compile: bool) -> Callable[[Any], None]:
-        model = self.model
-
-        def test_step(data: Any) -> None:
-            model.test_step(data)
-
-        if not jit_compile:
-            return test_step
-
-        def replica_step(data: Any) -> None:
-            _per_replica_xla(test_step)(data)
-
-        return replica_step
-
-    # -- metrics -----------------------------------------------------------------------
-
-    def metric_results(self) -> Logs:
-        """The model's metrics (`loss`, compiled metrics, per-output losses, the model's
-        own trackers), read in cross-replica context."""
-        return self.model.get_metrics_result()
-
-    @property
-    def metric_variables(self) -> list[Any]:
-        return [v.value for m in self.model.metrics for v in m.variables]
-
-    @property
-    def validates(self) -> bool:
-        return self.validation_dataset_fn is not None
-
-
-def _add(total: Sequence[Any], more: Sequence[Any]) -> list[Any]:
-    """Gradients summed variable by variable (sparse ones stay sparse; `None` stays)."""
-    summed = []
-    for a, b in zip(total, more, strict=True):
-        if a is None or b is None:
-            summed.append(a if b is None else b)
-            continue
-        if isinstance(a, tf.IndexedSlices) and isinstance(b, tf.IndexedSlices):
-            # Rows of both micro-batches, kept sparse (a row looked up twice is summed by
-            # the optimizer's update, or by the all-reduce).
-            summed.append(
-                tf.IndexedSlices(
-                    tf.concat([a.values, b.values], 0),
-                    tf.concat([a.indices, b.indices], 0),
-                    a.dense_shape,
-                )
-            )
-            continue
-        if isinstance(a, tf.IndexedSlices) or isinstance(b, tf.IndexedSlices):
-            a, b = tf.convert_to_tensor(a), tf.convert_to_tensor(b)
-        summed.append(a + b)
-    return summed
-
-
-def _divide(gradient: Any, steps: int) -> Any:
-    if isinstance(gradient, tf.IndexedSlices):
-        return tf.IndexedSlices(gradient.values / steps, gradient.indices, gradient.dense_shape)
-    return gradient / steps
-
-
-def _per_replica_xla(function: Callable[..., Any]) -> Callable[..., Any]:
-    """`function` compiled with XLA, a new `tf.function` for each replica that traces it.
-
-    Called while the outer step function is traced, once per replica: each replica gets
-    its own XLA function, bound to its own copies of the variables. One function shared
-    by the replicas can run a trace made for one replica's variables on another's
-    device ("Trying to access resource .../replica_1 ... from device CPU:0").
-    """
-    return tf.function(function, jit_compile=True)
-
-
-def compiled_reset(metrics: Sequence[keras.metrics.Metric]) -> Callable[[], None]:
-    """One traced call that resets every metric in `metrics`.
-
-    Traced at the first call and then called as a concrete function: no argument
-    matching per call (0.04 ms a reset instead of 0.13 ms).
-    """
-    metrics = list(metrics)
-
-    @tf.function
-    def reset() -> None:
-        for metric in metrics:
-            metric.reset_state()
-
-    traced: list[Any] = []
-
-    def call() -> None:
-        if not traced:
-            traced.append(reset.get_concrete_function())
-        traced[0]()
-
-    return call
 
 
 def to_floats(logs: Logs) -> dict[str, float]:

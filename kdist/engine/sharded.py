@@ -11,7 +11,8 @@ from typing import Any
 
 import keras
 import tensorflow as tf
-from tensorflow.python.distribute.sharded_variable import ShardedVariable
+
+from kdist.compat.tf_private import set_saved_tensors, sharded_variable_type
 
 __all__ = [
     "atomic_increments",
@@ -46,19 +47,19 @@ def training_variables(model: keras.Model) -> list[Any]:
     variables: list[Any] = []
     for variable in model.trainable_variables:
         raw = _as_raw(variable)
-        if isinstance(raw, ShardedVariable):
+        if isinstance(raw, sharded_variable_type()):
             variables.extend(raw.variables)
         else:
             variables.append(variable)
     return variables
 
 
-def sharded_variables(model: keras.Model) -> list[tuple[str, ShardedVariable]]:
+def sharded_variables(model: keras.Model) -> list[tuple[str, Any]]:
     """`(path, ShardedVariable)` for each of the model's sharded variables."""
     found = []
     for variable in model.variables:
         raw = _as_raw(variable)
-        if isinstance(raw, ShardedVariable):
+        if isinstance(raw, sharded_variable_type()):
             found.append((getattr(variable, "path", raw.name), raw))
     return found
 
@@ -127,7 +128,7 @@ def checkpointable(variable: Any) -> None:
     splits it over the shards again. Other variables are left as they are.
     """
     raw = _as_raw(variable)
-    if not isinstance(raw, ShardedVariable):
+    if not isinstance(raw, sharded_variable_type()):
         return
 
     def serialize_to_tensors() -> dict[str, Any]:
@@ -145,5 +146,4 @@ def checkpointable(variable: Any) -> None:
         return tf.group(*updates)
 
     # Instance attributes: TensorFlow's saver calls the object's methods.
-    variable._serialize_to_tensors = serialize_to_tensors
-    variable._restore_from_tensors = restore_from_tensors
+    set_saved_tensors(variable, serialize_to_tensors, restore_from_tensors)

@@ -8,7 +8,9 @@ from typing import Any
 import tensorflow as tf
 
 from kdist.data.pipeline import DatasetFn
-from kdist.engine.runner import Logs, SnapshotFn, StepRunner, to_floats
+from kdist.engine.runner import Logs, to_floats
+from kdist.engine.snapshot import SnapshotFn
+from kdist.engine.step import StepRunner
 
 __all__ = ["StandardRunner"]
 

@@ -24,6 +24,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from kdist.compat.keras_private import flatten_layers, seed_generators
+
 __all__ = [
     "CheckpointError",
     "ResumePoint",
@@ -56,8 +58,8 @@ def seed_states(model: Any) -> tf.Module:
     module = tf.Module(name="kdist_seed_generators")
     module.states = [
         generator.state.value
-        for layer in model._flatten_layers()
-        for generator in getattr(layer, "_seed_generators", None) or []
+        for layer in flatten_layers(model)
+        for generator in seed_generators(layer)
     ]
     return module
 
