@@ -2,7 +2,7 @@
 
 It assembles a run, one call per step: config -> runtime -> strategy -> data -> model ->
 runner -> controller. The controller (`kdist.engine.controller`) runs it; the callbacks
-come from `kdist.callbacks.factory`; the files it leaves come from `kdist.outputs`.
+come from `kdist.callbacks.factory`; the files it leaves come from `kdist.runs.outputs`.
 """
 
 from __future__ import annotations
@@ -19,13 +19,18 @@ import keras
 import tensorflow as tf
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from kdist import outputs, strategies
+from kdist import strategies
 from kdist.callbacks.best_model import BestModelExport
 from kdist.callbacks.factory import build_run
 from kdist.cluster import chief
 from kdist.compat.keras_private import inputs_struct
 from kdist.config.errors import ConfigError
-from kdist.config.objective import check_monitors, check_objective, metric_directions
+from kdist.config.objective import (
+    check_monitors,
+    check_objective,
+    metric_directions,
+    resolve_objective,
+)
 from kdist.config.validate import validate
 from kdist.data.in_hand import Given, check_inputs, given_data
 from kdist.data.pipeline import build_source, run_dataset_fn
@@ -37,8 +42,8 @@ from kdist.evaluation.predicting import predict_split
 from kdist.modeling import batch_plan
 from kdist.modeling.build import check_targets, compiled_model, runner_for
 from kdist.process import runtime
-from kdist.runs import resume_check
-from kdist.runs.layout import default_run_dir
+from kdist.runs import outputs, resume_check
+from kdist.runs.layout import SAVE_FOLDERS, default_run_dir
 
 __all__ = ["Experiment"]
 
@@ -73,6 +78,7 @@ class Experiment:
         self._objective_auto = objective is not None and objective.get("name") == "auto"
         self._direction_auto = objective is not None and objective.get("direction") == "auto"
         validate(cfg)
+        resolve_objective(cfg)
         self.cfg = cfg
         self.run_dir = Path(run_dir or cfg.get("run_dir") or default_run_dir(microseconds=True))
         runtime.setup(cfg.runtime)
@@ -228,7 +234,7 @@ class Experiment:
         # A change allowed on resume is applied after the restore (`kdist.runs.resume_check`).
         configured = resume_check.optimizer_hyperparameters(controller.model.optimizer)
         step = controller.restore(
-            self.run_dir / "backup", self.run_dir / "checkpoints", clean=self.is_chief
+            *(self.run_dir / folder for folder in SAVE_FOLDERS), clean=self.is_chief
         )
         if step:
             resume_check.apply_allowed_changes(self.run_dir, controller.model.optimizer, configured)

@@ -30,6 +30,7 @@ from kdist.cluster import ClusterInfo
 from kdist.cluster import resolve as resolve_cluster
 from kdist.config import ConfigError, exit_with, register
 from kdist.config.compose import compose, format_hydra_error
+from kdist.config.objective import resolve_objective
 from kdist.config.validate import check_run_dir, validate
 from kdist.process.exit_codes import (
     EXIT_CHECKPOINT,
@@ -43,7 +44,17 @@ from kdist.process.runtime import quiet_tensorflow
 from kdist.runs import lock as run_lock
 from kdist.runs import resume_check
 from kdist.runs.fileio import write_text_atomic
-from kdist.runs.layout import foreign_entries, linked_entries
+from kdist.runs.layout import (
+    BACKUP,
+    CHECKPOINTS,
+    CONFIG,
+    HYDRA,
+    SAVE_FOLDERS,
+    TRAIN_LOG,
+    clean_leftovers,
+    foreign_entries,
+    linked_entries,
+)
 
 __all__ = ["accept_run_dir", "main", "non_chief_overrides", "precheck", "run"]
 
@@ -86,6 +97,7 @@ def precheck(argv: list[str], *, config_name: str = "train") -> DictConfig | Non
     named = _run_dir_override(args.overrides)
     try:
         validate(cfg)
+        resolve_objective(cfg)  # the run's config names what `auto` became
         check_run_dir("hydra.run.dir", named or "outputs")
         if named and resolve_cluster().is_chief:
             # Before Hydra opens the folder's train.log (a link there would be followed).
@@ -93,9 +105,7 @@ def precheck(argv: list[str], *, config_name: str = "train") -> DictConfig | Non
     except ConfigError as error:
         exit_with(error)
     global _NEW_LOG
-    _NEW_LOG = (
-        None if not named or (Path(named) / "train.log").exists() else Path(named) / "train.log"
-    )
+    _NEW_LOG = None if not named or (Path(named) / TRAIN_LOG).exists() else Path(named) / TRAIN_LOG
     return cfg
 
 
@@ -147,9 +157,9 @@ def _write_run_config(run_dir: str, cfg: DictConfig) -> None:
     Hydra would write it before the job starts (`hydra.output_subdir`, null in kdist's
     config), so that a refused run would already have replaced the folder's config.
     """
-    folder = Path(run_dir) / ".hydra"
+    folder = Path(run_dir) / HYDRA
     hydra_cfg = HydraConfig.get()
-    write_text_atomic(folder / "config.yaml", OmegaConf.to_yaml(cfg))
+    write_text_atomic(folder / CONFIG, OmegaConf.to_yaml(cfg))
     write_text_atomic(folder / "hydra.yaml", OmegaConf.to_yaml({"hydra": hydra_cfg}))
     overrides = OmegaConf.to_container(hydra_cfg.overrides.task)
     write_text_atomic(folder / "overrides.yaml", OmegaConf.to_yaml(overrides))
@@ -277,9 +287,7 @@ _DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 def _stop_on_write_error(message: str, run_dir: Path) -> NoReturn:
     """Exit 6 with one line: what failed and which backup is intact; no `*_temp` left."""
-    from kdist.engine.state import clean_leftovers
-
-    for folder in ("backup", "checkpoints"):
+    for folder in SAVE_FOLDERS:
         clean_leftovers(Path(run_dir) / folder)
     text = f"{message}; {_what_is_saved(run_dir).replace('holds finite weights', 'is intact')}"
     log.error("%s", text)
@@ -316,7 +324,7 @@ def _what_is_saved(run_dir: Path) -> str:
     from kdist.engine.checkpoint import finish_writes
 
     finish_writes()  # a backup of finite weights still being written is complete now
-    for folder, what in (("backup", "backup"), ("checkpoints", "checkpoint")):
+    for folder, what in ((BACKUP, "backup"), (CHECKPOINTS, "checkpoint")):
         steps = [
             int(path.name[len("ckpt-") : -len(".index")])
             for path in (Path(run_dir) / folder).glob("ckpt-*.index")

@@ -52,7 +52,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # 5. callbacks and savers
     ("kdist.callbacks",),
     # 6. the run assembled: the model in scope, batch plan, outputs, inference
-    ("kdist.modeling", "kdist.outputs", "kdist.evaluation.predicting"),
+    ("kdist.modeling", "kdist.runs.outputs", "kdist.evaluation.predicting"),
     # 7. one training job
     ("kdist.experiment",),
     # 8. built on `Experiment`: the notebook API, tuning, reopening a run, the launcher
@@ -62,7 +62,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "kdist.tuning",
         "kdist.evaluation",
         "kdist.launcher",
-        "kdist.export",
     ),
     # 9. the commands (`python -m kdist.<command>`)
     (

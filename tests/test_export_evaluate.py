@@ -19,8 +19,8 @@ from helpers import REPO, compose, only_run_dir, run_module
 import kdist
 from kdist.config.errors import ConfigError
 from kdist.config.validate import validate
+from kdist.evaluation.export import load_model, load_serving
 from kdist.evaluation.reopen import evaluate_run
-from kdist.export import load_model, load_serving
 
 
 def _printed_metrics(stdout: str) -> dict[str, float]:
@@ -174,7 +174,7 @@ def test_safe_mode_cannot_be_turned_off(tmp_path: Path, monkeypatch):
         with pytest.raises(ConfigError, match="unsafe deserialization"):
             load_model(tmp_path / "lambda.keras")
         # Keras's own check refuses it too, without kdist's scan of the config.
-        monkeypatch.setattr("kdist.export._has_python_lambda", lambda path: False)
+        monkeypatch.setattr("kdist.evaluation.export._has_python_lambda", lambda path: False)
         with pytest.raises(ConfigError, match="unsafe deserialization"):
             load_model(tmp_path / "lambda.keras")
     finally:
@@ -200,7 +200,7 @@ def test_no_config_loads_models_unsafely(tmp_path: Path):
     cfg = compose(
         [
             "model=custom",
-            "model._target_=kdist.export.load_model",
+            "model._target_=kdist.evaluation.export.load_model",
             "+model.path=x.keras",
             "+model.safe_mode=false",
             f"run_dir={tmp_path}",
@@ -217,7 +217,7 @@ def test_fine_tune_from_a_saved_model(finished_run: Path, tmp_path: Path):
     cfg = compose(
         [
             "model=custom",
-            "model._target_=kdist.export.load_model",
+            "model._target_=kdist.evaluation.export.load_model",
             f"+model.path={finished_run / 'model.keras'}",
             "trainer=fast_dev",
             "trainer.verbose=0",

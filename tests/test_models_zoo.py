@@ -14,7 +14,7 @@ from helpers import compose
 
 import kdist
 from kdist.config.errors import ConfigError
-from kdist.export import load_model
+from kdist.evaluation.export import load_model
 
 
 @pytest.fixture(autouse=True)

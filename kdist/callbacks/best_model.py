@@ -10,6 +10,7 @@ from typing import Any
 
 import keras
 
+from kdist.runs import layout
 from kdist.runs.fileio import atomic_directory, atomic_path
 
 __all__ = ["BestModelExport", "save_model_files"]
@@ -27,7 +28,7 @@ def save_model_files(model: keras.Model, directory: Path, *, saved_model: bool =
     `saved_model/` to serve.
     """
     try:
-        with atomic_path(directory / "model.keras") as partial:
+        with atomic_path(directory / layout.MODEL) as partial:
             model.save(partial)
     except NotImplementedError as error:  # Keras: "... must override `get_config()`"
         log.warning(
@@ -44,7 +45,7 @@ def save_model_files(model: keras.Model, directory: Path, *, saved_model: bool =
             partial.unlink(missing_ok=True)
         return
     if saved_model and type(model).call is not keras.Model.call:
-        with atomic_directory(directory / "saved_model") as staging:
+        with atomic_directory(directory / layout.SAVED_MODEL) as staging:
             model.export(str(staging), format="tf_saved_model", verbose=False)
 
 

@@ -29,28 +29,15 @@ from kdist.callbacks.speed import TrainingSpeed
 from kdist.callbacks.tensorboard import EpochTensorBoard
 from kdist.config.build import instantiate
 from kdist.config.errors import ConfigError
+from kdist.config.objective import monitor_mode
 from kdist.config.validate import parse_update_freq
 from kdist.engine.checkpoint import PeriodicCheckpoint
+from kdist.runs import layout
 from kdist.runs.fileio import read_csv_numbers
 
-__all__ = ["RunCallbacks", "build", "build_run", "monitor_mode"]
+__all__ = ["RunCallbacks", "build", "build_run"]
 
 log = logging.getLogger(__name__)
-
-
-def monitor_mode(monitor: str, mode: str, directions: Mapping[str, str]) -> str:
-    """`mode` for a monitored metric: as configured, or `min`/`max` from the metric itself.
-
-    Keras infers it from compiled metrics, which kdist's engine does not use.
-    """
-    if mode != "auto":
-        return mode
-    from kdist.config.objective import direction_of
-
-    name = monitor.removeprefix("val_")
-    if name in directions:
-        return directions[name]
-    return direction_of(name)
 
 
 def build(
@@ -83,7 +70,7 @@ def build(
         update_freq = parse_update_freq(callbacks_cfg.tensorboard.update_freq)
         callbacks.append(
             EpochTensorBoard(
-                log_dir=str(output_dir / "tensorboard"),
+                log_dir=str(output_dir / layout.TENSORBOARD),
                 update_freq=update_freq,
                 write_graph=False,
             )
@@ -91,7 +78,7 @@ def build(
         if examples_per_step:
             callbacks.append(
                 TrainingSpeed(
-                    log_dir=output_dir / "tensorboard" / "train",
+                    log_dir=output_dir / layout.TENSORBOARD / "train",
                     examples_per_step=examples_per_step,
                     every_n_steps=update_freq if isinstance(update_freq, int) else None,
                 )
@@ -101,12 +88,12 @@ def build(
         # Also without the TensorBoard scalars (tensorboard.enabled=false).
         callbacks.append(
             ProfileSteps(
-                log_dir=output_dir / "tensorboard" / "train", first=profile[0], last=profile[1]
+                log_dir=output_dir / layout.TENSORBOARD / "train", first=profile[0], last=profile[1]
             )
         )
     if callbacks_cfg.csv.enabled:
         callbacks.append(
-            keras.callbacks.CSVLogger(str(output_dir / "history.csv"), append=resuming)
+            keras.callbacks.CSVLogger(str(output_dir / layout.HISTORY), append=resuming)
         )
     stopping = callbacks_cfg.early_stopping
     if stopping.enabled:
@@ -152,7 +139,7 @@ def _savers(
 ) -> dict[str, PeriodicCheckpoint]:
     """The enabled savers, by folder: `checkpoints` and `backup`."""
     savers = {}
-    for key, folder in (("checkpoint", "checkpoints"), ("backup", "backup")):
+    for key, folder in (("checkpoint", layout.CHECKPOINTS), ("backup", layout.BACKUP)):
         node = callbacks_cfg[key]
         if node.enabled:
             savers[folder] = PeriodicCheckpoint(
@@ -233,10 +220,10 @@ def build_run(
         run.callbacks.append(PreemptionSave(save=save, strategy=strategy, run_dir=run_dir))
     # curves.png on the chief only: other workers' output_dir is a temporary folder.
     if node.get("curves", True) and is_chief:
-        history = output_dir / "history.csv"
+        history = output_dir / layout.HISTORY
         earlier = read_csv_numbers(history) if resuming and history.exists() else []
-        # Its last drawing starts once the run's files are written (`kdist.outputs`).
-        run.curves = Curves(path=output_dir / "curves.png", history=earlier, draw_at_end=False)
+        # Its last drawing starts once the run's files are written (`kdist.runs.outputs`).
+        run.curves = Curves(path=output_dir / layout.CURVES, history=earlier, draw_at_end=False)
         run.callbacks.append(run.curves)
     if is_chief:
         # Under `kdist.launch` on one machine: what one process must beat (printed once).

@@ -166,11 +166,13 @@ def safe_mode_scope() -> contextlib.AbstractContextManager[Any]:
     """Keras's safe mode, on for the `with` block whatever the global setting.
 
     A Keras without `SafeModeScope` gives a no-op scope: the config scan of
-    `kdist.export.load_model` still applies (`tests/test_compat.py` fails instead).
+    `kdist.evaluation.export.load_model` still applies (`tests/test_compat.py` fails instead).
     """
     try:
         scope = private_import(
-            "keras.src.saving.serialization_lib", "SafeModeScope", "kdist.export.load_model"
+            "keras.src.saving.serialization_lib",
+            "SafeModeScope",
+            "kdist.evaluation.export.load_model",
         )
     except UpstreamMoved:
         return contextlib.nullcontext()

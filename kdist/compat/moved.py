@@ -46,6 +46,8 @@ MOVED: dict[str, str] = {
     "kdist.lazy_optimizers": "kdist.modeling.lazy_optimizers",
     "kdist.compiling": "kdist.modeling.compiling",
     "kdist.objective": "kdist.config.objective",
+    "kdist.outputs": "kdist.runs.outputs",
+    "kdist.export": "kdist.evaluation.export",
     "kdist.data.tfrecord_io": "kdist.data.tfrecords",
     "kdist.callbacks.checkpoint": "kdist.engine.checkpoint",
 }

@@ -167,7 +167,7 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     # Keras: saving and loading.
     PrivateName(
         "keras.src.saving.serialization_lib.SafeModeScope",
-        "kdist.export.load_model",
+        "kdist.evaluation.export.load_model",
         "loads a model with Keras's safe mode on whatever the global setting",
     ),
     PrivateName(

@@ -373,7 +373,8 @@ class CallbacksConfig:
     save_model: bool = True
     # With save_model: also export saved_model/ (serving_default, for TF Serving). Off by
     # default: it costs about a second at the end of a run (a fifth of the default
-    # 20-epoch job, issue 29); `true` turns it on, `kdist.export.load_model` reads model.keras.
+    # 20-epoch job, issue 29); `true` turns it on, `kdist.evaluation.export.load_model`
+    # reads model.keras.
     saved_model: bool = False
     # curves.png in the run directory: loss and metrics per epoch (chief only).
     curves: bool = True

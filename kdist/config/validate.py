@@ -26,7 +26,6 @@ from kdist.config.constants import (
 )
 from kdist.config.errors import ConfigError
 from kdist.config.groups import TRAIN_GROUPS
-from kdist.config.objective import resolve_objective
 from kdist.config.targets import check_target_keys
 
 __all__ = [
@@ -121,7 +120,7 @@ def check_safe_loading(node: Any, key: str = "") -> None:
     """Refuse any config that would load a model without Keras safe mode.
 
     A `safe_mode: false` key anywhere, or a `_target_` to a model loader other than
-    `kdist.export.load_model` (which always uses safe mode), or to
+    `kdist.evaluation.export.load_model` (which always uses safe mode), or to
     `keras.config.enable_unsafe_deserialization`, is an error.
 
     Raises:
@@ -141,7 +140,7 @@ def check_safe_loading(node: Any, key: str = "") -> None:
                         path,
                         "loads models outside Keras safe mode",
                         value=value,
-                        hint="use kdist.export.load_model (always safe mode, no .h5)",
+                        hint="use kdist.evaluation.export.load_model (always safe mode, no .h5)",
                     )
             check_safe_loading(value, path)
     elif isinstance(node, list):
@@ -249,7 +248,6 @@ def validate(cfg: DictConfig) -> None:
     check_positive("trainer.accumulate_steps", trainer.get("accumulate_steps", 1))
     check_allreduce_dtype(cfg)
     check_compile(trainer)
-    resolve_objective(cfg)
 
     optimizer = cfg.optimizer
     check_positive("optimizer.learning_rate", optimizer.learning_rate)
@@ -352,5 +350,6 @@ def validate(cfg: DictConfig) -> None:
 
     objective = cfg.get("objective")
     if objective is not None:
-        # The name is checked against the run's metrics by `Experiment`, once they exist.
-        check_choice("objective.direction", objective.direction, ("min", "max"))
+        # `auto` is resolved by `kdist.config.objective.resolve_objective` (the callers'
+        # step, not a check), and the name against the run's metrics by `Experiment`.
+        check_choice("objective.direction", objective.direction, ("min", "max", "auto"))

@@ -22,12 +22,12 @@ from kdist.engine.call_gate import TRAIN_CALLS
 from kdist.engine.runner import Runner
 from kdist.engine.state import (
     TrainingState,
-    clean_leftovers,
     describe_resume,
     restore_newest,
     resume_point,
     seed_states,
 )
+from kdist.runs.layout import clean_leftovers
 
 __all__ = ["Controller", "FitResult", "Saver", "Schedule"]
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,6 @@ __all__ = [
     "CheckpointError",
     "ResumePoint",
     "TrainingState",
-    "clean_leftovers",
     "describe_resume",
     "restore_latest",
     "restore_newest",
@@ -115,19 +113,6 @@ def _candidates(directory: Path) -> list[tuple[int, str]]:
             if match:
                 found.append((int(match.group(1)), str(directory / f"ckpt-{match.group(1)}")))
     return sorted(found, reverse=True)
-
-
-def clean_leftovers(directory: Path) -> None:
-    """Remove the temporary folders an interrupted save leaves (`*_temp*`)."""
-    if not directory.is_dir():
-        return
-    for entry in directory.iterdir():
-        if "_temp" in entry.name:
-            log.info("removing leftover temporary checkpoint files %s", entry)
-            if entry.is_dir():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
 
 
 def state_file_readable(directory: Path) -> bool:

@@ -114,8 +114,8 @@ def experiment_with_run_model(
         ConfigError: naming `run_dir` without `model.keras`, or `data.source` without
             validation examples when `needs_validation`.
     """
+    from kdist.evaluation.export import load_model
     from kdist.experiment import Experiment
-    from kdist.export import load_model
 
     model_path = Path(run_dir) / MODEL
     if not model_path.is_file():

@@ -242,6 +242,7 @@ def run(
     )
     base_cfg = plan.compose()
     validate(base_cfg)
+    resolve_objective(base_cfg)
     space.check_keys(base_cfg)
     if hypermodel_object is not None or uses_hypermodel(base_cfg):
         space, found = _add_hypermodel(space, base_cfg, hypermodel_object)

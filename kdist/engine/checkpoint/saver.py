@@ -43,9 +43,9 @@ from kdist.engine.checkpoint.finite import NonFiniteWeightsError, all_finite, no
 from kdist.engine.checkpoint.writer import HostWriter, writer_for
 from kdist.engine.state import (
     TrainingState,
-    clean_leftovers,
     state_file_readable,
 )
+from kdist.runs.layout import clean_leftovers
 
 __all__ = ["PeriodicCheckpoint"]
 

@@ -20,6 +20,7 @@ from kdist.callbacks.factory import RunCallbacks
 from kdist.cluster import chief
 from kdist.engine.controller import FitResult
 from kdist.engine.sharded import savable_model
+from kdist.runs import layout
 from kdist.runs.fileio import read_csv, write_csv_atomic, write_text_atomic
 
 __all__ = ["summary", "trim_history", "write", "write_config"]
@@ -71,8 +72,8 @@ def write_config(output_dir: Path, cfg: Any) -> None:
 
     Written when the run is set up, so a run that fails still says how it was configured.
     """
-    if not (output_dir / ".hydra").exists():
-        write_text_atomic(output_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    if not (output_dir / layout.HYDRA).exists():
+        write_text_atomic(output_dir / layout.CONFIG, OmegaConf.to_yaml(cfg, resolve=True))
 
 
 def write(
@@ -102,7 +103,7 @@ def write(
             "value": best_model.best,
             "epoch": (best_model.best_epoch or 0) + 1,
         }
-    write_text_atomic(output_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    write_text_atomic(output_dir / layout.METRICS, json.dumps(metrics, indent=2) + "\n")
     if "best_model" not in metrics and cfg.callbacks.save_model:
         # model.keras to evaluate or fine-tune, saved_model/ (serving_default) to serve.
         saved_model = bool(cfg.callbacks.get("saved_model", True))
@@ -126,7 +127,7 @@ def trim_history(output_dir: Path, epoch: int) -> None:
     A run stopped inside an epoch still logs that partial epoch; its row would otherwise
     appear twice.
     """
-    path = output_dir / "history.csv"
+    path = output_dir / layout.HISTORY
     rows = read_csv(path) if path.exists() else []
     kept = [row for row in rows if int(row["epoch"]) < epoch]
     if len(kept) != len(rows):

@@ -9,8 +9,8 @@ argument or config turns it off, and legacy HDF5 (`.h5`) full models are refused
 Example:
 
 ```python
-model = kdist.export.load_model("outputs/2026-11-21/10-00-00/model.keras")
-serve = kdist.export.load_serving("outputs/2026-11-21/10-00-00/saved_model")
+model = kdist.evaluation.export.load_model("outputs/2026-11-21/10-00-00/model.keras")
+serve = kdist.evaluation.export.load_serving("outputs/2026-11-21/10-00-00/saved_model")
 logits = serve(images)
 ```
 """
@@ -63,7 +63,8 @@ def load_model(path: str | os.PathLike[str]) -> keras.Model:
         raise ConfigError(
             str(path),
             "is a folder (a SavedModel?); load_model reads .keras files",
-            hint="serve a SavedModel with kdist.export.load_serving or tf.saved_model.load",
+            hint="serve a SavedModel with kdist.evaluation.export.load_serving or "
+            "tf.saved_model.load",
         )
     if not target.is_file():
         raise ConfigError(str(path), "no such model file")
