@@ -320,6 +320,36 @@ def test_private_name_still_upstream(name, tmp_path):
         )
 
 
+def test_every_kdist_name_that_needs_one_exists():
+    """`needed_by` names real kdist code (it is what an upgrade's message points to)."""
+    import importlib
+    import re
+
+    def resolves(path: str) -> bool:
+        parts = path.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                continue
+            try:
+                for part in parts[i:]:
+                    obj = getattr(obj, part)
+            except AttributeError:
+                return False
+            return True
+        return False
+
+    names = [
+        (path, entry.upstream)
+        for entry in PRIVATE_NAMES
+        for path in re.findall(r"kdist(?:\.[A-Za-z_]\w*)+", entry.needed_by)
+    ]
+    assert len(names) >= len(PRIVATE_NAMES)
+    missing = [(path, upstream) for path, upstream in names if not resolves(path)]
+    assert not missing, f"needed_by names no kdist code: {missing}"
+
+
 def test_a_moved_name_says_what_and_who():
     with pytest.raises(UpstreamMoved) as caught:
         private_import("keras.src.backend", "no_such_function", "kdist.engine.building")

@@ -55,7 +55,7 @@ KERAS_UNTRUSTED_DEFINITIONS = (
     "keras.src.callbacks.tensorboard.TensorBoard",
 )
 
-_BUILD = "kdist.engine.building.build_for_spec"
+_BUILD = "kdist.engine.building.build_for_training"
 _STEP = "kdist.engine.step.StepRunner"
 
 

@@ -85,17 +85,18 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     # Keras: building and checking a model against data.
     PrivateName(
         "keras.src.backend.compute_output_spec",
-        "kdist.engine.building.build_for_spec, kdist.data.in_hand.inputs.check_inputs",
+        "kdist.engine.building.build_for_training, kdist.data.in_hand.inputs.check_inputs",
         "calls a model on symbolic inputs (what `fit` does before its first step)",
     ),
     PrivateName(
         "keras.Model._symbolic_build",
-        "kdist.engine.building.build_for_spec",
+        "kdist.engine.building.build_for_training",
         "builds compiled losses and metrics from a symbolic batch",
     ),
     PrivateName(
         "keras.Layer._flatten_layers",
-        "kdist.engine.building, kdist.engine.state, kdist.modeling, lazy optimizers",
+        "kdist.engine.building, kdist.engine.state, kdist.modeling.build, "
+        "kdist.modeling.lazy_optimizers",
         "every layer of a model, nested ones included",
     ),
     PrivateName(
@@ -110,7 +111,7 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     ),
     PrivateName(
         "keras.Model._outputs_struct",
-        "kdist.modeling.compiling (outputs keyed as Keras keys them)",
+        "kdist.config.compile_rules.output_keys",
         "a functional model's output structure",
     ),
     PrivateName(
@@ -151,12 +152,12 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     ),
     PrivateName(
         "keras.src.trainers.compile_utils.CompileMetrics._flat_metrics",
-        "kdist.objective (metric directions)",
+        "kdist.config.objective.metric_directions",
         "the compiled metrics inside Keras's CompileMetrics",
     ),
     PrivateName(
         "keras.metrics.Metric._direction",
-        "kdist.objective (metric directions)",
+        "kdist.config.objective.metric_directions",
         "whether a metric is better up or down",
     ),
     PrivateName(
