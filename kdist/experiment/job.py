@@ -17,7 +17,7 @@ from typing import Any
 
 import keras
 import tensorflow as tf
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig
 
 from kdist import strategies
 from kdist.callbacks.best_model import BestModelExport
@@ -32,13 +32,20 @@ from kdist.config.objective import (
     resolve_objective,
 )
 from kdist.config.validate import validate
-from kdist.data.in_hand import Given, check_inputs, given_data
+from kdist.data.in_hand import Given, check_inputs
 from kdist.data.pipeline import build_source, run_dataset_fn
 from kdist.data.pipeline import steps_per_epoch as steps_per_epoch_of
 from kdist.data.source import Source
 from kdist.engine import Controller, FitResult, Runner
 from kdist.engine.building import optimizer_steps
 from kdist.evaluation.predicting import predict_split
+from kdist.experiment.fit_data import (
+    FitData,
+    data_keys,
+    read_fit_data,
+    set_key,
+    warn_stream_resume,
+)
 from kdist.modeling import batch_plan
 from kdist.modeling.build import check_targets, compiled_model, runner_for
 from kdist.process import runtime
@@ -105,7 +112,7 @@ class Experiment:
         # reads. After a first `fit`, later ones go on from the model as it is.
         self._given: Given | None = None
         self._given_args: tuple[Any, ...] = ()
-        self._configured = _data_keys(cfg)
+        self._configured = data_keys(cfg)
         self._bound: Source | None = None
         self._model_from_config = False
         self._fitted = False
@@ -310,16 +317,22 @@ class Experiment:
                 model or the strategy, before any training.
         """
         self._use_data(
-            x,
-            y,
-            batch_size=batch_size,
-            validation_split=validation_split,
-            validation_data=validation_data,
-            shuffle=shuffle,
-            class_weight=class_weight,
-            sample_weight=sample_weight,
-            steps_per_epoch=steps_per_epoch,
-            validation_freq=validation_freq,
+            read_fit_data(
+                x,
+                y,
+                batch_size=batch_size,
+                validation_split=validation_split,
+                validation_data=validation_data,
+                shuffle=shuffle,
+                class_weight=class_weight,
+                sample_weight=sample_weight,
+                steps_per_epoch=steps_per_epoch,
+                validation_freq=validation_freq,
+                strategy=self.strategy,
+                configured=self._configured,
+                previous=self._given_args,
+                fitted_batch=int(self.cfg.trainer.global_batch_size) if self._fitted else None,
+            )
         )
         controller = self._controller()
         if verbose is None:
@@ -329,7 +342,7 @@ class Experiment:
         if not self._fitted:
             if self.cfg.callbacks.backup.enabled:
                 self.restore()
-                self._say_how_a_stream_resumes(controller.global_step)
+                warn_stream_resume(self._given, self.steps_per_epoch, controller.global_step)
             else:
                 controller.global_step = 0
         if epochs is not None:
@@ -373,90 +386,14 @@ class Experiment:
         )
         return self.result.history
 
-    def _use_data(
-        self,
-        x: Any,
-        y: Any,
-        *,
-        batch_size: int | None,
-        validation_split: float,
-        validation_data: Any,
-        shuffle: bool | None,
-        class_weight: dict[int, float] | None,
-        sample_weight: Any,
-        steps_per_epoch: int | None,
-        validation_freq: int | None,
-    ) -> None:
-        """Make `fit`'s data arguments the run's data: `self.source` and the config keys."""
-        if x is None:
-            for name, value in (
-                ("y", y),
-                ("validation_data", validation_data),
-                ("sample_weight", sample_weight),
-                ("validation_split", validation_split or None),
-            ):
-                if value is not None:
-                    raise ConfigError(name, "needs x: give the data it goes with")
-        args: tuple[Any, ...] = (x, y, validation_data, validation_split, sample_weight)
-        args += (batch_size, shuffle, steps_per_epoch, validation_freq, class_weight)
-        if all(a is None or (isinstance(a, float) and a == 0.0) for a in args):
-            return  # the data of the last call (or the config's)
-        if _same_args(args, self._given_args):
-            return  # the same data again: its stream goes on where it is
-        old_batch = int(self.cfg.trainer.global_batch_size)
-        given = None
-        if x is not None:
-            given = given_data(
-                x,
-                y,
-                validation_data=validation_data,
-                validation_split=validation_split,
-                sample_weight=sample_weight,
-                batch_size=batch_size,
-                steps_per_epoch=steps_per_epoch,
-                shuffle=shuffle,
-                strategy=self.strategy,
-            )
-        keys = dict(self._configured)
-        if given is not None:
-            size = given.source.size("train")
-            keys |= {
-                "data.shuffle": given.shuffle,
-                "data.shuffle_buffer": max(size, 1),  # all of it, as Keras shuffles arrays
-                "data.cache": given.kind == "arrays",  # a dataset's own pipeline runs each pass
-                "data.source": {
-                    "_target_": "kdist.data.in_hand.given",
-                    "kind": given.kind,
-                    "train_examples": size,
-                    "validation_examples": given.source.size("validation"),
-                },
-            }
-            if given.global_batch_size is not None:
-                keys |= {"trainer.global_batch_size": given.global_batch_size}
-        elif shuffle is not None:
-            keys["data.shuffle"] = bool(shuffle)
-        for key, value in (
-            ("trainer.global_batch_size", batch_size),
-            ("trainer.steps_per_epoch", steps_per_epoch),
-            ("trainer.class_weight", class_weight),
-            ("trainer.validation_freq", validation_freq),
-        ):
-            if value is not None:
-                keys[key] = dict(value) if isinstance(value, dict) else value
-        if keys.get("trainer.global_batch_size") is not None and batch_size is not None:
-            keys["trainer.per_replica_batch_size"] = None
-        new_batch = keys.get("trainer.global_batch_size")
-        if self._fitted and new_batch is not None and int(new_batch) != old_batch:
-            raise ConfigError(
-                "batch_size",
-                f"cannot change from {old_batch} between two fit calls of one Experiment: "
-                "its checkpoints count the examples consumed in batches of that size",
-                value=new_batch,
-                hint="keep the batch, or make a new kdist.Experiment",
-            )
+    def _use_data(self, found: FitData | None) -> None:
+        """Make `fit`'s data (`read_fit_data`) the run's: `self.source` and the config keys."""
+        if found is None:
+            return  # the data of the last call (or the config's), or the same again
+        given, args = found.given, found.args
         cfg = self.cfg
-        for key, value in keys.items():
-            _set(cfg, key, value)
+        for key, value in found.keys.items():
+            set_key(cfg, key, value)
         batch = batch_plan.global_batch_size(cfg, self.num_replicas)
         source = given.source if given is not None else self.source
         per_epoch = cfg.trainer.get("steps_per_epoch")
@@ -466,26 +403,6 @@ class Experiment:
         self._bound = None  # the runner reads the data anew (the pipeline's keys changed)
         if given is not None:
             log.info("%s; %d steps per epoch", given.describe(), self.steps_per_epoch)
-
-    def _say_how_a_stream_resumes(self, step: int) -> None:
-        """Log how a dataset or stream given to `fit` resumes in the middle of an epoch.
-
-        Arrays resume exactly (kdist's own shuffle is seeded); a dataset's or a stream's
-        iterator is not in the checkpoint, so the epoch's first batches are read again
-        and skipped, which repeats the epoch's order only when the data's own order is
-        deterministic (no unseeded shuffle).
-        """
-        within = step % self.steps_per_epoch if self.steps_per_epoch else 0
-        if self._given is None or self._given.kind == "arrays" or not within:
-            return
-        log.warning(
-            "resuming in the middle of an epoch of a %s given to fit: its iterator is not "
-            "checkpointed, so the epoch is read from its start and its first %d batch(es) "
-            "skipped; this repeats the interrupted epoch only if the data's order is "
-            "deterministic (seed any shuffle in the dataset)",
-            self._given.kind,
-            within,
-        )
 
     def evaluate(self) -> dict[str, float]:
         """Run the validation split once and return its metrics (`loss`, `accuracy`, ...)."""
@@ -529,47 +446,3 @@ class Experiment:
             strategy_name=type(self.strategy).__name__,
             num_replicas=self.num_replicas,
         )
-
-
-# The config keys that data given to `fit` sets (their configured values are kept, so
-# that each call's arguments start from the config, as each `model.fit` call does).
-_DATA_KEYS = (
-    "data.source",
-    "data.shuffle",
-    "data.shuffle_buffer",
-    "data.cache",
-    "trainer.global_batch_size",
-    "trainer.per_replica_batch_size",
-    "trainer.steps_per_epoch",
-    "trainer.class_weight",
-    "trainer.validation_freq",
-)
-
-
-def _same_args(args: tuple[Any, ...], before: tuple[Any, ...]) -> bool:
-    """The same objects (arrays, datasets) and equal plain values, argument by argument."""
-
-    def same(a: Any, b: Any) -> bool:
-        if a is b:
-            return True
-        if isinstance(a, tuple) and isinstance(b, tuple):
-            return len(a) == len(b) and all(same(i, j) for i, j in zip(a, b, strict=True))
-        plain = (int, float, bool, str, dict)
-        return isinstance(a, plain) and isinstance(b, plain) and a == b
-
-    return len(args) == len(before) and all(same(a, b) for a, b in zip(args, before, strict=True))
-
-
-def _data_keys(cfg: DictConfig) -> dict[str, Any]:
-    values = {}
-    for key in _DATA_KEYS:
-        value = OmegaConf.select(cfg, key)
-        values[key] = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-    return values
-
-
-def _set(cfg: DictConfig, key: str, value: Any) -> None:
-    parent_key, _, name = key.rpartition(".")
-    parent = OmegaConf.select(cfg, parent_key)
-    with read_write(parent), open_dict(parent):
-        parent[name] = value

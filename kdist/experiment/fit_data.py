@@ -1,0 +1,271 @@
+"""`fit`'s data arguments as the run's data: the config keys they set, checked.
+
+Each `fit` call starts from the configured values of the keys data given to `fit` sets
+(`DATA_KEYS`), as each `model.fit` call starts from its own arguments; the data itself
+becomes a source in `kdist.data.in_hand`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from kdist.config.errors import ConfigError
+from kdist.data.in_hand import Given, given_data
+
+__all__ = [
+    "DATA_KEYS",
+    "FitData",
+    "check_needs_x",
+    "data_keys",
+    "fit_keys",
+    "read_fit_data",
+    "same_args",
+    "set_key",
+    "warn_stream_resume",
+]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FitData:
+    """What a `fit` call's data arguments make of the run (`read_fit_data`).
+
+    Attributes:
+        given: the data given to `fit` as a source, or `None` (the config's data).
+        keys: the config keys to set, dotted key -> value.
+        args: the arguments, to tell the same data given again (`same_args`).
+    """
+
+    given: Given | None
+    keys: dict[str, Any]
+    args: tuple[Any, ...]
+
+
+def read_fit_data(
+    x: Any,
+    y: Any,
+    *,
+    batch_size: int | None,
+    validation_split: float,
+    validation_data: Any,
+    shuffle: bool | None,
+    class_weight: dict[int, float] | None,
+    sample_weight: Any,
+    steps_per_epoch: int | None,
+    validation_freq: int | None,
+    strategy: Any,
+    configured: dict[str, Any],
+    previous: tuple[Any, ...],
+    fitted_batch: int | None,
+) -> FitData | None:
+    """`fit`'s data arguments, checked, as the run's data and config keys.
+
+    Args:
+        x, y, batch_size, validation_split, validation_data, shuffle, class_weight,
+            sample_weight, steps_per_epoch, validation_freq: as `Experiment.fit`
+            takes them.
+        strategy: the run's strategy (some cannot read some data).
+        configured: the configured values of `DATA_KEYS` (`data_keys`).
+        previous: the arguments of the last call that gave data (`FitData.args`).
+        fitted_batch: the global batch of the steps trained so far, or `None` before
+            the first `fit`.
+
+    Returns:
+        A `FitData`, or `None` when the call gives no data (the last call's, or the
+        config's, goes on) or the same data again (its stream goes on where it is).
+
+    Raises:
+        ConfigError: naming the argument, for data that does not fit together, that
+            the strategy cannot read, or a batch other than the one trained so far.
+    """
+    check_needs_x(
+        x,
+        y=y,
+        validation_data=validation_data,
+        sample_weight=sample_weight,
+        validation_split=validation_split,
+    )
+    args: tuple[Any, ...] = (x, y, validation_data, validation_split, sample_weight)
+    args += (batch_size, shuffle, steps_per_epoch, validation_freq, class_weight)
+    if all(a is None or (isinstance(a, float) and a == 0.0) for a in args):
+        return None
+    if same_args(args, previous):
+        return None
+    given = None
+    if x is not None:
+        given = given_data(
+            x,
+            y,
+            validation_data=validation_data,
+            validation_split=validation_split,
+            sample_weight=sample_weight,
+            batch_size=batch_size,
+            steps_per_epoch=steps_per_epoch,
+            shuffle=shuffle,
+            strategy=strategy,
+        )
+    keys = fit_keys(
+        given,
+        configured,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        steps_per_epoch=steps_per_epoch,
+        class_weight=class_weight,
+        validation_freq=validation_freq,
+    )
+    new_batch = keys.get("trainer.global_batch_size")
+    if fitted_batch is not None and new_batch is not None and int(new_batch) != fitted_batch:
+        raise ConfigError(
+            "batch_size",
+            f"cannot change from {fitted_batch} between two fit calls of one Experiment: "
+            "its checkpoints count the examples consumed in batches of that size",
+            value=new_batch,
+            hint="keep the batch, or make a new kdist.Experiment",
+        )
+    return FitData(given, keys, args)
+
+
+def check_needs_x(
+    x: Any, *, y: Any, validation_data: Any, sample_weight: Any, validation_split: float
+) -> None:
+    """Refuse data that goes with `x` when `fit` is given no `x`.
+
+    Raises:
+        ConfigError: naming the argument given without `x`.
+    """
+    if x is None:
+        for name, value in (
+            ("y", y),
+            ("validation_data", validation_data),
+            ("sample_weight", sample_weight),
+            ("validation_split", validation_split or None),
+        ):
+            if value is not None:
+                raise ConfigError(name, "needs x: give the data it goes with")
+
+
+def fit_keys(
+    given: Given | None,
+    configured: dict[str, Any],
+    *,
+    batch_size: int | None,
+    shuffle: bool | None,
+    steps_per_epoch: int | None,
+    class_weight: dict[int, float] | None,
+    validation_freq: int | None,
+) -> dict[str, Any]:
+    """The config keys a `fit` call's arguments set, over their `configured` values.
+
+    Args:
+        given: the data given to `fit` (`kdist.data.in_hand.given_data`), or `None`.
+        configured: the configured values of `DATA_KEYS` (`data_keys`).
+        batch_size: `fit`'s `batch_size`.
+        shuffle: `fit`'s `shuffle`.
+        steps_per_epoch: `fit`'s `steps_per_epoch`.
+        class_weight: `fit`'s `class_weight`.
+        validation_freq: `fit`'s `validation_freq`.
+
+    Returns:
+        Dotted key -> value.
+    """
+    keys = dict(configured)
+    if given is not None:
+        size = given.source.size("train")
+        keys |= {
+            "data.shuffle": given.shuffle,
+            "data.shuffle_buffer": max(size, 1),  # all of it, as Keras shuffles arrays
+            "data.cache": given.kind == "arrays",  # a dataset's own pipeline runs each pass
+            "data.source": {
+                "_target_": "kdist.data.in_hand.given",
+                "kind": given.kind,
+                "train_examples": size,
+                "validation_examples": given.source.size("validation"),
+            },
+        }
+        if given.global_batch_size is not None:
+            keys |= {"trainer.global_batch_size": given.global_batch_size}
+    elif shuffle is not None:
+        keys["data.shuffle"] = bool(shuffle)
+    for key, value in (
+        ("trainer.global_batch_size", batch_size),
+        ("trainer.steps_per_epoch", steps_per_epoch),
+        ("trainer.class_weight", class_weight),
+        ("trainer.validation_freq", validation_freq),
+    ):
+        if value is not None:
+            keys[key] = dict(value) if isinstance(value, dict) else value
+    if keys.get("trainer.global_batch_size") is not None and batch_size is not None:
+        keys["trainer.per_replica_batch_size"] = None
+    return keys
+
+
+def warn_stream_resume(given: Given | None, steps_per_epoch: int, step: int) -> None:
+    """Log how a dataset or stream given to `fit` resumes in the middle of an epoch.
+
+    Arrays resume exactly (kdist's own shuffle is seeded); a dataset's or a stream's
+    iterator is not in the checkpoint, so the epoch's first batches are read again
+    and skipped, which repeats the epoch's order only when the data's own order is
+    deterministic (no unseeded shuffle).
+    """
+    within = step % steps_per_epoch if steps_per_epoch else 0
+    if given is None or given.kind == "arrays" or not within:
+        return
+    log.warning(
+        "resuming in the middle of an epoch of a %s given to fit: its iterator is not "
+        "checkpointed, so the epoch is read from its start and its first %d batch(es) "
+        "skipped; this repeats the interrupted epoch only if the data's order is "
+        "deterministic (seed any shuffle in the dataset)",
+        given.kind,
+        within,
+    )
+
+
+# The config keys that data given to `fit` sets (their configured values are kept, so
+# that each call's arguments start from the config, as each `model.fit` call does).
+DATA_KEYS = (
+    "data.source",
+    "data.shuffle",
+    "data.shuffle_buffer",
+    "data.cache",
+    "trainer.global_batch_size",
+    "trainer.per_replica_batch_size",
+    "trainer.steps_per_epoch",
+    "trainer.class_weight",
+    "trainer.validation_freq",
+)
+
+
+def same_args(args: tuple[Any, ...], before: tuple[Any, ...]) -> bool:
+    """The same objects (arrays, datasets) and equal plain values, argument by argument."""
+
+    def same(a: Any, b: Any) -> bool:
+        if a is b:
+            return True
+        if isinstance(a, tuple) and isinstance(b, tuple):
+            return len(a) == len(b) and all(same(i, j) for i, j in zip(a, b, strict=True))
+        plain = (int, float, bool, str, dict)
+        return isinstance(a, plain) and isinstance(b, plain) and a == b
+
+    return len(args) == len(before) and all(same(a, b) for a, b in zip(args, before, strict=True))
+
+
+def data_keys(cfg: DictConfig) -> dict[str, Any]:
+    """The configured values of `DATA_KEYS`, plain."""
+    values = {}
+    for key in DATA_KEYS:
+        value = OmegaConf.select(cfg, key)
+        values[key] = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    return values
+
+
+def set_key(cfg: DictConfig, key: str, value: Any) -> None:
+    """Set `key` (dotted) in `cfg`, adding it where the schema has no such key."""
+    parent_key, _, name = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_key)
+    with read_write(parent), open_dict(parent):
+        parent[name] = value
