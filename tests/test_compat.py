@@ -79,7 +79,7 @@ def _keras_compile_loss():
 
 
 def _keras_unscale():
-    assert float(kp.unscale_loss_for_distribution(tf.constant(2.0))) == 2.0
+    assert float(kp.unscale_loss_function()(tf.constant(2.0))) == 2.0
 
 
 def _keras_compute_loss():

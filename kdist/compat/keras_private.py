@@ -32,7 +32,7 @@ __all__ = [
     "safe_mode_scope",
     "seed_generators",
     "symbolic_build",
-    "unscale_loss_for_distribution",
+    "unscale_loss_function",
 ]
 
 # Where Keras defines what `keras.losses`, `keras.metrics`, ... re-export (config/trust.py).
@@ -131,10 +131,13 @@ def call_has_training_arg(model: Any) -> bool:
     )
 
 
-def unscale_loss_for_distribution(loss: Any) -> Any:
-    """The loss as Keras's `train_step` logs it under a strategy."""
-    unscale = private_import("keras.src.losses.loss", "unscale_loss_for_distribution", _STEP)
-    return unscale(loss)
+def unscale_loss_function() -> Callable[[Any], Any]:
+    """Keras's `unscale_loss_for_distribution`: the loss as `train_step` logs it.
+
+    Resolved once, before a step function is traced: an import inside the traced
+    step would be run through AutoGraph.
+    """
+    return private_import("keras.src.losses.loss", "unscale_loss_for_distribution", _STEP)
 
 
 def distribute_strategy(model: Any) -> Any:

@@ -14,7 +14,7 @@ from kdist.compat.keras_private import (
     compile_metrics,
     compute_loss,
     loss_tracker,
-    unscale_loss_for_distribution,
+    unscale_loss_function,
 )
 from kdist.data.pipeline import DatasetFn
 from kdist.engine.runner import Logs, Runner
@@ -149,6 +149,7 @@ class StepRunner(Runner):
             return own_step
 
         own_metrics = overrides(model, "compute_metrics")
+        unscale_loss_for_distribution = unscale_loss_function()
 
         def gradients_of(data: Any) -> list[Any]:
             x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
