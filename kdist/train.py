@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import hydra
-from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from kdist.cluster import ClusterInfo
 from kdist.cluster import resolve as resolve_cluster
+from kdist.compat.tools_private import hydra_args_parser
 from kdist.config import ConfigError, exit_with, register
 from kdist.config.compose import compose, format_hydra_error
 from kdist.config.objective import resolve_objective
@@ -80,7 +80,7 @@ def precheck(argv: list[str], *, config_name: str = "train") -> DictConfig | Non
     Returns:
         The composed config, or `None` when the command is not a single run.
     """
-    args, _ = get_args_parser().parse_known_args(argv)
+    args, _ = hydra_args_parser().parse_known_args(argv)
     informational = args.help or args.hydra_help or args.cfg or args.info
     if args.multirun or informational or args.shell_completion:
         return None
