@@ -256,6 +256,46 @@ def _hydra_compose():
     assert tt.hydra_config_search_path("pkg://kdist.conf") is not None
 
 
+def _keras_all_reduce():
+    optimizer = keras.optimizers.SGD(0.1)
+    assert callable(optimizer._all_reduce_sum_gradients)
+    kp.replace_all_reduce(optimizer, lambda pairs: pairs)
+    assert optimizer._all_reduce_sum_gradients([1]) == [1]
+
+
+def _keras_close_writers(tmp_path: Path):
+    kp.close_tensorboard_writers(keras.callbacks.TensorBoard(log_dir=str(tmp_path)))
+
+
+def _tf_collective_key_base():
+    before = tf.distribute.MirroredStrategy._collective_key_base
+    tp.bump_collective_key_base(0)
+    assert tf.distribute.MirroredStrategy._collective_key_base == before
+
+
+def _tuner_seed_state():
+    import keras_tuner
+
+    oracle = keras_tuner.oracles.RandomSearchOracle(objective="loss", max_trials=1)
+    tt.set_oracle_seed(oracle, 7)
+    assert oracle.seed == 7 and oracle._seed_state == 7
+
+
+def _omegaconf_root():
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({"tuner": {"seed": 1}, "objective": {"name": "loss"}})
+    assert tt.config_root(cfg.tuner) is cfg
+
+
+def _hydra_return_value():
+    from hydra.core.utils import JobReturn
+
+    job = JobReturn()
+    job.return_value = 3
+    assert tt.job_return_value(job) == 3
+
+
 PROBES = {
     "keras.src.backend.compute_output_spec": _keras_output_spec,
     "keras.Model._symbolic_build": _keras_symbolic_build,
@@ -296,6 +336,12 @@ PROBES = {
     "keras_tuner.HyperParameters._exists": _tuner_exists,
     "hydra._internal.utils._locate": _hydra_locate,
     "hydra._internal.utils.get_args_parser": _hydra_parser,
+    "keras.optimizers.Optimizer._all_reduce_sum_gradients": _keras_all_reduce,
+    "keras.callbacks.TensorBoard._close_writers": _keras_close_writers,
+    "tf.distribute.MirroredStrategy._collective_key_base": _tf_collective_key_base,
+    "keras_tuner.Oracle._seed_state": _tuner_seed_state,
+    "omegaconf.Node._get_root": _omegaconf_root,
+    "hydra.core.utils.JobReturn._return_value": _hydra_return_value,
     "hydra._internal.hydra.Hydra, hydra._internal.utils.create_config_search_path": (
         _hydra_compose
     ),

@@ -16,6 +16,7 @@ __all__ = [
     "KERAS_DEFINITION_MODULES",
     "KERAS_UNTRUSTED_DEFINITIONS",
     "call_has_training_arg",
+    "close_tensorboard_writers",
     "compile_loss",
     "compile_metrics",
     "compute_loss",
@@ -29,6 +30,7 @@ __all__ = [
     "metric_direction",
     "outputs_struct",
     "patch_variable_copy_to_cpu",
+    "replace_all_reduce",
     "safe_mode_scope",
     "seed_generators",
     "symbolic_build",
@@ -199,3 +201,30 @@ def patch_variable_copy_to_cpu(copy: Callable[[Any, dict[Any, Any]], None]) -> N
     )
     if variable._copy_trackable_to_cpu is not copy:
         variable._copy_trackable_to_cpu = copy
+
+
+def replace_all_reduce(optimizer: Any, all_reduce: Callable[..., Any]) -> None:
+    """Make `all_reduce` this optimizer's cross-replica gradient sum.
+
+    Keras's TensorFlow optimizer sums the replicas' gradients in its private
+    `_all_reduce_sum_gradients`, called by `_backend_update_step`; set on the instance,
+    it replaces the class's for this optimizer only.
+    """
+    private_attribute(
+        optimizer,
+        "_all_reduce_sum_gradients",
+        "keras.optimizers.Optimizer._all_reduce_sum_gradients",
+        "kdist.strategies.compression.compress_all_reduce",
+    )
+    optimizer._all_reduce_sum_gradients = all_reduce
+
+
+def close_tensorboard_writers(callback: Any) -> None:
+    """Close a Keras `TensorBoard` callback's summary writers (`_close_writers`)."""
+    close = private_attribute(
+        callback,
+        "_close_writers",
+        "keras.callbacks.TensorBoard._close_writers",
+        "kdist.engine.controller",
+    )
+    close()

@@ -17,6 +17,7 @@ from kdist.compat.upstream import private_attribute, private_import
 
 __all__ = [
     "async_helper",
+    "bump_collective_key_base",
     "copy_trackable_to_cpu",
     "dataset_inputs",
     "expand_hostlist",
@@ -162,3 +163,20 @@ def set_saved_tensors(
         )
     trackable._serialize_to_tensors = serialize
     trackable._restore_from_tensors = restore
+
+
+def bump_collective_key_base(amount: int) -> None:
+    """Move `MirroredStrategy`'s class-wide collective key base by `amount`.
+
+    A second `MirroredStrategy` in one process reuses the first one's collective keys;
+    TensorFlow's own tests move the base this way between strategies.
+    """
+    import tensorflow as tf
+
+    base = private_attribute(
+        tf.distribute.MirroredStrategy,
+        "_collective_key_base",
+        "tf.distribute.MirroredStrategy._collective_key_base",
+        "kdist.strategies.single_host",
+    )
+    tf.distribute.MirroredStrategy._collective_key_base = base + amount

@@ -15,12 +15,15 @@ from kdist.compat.upstream import private_attribute, private_import, private_mod
 
 __all__ = [
     "KERAS_TUNER_PRIVATE",
+    "config_root",
     "hydra_args_parser",
     "hydra_class",
     "hydra_config_search_path",
     "hydra_locate",
+    "job_return_value",
     "oracle_client_class",
     "oracle_servicer_class",
+    "set_oracle_seed",
     "space_has",
     "tuner_protos",
 ]
@@ -89,3 +92,27 @@ def hydra_config_search_path(config_dir: str | None) -> Any:
         "hydra._internal.utils", "create_config_search_path", "kdist.config.compose"
     )
     return make(config_dir)
+
+
+def set_oracle_seed(oracle: Any, seed: int) -> None:
+    """Seed a keras-tuner oracle: `seed` and the state its random draws advance."""
+    private_attribute(
+        oracle, "_seed_state", "keras_tuner.Oracle._seed_state", "kdist.tuning.oracles.build"
+    )
+    oracle.seed = oracle._seed_state = seed
+
+
+def config_root(node: Any) -> Any:
+    """The root config of an OmegaConf node (`Node._get_root`)."""
+    root = private_attribute(node, "_get_root", "omegaconf.Node._get_root", "kdist.tuning.oracles")
+    return root()
+
+
+def job_return_value(job_return: Any) -> Any:
+    """A Hydra job's return value, or its exception, without re-raising it."""
+    return private_attribute(
+        job_return,
+        "_return_value",
+        "hydra.core.utils.JobReturn._return_value",
+        "kdist.runs.sweep.SummaryCallback",
+    )

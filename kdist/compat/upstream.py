@@ -259,4 +259,35 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "kdist.config.compose",
         "composes a config from kdist's conf/ outside a Hydra app, with Hydra's messages",
     ),
+    # More private attributes.
+    PrivateName(
+        "keras.optimizers.Optimizer._all_reduce_sum_gradients",
+        "kdist.strategies.compression.compress_all_reduce",
+        "the cross-replica gradient sum, replaced to send half-precision gradients",
+    ),
+    PrivateName(
+        "keras.callbacks.TensorBoard._close_writers",
+        "kdist.engine.controller",
+        "closes TensorBoard's event files when training stops on an error",
+    ),
+    PrivateName(
+        "tf.distribute.MirroredStrategy._collective_key_base",
+        "kdist.strategies.single_host",
+        "a second MirroredStrategy in one process gets collective keys of its own",
+    ),
+    PrivateName(
+        "keras_tuner.Oracle._seed_state",
+        "kdist.tuning.oracles.build",
+        "the state an oracle's random draws advance, seeded with tuner.seed",
+    ),
+    PrivateName(
+        "omegaconf.Node._get_root",
+        "kdist.tuning.oracles",
+        "the whole config of the tuner node, to resolve the objective",
+    ),
+    PrivateName(
+        "hydra.core.utils.JobReturn._return_value",
+        "kdist.runs.sweep.SummaryCallback",
+        "a failed job's exception, which JobReturn.return_value re-raises",
+    ),
 )

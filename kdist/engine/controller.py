@@ -17,6 +17,7 @@ from typing import Protocol
 import keras
 import tensorflow as tf
 
+from kdist.compat.keras_private import close_tensorboard_writers
 from kdist.data.pipeline import DatasetFn
 from kdist.engine.call_gate import TRAIN_CALLS
 from kdist.engine.runner import Runner
@@ -102,7 +103,7 @@ def _close_files(callbacks: Sequence[keras.callbacks.Callback]) -> None:
         if isinstance(callback, keras.callbacks.CSVLogger) and callback.csv_file is not None:
             callback.csv_file.close()
         if isinstance(callback, keras.callbacks.TensorBoard):
-            callback._close_writers()
+            close_tensorboard_writers(callback)
 
 
 class Controller:

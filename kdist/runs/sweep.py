@@ -24,6 +24,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from kdist.compat.tools_private import job_return_value
 from kdist.runs.fileio import write_csv_atomic
 from kdist.runs.layout import METRICS, SUMMARY
 
@@ -194,7 +195,7 @@ class SummaryCallback(Callback):
         sweep_dir = Path(hydra_cfg.sweep.dir)
         failed = job_return.status == JobStatus.FAILED
         # `JobReturn.return_value` re-raises a failed job's exception; read the field.
-        value = job_return._return_value
+        value = job_return_value(job_return)
         error = None
         if failed:
             lines = [line.strip() for line in str(value).splitlines() if line.strip()]

@@ -22,6 +22,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from kdist.compat.keras_private import replace_all_reduce
 from kdist.config.constants import ALLREDUCE_DTYPES
 
 __all__ = ["ALLREDUCE_DTYPES", "ReducedBytes", "compress_all_reduce", "reduced_bytes"]
@@ -101,7 +102,7 @@ def compress_all_reduce(optimizer: Any, dtype: str) -> ReducedBytes:
         return out
 
     # An instance attribute: Keras's `_backend_update_step` calls it on this optimizer.
-    inner._all_reduce_sum_gradients = all_reduce_sum
+    replace_all_reduce(inner, all_reduce_sum)
     inner._kdist_reduced_bytes = counter
     return counter
 

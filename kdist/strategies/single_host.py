@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from kdist.compat.tf_private import bump_collective_key_base
 from kdist.config.errors import ConfigError
 from kdist.config.validate import check_choice
 from kdist.strategies.shared import check_nccl
@@ -122,7 +123,7 @@ def _fresh_collective_keys() -> None:
     """
     global _mirrored_created
     if _mirrored_created:
-        tf.distribute.MirroredStrategy._collective_key_base += 100_000
+        bump_collective_key_base(100_000)
     _mirrored_created += 1
 
 

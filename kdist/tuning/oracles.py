@@ -28,6 +28,7 @@ from keras_tuner import oracles as kt_oracles
 from keras_tuner.engine import trial as trial_module
 from omegaconf import DictConfig, OmegaConf
 
+from kdist.compat.tools_private import config_root, set_oracle_seed
 from kdist.config.build import instantiate
 from kdist.config.errors import ConfigError
 from kdist.config.objective import resolve_objective
@@ -310,7 +311,7 @@ def build(tuner_cfg: DictConfig, *, hyperparameters: Any) -> Any:
     """
     # `tuner.objective` follows the run's `objective`, whose `auto` is resolved from the
     # whole config (OmegaConf nodes know their root).
-    resolve_objective(tuner_cfg._get_root())
+    resolve_objective(config_root(tuner_cfg))
     objective = keras_tuner.Objective(
         str(tuner_cfg.objective.name), direction=str(tuner_cfg.objective.direction)
     )
@@ -331,7 +332,7 @@ def build(tuner_cfg: DictConfig, *, hyperparameters: Any) -> Any:
         )
     if oracle.seed != tuner_cfg.seed and tuner_cfg.seed is not None:
         # keras-tuner replaces seed 0 with a random one.
-        oracle.seed = oracle._seed_state = int(tuner_cfg.seed)
+        set_oracle_seed(oracle, int(tuner_cfg.seed))
     oracle.verbose = int(tuner_cfg.verbose)
     return oracle
 
