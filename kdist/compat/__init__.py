@@ -1,8 +1,10 @@
-"""Every private name of Keras and TensorFlow that kdist uses, in one place.
+"""Every private name of Keras, TensorFlow, keras-tuner and Hydra kdist uses, in one place.
 
-kdist needs a few names that Keras 3 and TensorFlow do not make public (see
+kdist needs a few names that its libraries do not make public (see
 `kdist.compat.upstream.PRIVATE_NAMES` for each one and why). They are reached only
-through this package: `kdist.compat.keras_private` and `kdist.compat.tf_private`. When an
+through this package: `kdist.compat.keras_private`, `kdist.compat.tf_private` and
+`kdist.compat.tools_private` (keras-tuner, OmegaConf, Hydra). `kdist.compat.moved` keeps
+the module paths that moved in kdist 0.10 importing. When an
 upgrade moves one, the call raises `UpstreamMoved` naming the upstream symbol and the
 kdist function that needs it, and `tests/test_compat.py` fails the same way.
 """
