@@ -39,6 +39,7 @@ from benchmarks.cluster import BATCH, JOB, STEPS_PER_EPOCH, _throughput
 from benchmarks.context import Context
 from benchmarks.harness import Case, Comparison, Target, interleave, load_average, summarize
 from benchmarks.processes import launch_cluster, run_command
+from kdist.launcher.tasks import PIN_CORES_ENV
 
 __all__ = ["GROUP", "run"]
 
@@ -338,7 +339,8 @@ class _Clusters:
         prefix = "[chief 0]" if ps else "[worker 0]"
 
         def side() -> float:
-            with _pinning(pinned), _environ(env or {}):
+            # `kdist.launch` pins each worker to its own cores unless KDIST_PIN_CORES=0.
+            with _environ({PIN_CORES_ENV: "1" if pinned else "0", **(env or {})}):
                 return launched()
 
         def launched() -> float:
@@ -353,22 +355,6 @@ class _Clusters:
             return _throughput(done, f"kdist.launch --workers {workers} --ps {ps}")[0]
 
         return side
-
-
-@contextlib.contextmanager
-def _pinning(on: bool) -> Iterator[None]:
-    """`kdist.launch` pins each worker to its own cores unless `KDIST_PIN_CORES=0`."""
-    from kdist.launcher.tasks import PIN_CORES_ENV
-
-    before = os.environ.get(PIN_CORES_ENV)
-    os.environ[PIN_CORES_ENV] = "1" if on else "0"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(PIN_CORES_ENV, None)
-        else:
-            os.environ[PIN_CORES_ENV] = before
 
 
 @contextlib.contextmanager
