@@ -13,7 +13,12 @@ import kdist
 from kdist.config import ConfigError
 from kdist.config.validate import validate
 from kdist.strategies import mirrored
-from kdist.strategies.compression import compress_all_reduce, reduced_bytes
+from kdist.strategies.compression import (
+    ErrorFeedback,
+    compress_all_reduce,
+    error_feedback_of,
+    reduced_bytes,
+)
 
 
 def _overrides(tmp_path: Path, name: str, *more: str) -> list[str]:
@@ -96,6 +101,98 @@ def test_the_compressed_sum_is_the_sum_in_16_bits_with_half_the_bytes():
         assert not np.array_equal(got, exact)  # summed in 16 bits
 
 
+def _steps_of_sgd(
+    feedback: bool, steps: int, second: float
+) -> tuple[np.ndarray, np.ndarray, ErrorFeedback]:
+    """`steps` SGD updates (learning rate 1) of the same two replicas' gradients (the
+    second one's scaled by `second`), summed in bfloat16 with or without error feedback:
+    (what was applied, the exact sum, the residuals)."""
+    import keras
+
+    strategy = mirrored(devices=["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        variable = keras.Variable(np.zeros((40, 3), np.float32))
+        optimizer = keras.optimizers.SGD(learning_rate=1.0)
+        optimizer.build([variable])
+        residuals = ErrorFeedback([variable])
+    compress_all_reduce(optimizer, "bfloat16", residuals if feedback else None)
+    grads = np.random.default_rng(1).normal(size=(2, 40, 3)).astype(np.float32)
+    grads[1] *= second
+
+    @tf.function
+    def step():
+        def replica_fn():
+            index = tf.distribute.get_replica_context().replica_id_in_sync_group
+            optimizer.apply_gradients([(tf.gather(tf.constant(grads), index), variable)])
+
+        strategy.run(replica_fn)
+
+    for _ in range(steps):
+        step()
+    return -variable.numpy(), steps * grads.sum(axis=0).astype(np.float64), residuals
+
+
+def test_error_feedback_cancels_the_casts_rounding_over_the_steps():
+    steps = 16
+    # One replica sends zeros, so the 16-bit sum adds no rounding of its own: what is
+    # left is the cast's. The same gradient every step rounds the same way each time:
+    # without feedback the error adds up; with it the total is off by one rounding.
+    plain, exact, _ = _steps_of_sgd(False, steps, second=0.0)
+    fed, _, residuals = _steps_of_sgd(True, steps, second=0.0)
+    one_rounding = np.abs(exact / steps).max() * 2.0**-8
+    assert np.abs(plain - exact).max() > 4 * one_rounding
+    assert np.abs(fed - exact).max() <= 1.01 * one_rounding
+    # Each replica keeps its own residual: what its last cast dropped (none for zeros).
+    first, other = (v.numpy() for v in residuals.residuals[0].values)
+    assert 0 < np.abs(first).max() <= one_rounding
+    assert not other.any()
+    # Two replicas: the 16-bit sum rounds again (no replica knows the exact sum to feed
+    # that back); the casts' share still cancels, so the error is well below plain's.
+    plain, exact, _ = _steps_of_sgd(False, steps, second=1.0)
+    fed, _, _ = _steps_of_sgd(True, steps, second=1.0)
+    assert np.abs(fed - exact).mean() < 0.6 * np.abs(plain - exact).mean()
+
+
+def test_a_run_keeps_its_residuals_in_the_checkpoints_and_can_turn_them_off(tmp_path: Path):
+    fed = _fit(tmp_path, "fed", "trainer.allreduce_dtype=bfloat16", "callbacks=default")
+    feedback = error_feedback_of(fed.optimizer)
+    assert feedback is not None
+    assert reduced_bytes(fed.optimizer).error_feedback == len(fed.model.trainable_variables)
+    assert any(np.abs(v.numpy()).max() > 0 for v in feedback.residuals)
+    saved = tf.train.latest_checkpoint(str(tmp_path / "fed" / "checkpoints"))
+    names = [name for name, _ in tf.train.list_variables(saved)]
+    assert sum(name.startswith("allreduce_residuals/") for name in names) == len(feedback.residuals)
+    plain = _fit(
+        tmp_path,
+        "plain",
+        "trainer.allreduce_dtype=bfloat16",
+        "trainer.allreduce_error_feedback=false",
+    )
+    assert error_feedback_of(plain.optimizer) is None
+    assert reduced_bytes(plain.optimizer).error_feedback == 0
+
+
+@pytest.mark.slow
+def test_a_resume_restores_the_residuals_and_a_float32_checkpoint_starts_them_at_zero(
+    tmp_path: Path,
+):
+    first = _fit(tmp_path, "run", "trainer.allreduce_dtype=bfloat16", "callbacks=default")
+    saved = [v.numpy() for v in error_feedback_of(first.optimizer).residuals]
+    more = ("trainer.allreduce_dtype=bfloat16", "callbacks=default", "trainer.epochs=2")
+    resumed = kdist.Experiment(compose(_overrides(tmp_path, "run", *more)))
+    resumed.build_model()
+    resumed.restore()
+    # Saved as the sum over the replicas, restored as that sum spread evenly over them.
+    for variable, total in zip(error_feedback_of(resumed.optimizer).residuals, saved, strict=True):
+        np.testing.assert_allclose(variable.numpy(), total, rtol=1e-6, atol=1e-12)
+    _fit(tmp_path, "f32", "callbacks=default")
+    changed = ("trainer.allow_resume_changes=true", *more)
+    later = kdist.Experiment(compose(_overrides(tmp_path, "f32", *changed)))
+    later.fit()
+    assert int(later.optimizer.iterations.numpy()) == 40
+    assert error_feedback_of(later.optimizer) is not None
+
+
 @pytest.mark.slow
 def test_mixed_float16_with_loss_scaling_and_compression_trains(tmp_path: Path):
     exp = _fit(
@@ -157,3 +254,41 @@ def test_the_command_line_exits_2_with_one_line_naming_the_key(capsys, overrides
     assert raised.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and key in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.multiworker
+def test_two_workers_save_and_resume_their_residuals(tmp_path: Path):
+    import io
+    import json
+
+    from helpers import SMALL_JOB, alive, launch_pids
+
+    from kdist.launch import run
+
+    run_dir = tmp_path / "run"
+    job = [
+        "strategy=multi_worker_mirrored",
+        *SMALL_JOB,
+        "callbacks=default",
+        "callbacks.curves=false",
+        "trainer.allreduce_dtype=bfloat16",
+    ]
+    for epochs in (1, 2):
+        log = io.StringIO()
+        code = run(2, [*job, f"trainer.epochs={epochs}"], run_dir=run_dir, timeout=240, output=log)
+        text = log.getvalue()
+        assert code == 0, text[-3000:]
+        assert not any(alive(pid) for pid in launch_pids(text).values())
+        saved = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
+        residuals = {
+            name: shape
+            for name, shape in tf.train.list_variables(saved)
+            if name.startswith("allreduce_residuals/")
+        }
+        assert len(residuals) == 4  # the MLP's two kernels and two biases
+        total = sum(np.abs(tf.train.load_variable(saved, name)).max() for name in residuals)
+        assert total > 0  # the sum over both workers of what their casts dropped
+    assert "resuming from" in text
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["steps"] == 12 and metrics["num_replicas"] == 2

@@ -260,6 +260,10 @@ class TrainerConfig:
     # The type gradients are all-reduced in (kdist.strategies.compression): float32, or
     # bfloat16 / float16 for half the bytes (mirrored and multi-worker strategies only).
     allreduce_dtype: str = "float32"
+    # With a 16-bit allreduce_dtype: each replica adds what the cast dropped from a gradient
+    # to its next one (error feedback), so rounding errors cancel over the steps instead of
+    # adding up; one float32 copy of the weights per replica, saved with the checkpoints.
+    allreduce_error_feedback: bool = True
     # true: every BatchNormalization layer (the user's models' too) computes its
     # statistics over the global batch (Keras's synchronized=True) under mirrored and
     # multi-worker strategies.

@@ -29,8 +29,27 @@ from kdist.engine.state import (
     seed_states,
 )
 from kdist.runs.layout import clean_leftovers
+from kdist.strategies.compression import error_feedback_of
 
 __all__ = ["Controller", "FitResult", "Saver", "Schedule"]
+
+RESIDUALS = "allreduce_residuals"
+
+
+def _holds_residuals(*folders: Path) -> bool:
+    """Whether the newest checkpoint of the first folder holding one saved residuals
+    (true when it cannot be read: the restore then says what is wrong)."""
+    for folder in folders:
+        path = tf.train.latest_checkpoint(str(folder)) if folder.is_dir() else None
+        if path is None:
+            continue
+        try:
+            names = [name for name, _ in tf.train.list_variables(path)]
+        except Exception:  # unreadable: restore_newest reports it, or falls back
+            return True
+        return any(name.startswith(f"{RESIDUALS}/") for name in names)
+    return True
+
 
 log = logging.getLogger(__name__)
 
@@ -153,12 +172,18 @@ class Controller:
         )
         metrics = tf.Module(name="kdist_running_metrics")
         metrics.variables_list = list(runner.metric_variables)
+        # The all-reduce's error-feedback residuals (kdist.strategies.compression), when the
+        # gradients are summed in 16 bits with them. Given to the constructor: the
+        # asynchronous saves copy what it was given (`kdist.engine.checkpoint`).
+        self._residuals = error_feedback_of(model.optimizer)
+        extra = {RESIDUALS: self._residuals} if self._residuals is not None else {}
         self.checkpoint = tf.train.Checkpoint(
             model=model,
             optimizer=model.optimizer,
             state=self.state,
             metrics=metrics,
             seeds=seed_states(model),
+            **extra,
         )
 
     # -- resuming ------------------------------------------------------------------------
@@ -185,7 +210,7 @@ class Controller:
         if clean:
             for folder in (backup_dir, checkpoint_dir):
                 clean_leftovers(folder)
-        path = restore_newest(self.checkpoint, backup_dir, checkpoint_dir)
+        path = self._restore_newest(backup_dir, checkpoint_dir)
         self.epoch_origin = (0, 0)
         if path is None:
             self.global_step = 0
@@ -210,6 +235,17 @@ class Controller:
         self.runner.set_train_dataset_fn(self._train_data(point.examples))
         self.global_step = steps
         return steps
+
+    def _restore_newest(self, backup_dir: Path, checkpoint_dir: Path) -> str | None:
+        if self._residuals is None or _holds_residuals(backup_dir, checkpoint_dir):
+            return restore_newest(self.checkpoint, backup_dir, checkpoint_dir)
+        # Written without error feedback (`trainer.allreduce_dtype` changed with
+        # `trainer.allow_resume_changes=true`): no residuals to restore, they start at zero.
+        delattr(self.checkpoint, RESIDUALS)
+        try:
+            return restore_newest(self.checkpoint, backup_dir, checkpoint_dir)
+        finally:
+            setattr(self.checkpoint, RESIDUALS, self._residuals)
 
     def use_runner(self, runner: Runner, train_data: Callable[[int], DatasetFn]) -> None:
         """Train on from here with another runner of the same model (data given anew).

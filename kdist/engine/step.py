@@ -19,7 +19,7 @@ from kdist.compat.keras_private import (
 from kdist.data.pipeline import DatasetFn
 from kdist.engine.runner import Logs, Runner
 from kdist.engine.sharded import has_sharded_variables, training_variables
-from kdist.strategies.compression import compress_all_reduce
+from kdist.strategies.compression import ErrorFeedback, compress_all_reduce, error_feedback_of
 
 __all__ = ["StepRunner", "compiled_reset", "overrides"]
 
@@ -64,6 +64,9 @@ class StepRunner(Runner):
         allreduce_dtype: the type gradients are summed across replicas in: `float32`, or
             `bfloat16`/`float16` for half the bytes (`kdist.strategies.compression`).
             Defaults to `"float32"`.
+        allreduce_error_feedback: with a 16-bit `allreduce_dtype`, each replica carries
+            what the cast dropped into its next gradient (`kdist.strategies.compression.
+            ErrorFeedback`). Defaults to `True`.
         accumulate_steps: micro-batches per optimizer update. Each update reads this many
             batches (of `global_batch_size / accumulate_steps` examples), sums their
             gradients and applies their mean once: the same update as one step on the
@@ -88,6 +91,7 @@ class StepRunner(Runner):
         jit_compile: bool = False,
         accumulate_steps: int = 1,
         allreduce_dtype: str = "float32",
+        allreduce_error_feedback: bool = True,
     ):
         for name, value in (
             ("global_batch_size", global_batch_size),
@@ -126,7 +130,15 @@ class StepRunner(Runner):
             )
         self.variables = training_variables(model)
         if allreduce_dtype != "float32":
-            compress_all_reduce(self.optimizer, allreduce_dtype)
+            # One set of residuals per optimizer: a new runner of the same model (new data
+            # in a notebook) carries on with them, and the checkpoints hold them.
+            feedback = error_feedback_of(self.optimizer)
+            if allreduce_error_feedback and feedback is None:
+                with strategy.scope():
+                    feedback = ErrorFeedback(model.trainable_variables)
+            compress_all_reduce(
+                self.optimizer, allreduce_dtype, feedback if allreduce_error_feedback else None
+            )
         self.train_dataset_fn = train_dataset_fn
         self.validation_dataset_fn = validation_dataset_fn
         self.replica_train_step = self._make_replica_train_step(jit_compile)

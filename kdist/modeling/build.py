@@ -247,6 +247,7 @@ def runner_for(
                 jit_compile=bool(cfg.runtime.jit_compile),
                 accumulate_steps=int(cfg.trainer.get("accumulate_steps", 1)),
                 allreduce_dtype=str(cfg.trainer.get("allreduce_dtype", "float32")),
+                allreduce_error_feedback=bool(cfg.trainer.get("allreduce_error_feedback", True)),
             )
         except ValueError as error:
             raise ConfigError("model", str(error), value=type(model).__name__) from None

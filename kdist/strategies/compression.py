@@ -12,20 +12,40 @@ that method on the optimizer that applies the updates (the one a `LossScaleOptim
 wraps, which receives unscaled gradients), so Keras's own `train_step`, a model's own
 `train_step` and kdist's accumulation all send the compressed gradients. Sparse
 gradients (`tf.IndexedSlices`, embedding rows) are cast too: their rows are gathered.
+
+**Error feedback** (`trainer.allreduce_error_feedback`, on by default): each replica keeps
+what the cast dropped from each dense gradient (its residual, `g - float32(bfloat16(g))`)
+and adds it to its next gradient before casting, as 1-bit SGD and EF-SGD do. The
+rounding errors then cancel over the steps instead of adding up: the sum of what a
+replica sent over any run of steps equals the sum of its gradients to within one
+rounding. The residuals cost one float32 copy of the trainable weights per replica and
+a few elementwise operations per step; they are `SUM` sync-on-read variables
+(`ErrorFeedback`), saved with the checkpoints (their sum over the replicas, which a
+restore spreads evenly over the replicas it finds). Sparse gradients send their rows
+without it (a residual would be as large as the table).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import keras
 import tensorflow as tf
 
 from kdist.compat.keras_private import replace_all_reduce
 from kdist.config.constants import ALLREDUCE_DTYPES
 
-__all__ = ["ALLREDUCE_DTYPES", "ReducedBytes", "compress_all_reduce", "reduced_bytes"]
+__all__ = [
+    "ALLREDUCE_DTYPES",
+    "ErrorFeedback",
+    "ReducedBytes",
+    "compress_all_reduce",
+    "error_feedback_of",
+    "reduced_bytes",
+]
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +56,65 @@ class ReducedBytes:
 
     `per_step` is the sum of the `nbytes` of the (cast) gradients of the last traced
     step whose shapes are static; `dynamic` counts gradients of unknown size (the rows of
-    a sparse gradient), left out of `per_step`.
+    a sparse gradient), left out of `per_step`. `error_feedback` is the number of
+    gradients that carry a residual (0: none).
     """
 
     dtype: str
     per_step: int = 0
+    error_feedback: int = 0
     dynamic: int = 0
     traces: list[int] = field(default_factory=list)
+
+
+class ErrorFeedback(tf.Module):
+    """Each replica's rounding residual of every dense gradient, added to its next one.
+
+    Build it inside `strategy.scope()`: each residual is a sync-on-read variable with
+    one independent value per replica (read and assigned in replica context), saved as
+    the sum over the replicas.
+
+    Args:
+        variables: the trainable variables whose gradients get a residual.
+    """
+
+    def __init__(self, variables: Sequence[Any]):
+        super().__init__(name="kdist_allreduce_residuals")
+        self.residuals = [
+            tf.Variable(
+                tf.zeros(v.shape, v.dtype),
+                trainable=False,
+                name=f"residual_{i}",
+                synchronization=tf.VariableSynchronization.ON_READ,
+                aggregation=tf.VariableAggregation.SUM,
+            )
+            for i, v in enumerate(variables)
+        ]
+        keys = [_key(v) for v in variables]
+        # Not an attribute: a tf.Module would track it (and its keys are not strings).
+        self._find = dict(zip(keys, range(len(keys)), strict=True)).get
+
+    def residual(self, variable: Any) -> Any | None:
+        """The residual of `variable`'s gradient, or `None` for a variable without one."""
+        index = self._find(_key(variable))
+        return None if index is None else self.residuals[index]
+
+    def feed(self, gradient: Any, variable: Any, wire: tf.DType) -> Any:
+        """`gradient` plus its residual, cast to `wire`; the residual keeps what was lost."""
+        residual = self.residual(variable)
+        if residual is None or isinstance(gradient, tf.IndexedSlices):
+            return _cast(gradient, wire)
+        if not gradient.dtype.is_floating or gradient.dtype == wire:
+            return gradient
+        full = gradient + tf.cast(residual, gradient.dtype)
+        sent = tf.cast(full, wire)
+        residual.assign(tf.cast(full - tf.cast(sent, full.dtype), residual.dtype))
+        return sent
+
+
+def _key(variable: Any) -> Any:
+    """What identifies a variable in `grads_and_vars` (Keras passes `Variable.value`)."""
+    return (variable.value if isinstance(variable, keras.Variable) else variable).ref()
 
 
 def _nbytes(value: Any) -> int | None:
@@ -59,7 +131,9 @@ def _cast(value: Any, dtype: tf.DType) -> Any:
     return tf.cast(value, dtype)
 
 
-def compress_all_reduce(optimizer: Any, dtype: str) -> ReducedBytes:
+def compress_all_reduce(
+    optimizer: Any, dtype: str, error_feedback: ErrorFeedback | None = None
+) -> ReducedBytes:
     """Make `optimizer` all-reduce its gradients in `dtype`, and count the bytes it sends.
 
     Call it once, before the train function is traced. With `dtype="float32"` nothing is
@@ -68,6 +142,8 @@ def compress_all_reduce(optimizer: Any, dtype: str) -> ReducedBytes:
     Args:
         optimizer: a Keras optimizer (a `LossScaleOptimizer`'s inner one is changed).
         dtype: `float32`, `bfloat16` or `float16`.
+        error_feedback: the residuals to carry from step to step (module docstring), or
+            `None` to cast each gradient alone. Ignored for `float32`.
 
     Returns:
         The counter of bytes reduced per step (filled when the step is traced).
@@ -90,7 +166,10 @@ def compress_all_reduce(optimizer: Any, dtype: str) -> ReducedBytes:
         if not present:
             return pairs
         originals = [pairs[i][0] for i in present]
-        sent = [_cast(g, wire) for g in originals]
+        if error_feedback is None or wire == tf.float32:
+            sent = [_cast(g, wire) for g in originals]
+        else:
+            sent = [error_feedback.feed(pairs[i][0], pairs[i][1], wire) for i in present]
         sizes = [_nbytes(g) for g in sent]
         counter.per_step = sum(s for s in sizes if s is not None)
         counter.dynamic = sum(1 for s in sizes if s is None)
@@ -104,7 +183,18 @@ def compress_all_reduce(optimizer: Any, dtype: str) -> ReducedBytes:
     # An instance attribute: Keras's `_backend_update_step` calls it on this optimizer.
     replace_all_reduce(inner, all_reduce_sum)
     inner._kdist_reduced_bytes = counter
+    if error_feedback is not None and wire != tf.float32:
+        counter.error_feedback = len(error_feedback.residuals)
+        # Not tracked by the optimizer: the checkpoints hold it under its own name
+        # (`kdist.engine.controller`), and a checkpoint without it must still restore.
+        object.__setattr__(inner, "_kdist_error_feedback", error_feedback)
     return counter
+
+
+def error_feedback_of(optimizer: Any) -> ErrorFeedback | None:
+    """The residuals `compress_all_reduce` gave `optimizer`, or `None`."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    return getattr(inner, "_kdist_error_feedback", None)
 
 
 def reduced_bytes(optimizer: Any) -> ReducedBytes | None:
