@@ -108,7 +108,11 @@ class ErrorFeedback(tf.Module):
             return gradient
         full = gradient + tf.cast(residual, gradient.dtype)
         sent = tf.cast(full, wire)
-        residual.assign(tf.cast(full - tf.cast(sent, full.dtype), residual.dtype))
+        dropped = full - tf.cast(sent, full.dtype)
+        # A non-finite gradient (a loss-scaled step that overflowed) leaves no residual
+        # behind: the next steps start clean.
+        dropped = tf.where(tf.math.is_finite(dropped), dropped, tf.zeros_like(dropped))
+        residual.assign(tf.cast(dropped, residual.dtype))
         return sent
 
 
