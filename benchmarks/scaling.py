@@ -8,10 +8,15 @@ round of each cluster, shorter curves). Four parts, each interleaved in one proc
    (`optimizer.sparse_updates=true`) against Keras's Adam. Target: at least 5x faster.
 2. **bfloat16 all-reduce** (in process, mirrored over 2 logical CPUs): the bytes each
    replica hands the all-reduce per step (counted while tracing, `kdist.strategies.
-   compression`), and the loss curve of 300 steps of the MNIST CNN against float32's.
+   compression`), and the loss curves of 300 steps of the MNIST CNN (on synthetic data
+   and on the digits) against float32's: bfloat16 with error feedback (the default) and
+   without, and a control, float32 with every gradient changed by a relative 1e-6, which
+   says how far the curve moves for a change far below bfloat16's rounding.
    Targets: half the bytes; every epoch's loss within 2 %.
 3. **Local clusters** (processes, `kdist.launch`): the CNN of `benchmarks.cluster` in one
-   process, on 2 and 4 multi-worker-mirrored workers (float32 and bfloat16 all-reduce),
+   process, on 2 and 4 multi-worker-mirrored workers (float32 and bfloat16 all-reduce,
+   the latter with and without error feedback; `KDIST_SCALING_FORM=allreduce` runs only
+   those and one process),
    on parameter-server clusters of 2 workers with 1 and 2 ps, and TensorFlow's own
    tutorial loops on 2 workers and on 2 workers + 1 ps. Each row: examples/s and its
    ratio to one process or to TensorFlow's loop; `details` holds the milliseconds a step
@@ -126,12 +131,47 @@ def _sparse_updates(ctx: Context) -> list[Comparison]:
 # -- 2. bfloat16 all-reduce ------------------------------------------------------------
 
 
+def _perturb_all_reduce(optimizer: Any, factor: float) -> None:
+    """Make `optimizer` all-reduce its gradients in float32, each multiplied by `factor`.
+
+    The control of the loss curves: how far a curve moves for a change of the gradients
+    far below bfloat16's rounding (a relative 1e-6 against its 2**-9).
+    """
+    import tensorflow as tf
+
+    from kdist.compat.keras_private import replace_all_reduce
+
+    def all_reduce_sum(grads_and_vars: Any) -> list[tuple[Any, Any]]:
+        context = tf.distribute.get_replica_context()
+        pairs = list(grads_and_vars)
+        present = [i for i, (g, _) in enumerate(pairs) if g is not None]
+        if context is None or not present:
+            return pairs
+        reduced = context.all_reduce(
+            tf.distribute.ReduceOp.SUM, [pairs[i][0] * factor for i in present]
+        )
+        out = list(pairs)
+        for i, value in zip(present, reduced, strict=True):
+            out[i] = (value, pairs[i][1])
+        return out
+
+    replace_all_reduce(getattr(optimizer, "inner_optimizer", optimizer), all_reduce_sum)
+
+
 def _cnn_curve(
-    ctx: Context, dtype: str, steps_per_epoch: int, epochs: int, data: tuple[str, ...] = ()
+    ctx: Context,
+    dtype: str,
+    steps_per_epoch: int,
+    epochs: int,
+    data: tuple[str, ...] = (),
+    *,
+    feedback: bool = True,
+    perturb: float = 0.0,
 ) -> dict[str, Any]:
     import kdist
     from kdist.strategies.compression import compress_all_reduce, reduced_bytes
 
+    name = f"{dtype}{'' if feedback else '_plain'}{'_perturbed' if perturb else ''}"
     cfg = kdist.compose(
         [
             "runtime.logical_devices=2",
@@ -151,68 +191,102 @@ def _cnn_curve(
             "trainer.verbose=0",
             "callbacks=minimal",
             f"trainer.allreduce_dtype={dtype}",
-            f"run_dir={ctx.workdir / f'scaling_curve_{dtype}_{len(data)}'}",
+            f"trainer.allreduce_error_feedback={str(feedback).lower()}",
+            f"run_dir={ctx.workdir / f'scaling_curve_{name}_{len(data)}'}",
         ]
     )
     exp = kdist.Experiment(cfg)
     exp.build_model()
-    if reduced_bytes(exp.optimizer) is None:  # float32: count without casting
+    if perturb:
+        _perturb_all_reduce(exp.optimizer, 1.0 + perturb)
+    elif reduced_bytes(exp.optimizer) is None:  # float32: count without casting
         compress_all_reduce(exp.optimizer, dtype)
     started = time.perf_counter()
     history = exp.fit()
     seconds = time.perf_counter() - started
     counter = reduced_bytes(exp.optimizer)
-    assert counter is not None
     return {
         "loss": [float(v) for v in history.history["loss"]],
-        "bytes_per_step": counter.per_step,
+        "bytes_per_step": counter.per_step if counter else None,
         "seconds": seconds,
     }
+
+
+def _largest(a: list[float], b: list[float]) -> float:
+    """The largest relative difference of an epoch's loss in `a` from the same in `b`."""
+    return max(abs(x - y) / abs(y) for x, y in zip(a, b, strict=True))
+
+
+# The change of the gradients the control curves make: far below bfloat16's rounding.
+PERTURBATION = 1e-6
 
 
 def _compressed_all_reduce(ctx: Context) -> list[Comparison]:
     epochs, steps = 10, 30  # 300 steps in both forms: the target is about the curve
     ctx.log(f"scaling: CNN curves, mirrored 2 replicas, {epochs * steps} steps, f32 and bf16")
     before = load_average()
-    full = _cnn_curve(ctx, "float32", steps, epochs)
-    half = _cnn_curve(ctx, "bfloat16", steps, epochs)
-    # The control: float16 keeps 3 more bits than bfloat16. On the synthetic job the loss
-    # sits on a plateau near ln 10 until a step escapes it, and when depends on the
-    # smallest change (float16 deviated 3.96 %, bfloat16 3.27 % on 2026-11-26).
-    control = _cnn_curve(ctx, "float16", steps, epochs)
-    # The digits CNN learns in 300 steps (loss 1.7 -> 0.02): the same curves where they fall.
-    digits = ("data=digits",)
-    full_digits = _cnn_curve(ctx, "float32", steps, epochs, digits)
-    half_digits = _cnn_curve(ctx, "bfloat16", steps, epochs, digits)
-    load = {"before": before, "after": load_average()}
-
-    def largest(a: list[float], b: list[float], relative: bool) -> float:
-        return max(abs(x - y) / (abs(y) if relative else 1.0) for x, y in zip(a, b, strict=True))
-
-    deviation = largest(half["loss"], full["loss"], True)
-    control_deviation = largest(control["loss"], full["loss"], True)
-    digits_relative = largest(half_digits["loss"], full_digits["loss"], True)
-    details = {
-        "job": "MNIST CNN, synthetic 28x28x1, global batch 64, mirrored over 2 logical CPUs",
-        "loss_float32": full["loss"],
-        "loss_bfloat16": half["loss"],
-        "bytes_per_step_float32": full["bytes_per_step"],
-        "bytes_per_step_bfloat16": half["bytes_per_step"],
-        "fit_seconds": {"float32": full["seconds"], "bfloat16": half["seconds"]},
-        "loss_float16_control": control["loss"],
-        "float16_control_largest_relative_difference": control_deviation,
-        "digits_loss_float32": full_digits["loss"],
-        "digits_loss_bfloat16": half_digits["loss"],
-        "digits_largest_absolute_difference": largest(
-            half_digits["loss"], full_digits["loss"], False
-        ),
+    rows: list[Comparison] = []
+    details: dict[str, Any] = {
+        "perturbation": PERTURBATION,
+        "control": "float32 with every gradient multiplied by 1 + perturbation before the "
+        "all-reduce: how far the curve moves for a change far below bfloat16's rounding",
     }
+    # The synthetic job (the MNIST CNN on 28x28 noise) sits on a plateau near ln 10 until
+    # a step escapes it, and when depends on the smallest change: its control moves about
+    # as far as bfloat16 does. The digits CNN learns in 300 steps (loss 1.7 -> 0.02).
+    jobs = {
+        "synthetic": ((), "MNIST CNN on synthetic 28x28x1"),
+        "digits": (("data=digits",), "MNIST CNN on the 8x8 digits (loss 1.7 -> 0.02)"),
+    }
+    bytes_row: tuple[Any, Any] = (None, None)
+    for job, (data, title) in jobs.items():
+        full = _cnn_curve(ctx, "float32", steps, epochs, data)
+        fed = _cnn_curve(ctx, "bfloat16", steps, epochs, data)
+        plain = _cnn_curve(ctx, "bfloat16", steps, epochs, data, feedback=False)
+        control = _cnn_curve(ctx, "float32", steps, epochs, data, perturb=PERTURBATION)
+        deviations = {
+            "bfloat16, error feedback": _largest(fed["loss"], full["loss"]),
+            "bfloat16 without error feedback": _largest(plain["loss"], full["loss"]),
+            "control: float32 x (1 + 1e-6)": _largest(control["loss"], full["loss"]),
+        }
+        details[job] = {
+            "loss_float32": full["loss"],
+            "loss_bfloat16": fed["loss"],
+            "loss_bfloat16_without_feedback": plain["loss"],
+            "loss_control": control["loss"],
+            "largest_relative_difference": deviations,
+            "fit_seconds": {"float32": full["seconds"], "bfloat16": fed["seconds"]},
+        }
+        if job == "synthetic":
+            bytes_row = (fed["bytes_per_step"], full["bytes_per_step"])
+        rows.append(
+            summarize(
+                id=f"scaling/allreduce_bf16_curve{'' if job == 'synthetic' else '_digits'}",
+                group=GROUP,
+                title=f"{title}, {epochs * steps} steps: largest relative difference of an "
+                "epoch's loss from float32's, bfloat16 all-reduce (error feedback, the default)",
+                samples={"bfloat16 vs float32": [deviations["bfloat16, error feedback"]]},
+                a="bfloat16 vs float32",
+                b=None,
+                unit="%",
+                scale=100.0,
+                details=details,
+                note="target: <= 2 %. Without error feedback: "
+                f"{100 * deviations['bfloat16 without error feedback']:.2f} %; the control "
+                f"(float32, gradients x (1 + {PERTURBATION:g})): "
+                f"{100 * deviations['control: float32 x (1 + 1e-6)']:.2f} %",
+            )
+        )
+    load = {"before": before, "after": load_average()}
+    for row in rows:
+        row.load = load
+    half, whole = bytes_row
     return [
         summarize(
             id="scaling/allreduce_bf16_bytes",
             group=GROUP,
             title="bytes each replica all-reduces per step (CNN): bfloat16 / float32",
-            samples={"bfloat16": [half["bytes_per_step"]], "float32": [full["bytes_per_step"]]},
+            samples={"bfloat16": [half], "float32": [whole]},
             a="bfloat16",
             b="float32",
             unit="bytes/step",
@@ -220,34 +294,7 @@ def _compressed_all_reduce(ctx: Context) -> list[Comparison]:
             load=load,
             details=details,
         ),
-        summarize(
-            id="scaling/allreduce_bf16_curve",
-            group=GROUP,
-            title=f"CNN loss over {epochs * steps} steps, bfloat16 all-reduce: largest "
-            "relative difference of an epoch's loss from float32's",
-            samples={"bfloat16 vs float32": [deviation]},
-            a="bfloat16 vs float32",
-            b=None,
-            unit="%",
-            scale=100.0,
-            load=load,
-            details=details,
-            note="target: <= 2 %",
-        ),
-        summarize(
-            id="scaling/allreduce_bf16_curve_digits",
-            group=GROUP,
-            title=f"digits CNN loss over {epochs * steps} steps (1.7 -> 0.02), bfloat16 "
-            "all-reduce: largest relative difference of an epoch's loss from float32's",
-            samples={"bfloat16 vs float32": [digits_relative]},
-            a="bfloat16 vs float32",
-            b=None,
-            unit="%",
-            scale=100.0,
-            load=load,
-            details=details,
-            note="target: <= 2 %; the absolute difference is in the details",
-        ),
+        *rows,
     ]
 
 
@@ -264,6 +311,7 @@ TF_MWMS2_UNPINNED = "TF loop, 2 MWMS workers, not pinned"
 # fast as kdist's own last-layers-first buckets (1.05x), which were dropped
 # (benchmarks/results/scaling-device-16core-buckets.md).
 MWMS2_BF16_PACKS = "2 MWMS workers, bf16, bytes_per_pack 1 MB"
+MWMS2_BF16_PLAIN = "2 MWMS workers, bf16 without error feedback"
 
 # `KDIST_SCALING_FORM=device`: the runs of the 16-core targets only, for the lent machine's
 # 15-minute budget (`../shared/DEVICE.md`); with `KDIST_BENCH_BATCH=256` as measured there.
@@ -277,6 +325,14 @@ DEVICE_FORM = (
     "TF loop, 2 MWMS workers",
     "recommender, 1 process",
     "recommender, PS 2+2",
+    "2 MWMS workers, bf16 without error feedback",
+)
+# `KDIST_SCALING_FORM=allreduce`: float32 against bfloat16 with and without error feedback.
+ALLREDUCE_FORM = (
+    "1 process",
+    "2 MWMS workers",
+    "2 MWMS workers, bf16 all-reduce",
+    "2 MWMS workers, bf16 without error feedback",
 )
 
 RECOMMENDER = [
@@ -383,6 +439,12 @@ def _clusters(ctx: Context) -> list[Comparison]:
         ONE: c.one(JOB),
         MWMS2: c.cluster(JOB, workers=2, ps=0),
         MWMS2_BF16: c.cluster(JOB, workers=2, ps=0, more=("trainer.allreduce_dtype=bfloat16",)),
+        MWMS2_BF16_PLAIN: c.cluster(
+            JOB,
+            workers=2,
+            ps=0,
+            more=("trainer.allreduce_dtype=bfloat16", "trainer.allreduce_error_feedback=false"),
+        ),
         MWMS2_UNPINNED: c.cluster(JOB, workers=2, ps=0, pinned=False),
         MWMS2_BF16_PACKS: c.cluster(
             JOB,
@@ -407,8 +469,10 @@ def _clusters(ctx: Context) -> list[Comparison]:
         ),
         REC_MWMS2: c.cluster(RECOMMENDER, workers=2, ps=0),
     }
-    if os.environ.get("KDIST_SCALING_FORM") == "device":
-        sides = {name: side for name, side in sides.items() if name in DEVICE_FORM}
+    form = os.environ.get("KDIST_SCALING_FORM")
+    if form in ("device", "allreduce"):
+        keep = DEVICE_FORM if form == "device" else ALLREDUCE_FORM
+        sides = {name: side for name, side in sides.items() if name in keep}
     elif ctx.quick:
         # 2 cores: the runs the 2-core targets and the rule of thumb need.
         for name in (
@@ -419,6 +483,7 @@ def _clusters(ctx: Context) -> list[Comparison]:
             MWMS2_UNPINNED,
             TF_MWMS2_UNPINNED,
             MWMS2_BF16_PACKS,
+            MWMS2_BF16_PLAIN,
         ):
             del sides[name]
     rounds = int(os.environ.get("KDIST_SCALING_ROUNDS", "0")) or (
@@ -436,6 +501,7 @@ def _clusters(ctx: Context) -> list[Comparison]:
     workers = {
         MWMS2: 2,
         MWMS2_BF16: 2,
+        MWMS2_BF16_PLAIN: 2,
         MWMS2_UNPINNED: 2,
         MWMS2_BF16_PACKS: 2,
         MWMS4: 4,
@@ -471,6 +537,8 @@ def _clusters(ctx: Context) -> list[Comparison]:
         ("scaling/mwms2_bf16_packs_vs_bf16", MWMS2_BF16_PACKS, MWMS2_BF16, None),
         ("scaling/mwms2_bf16_packs_vs_tf_loop", MWMS2_BF16_PACKS, TF_MWMS2, None),
         ("scaling/mwms2_bf16_vs_f32", MWMS2_BF16, MWMS2, Target(">=", 1.0)),
+        ("scaling/mwms2_bf16_feedback_vs_plain", MWMS2_BF16, MWMS2_BF16_PLAIN, None),
+        ("scaling/mwms2_bf16_plain_vs_f32", MWMS2_BF16_PLAIN, MWMS2, None),
         ("scaling/mwms4_vs_one", MWMS4, ONE, None),
         ("scaling/ps_2w1ps_vs_one", PS1, ONE, None),
         ("scaling/ps_2w2ps_vs_one", PS2, ONE, None),
