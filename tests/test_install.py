@@ -15,7 +15,10 @@ from helpers import REPO
 pytestmark = pytest.mark.slow
 
 
-def test_wheel_installs_and_trains_from_another_folder(tmp_path: Path):
+def test_wheel_installs_and_trains_from_another_folder(tmp_path: Path, monkeypatch):
+    # Without PYTHONPATH: a checkout on it (a clone tested with PYTHONPATH=.) would be the
+    # kdist that pip and the new environment find.
+    monkeypatch.delenv("PYTHONPATH", raising=False)
     wheels = tmp_path / "wheels"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)],
