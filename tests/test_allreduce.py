@@ -15,6 +15,7 @@ from kdist.config.validate import validate
 from kdist.strategies import mirrored
 from kdist.strategies.compression import (
     ErrorFeedback,
+    ReducedBytes,
     compress_all_reduce,
     error_feedback_of,
     reduced_bytes,
@@ -64,17 +65,21 @@ def test_bfloat16_all_reduce_sends_half_the_bytes_and_trains_alike(tmp_path: Pat
             np.testing.assert_allclose(got, want, atol=0.02)
 
 
-def _sum_of_replicas(dtype: str) -> tuple[np.ndarray, int, np.ndarray]:
-    """Two replicas' gradients summed by the optimizer's all-reduce in `dtype`."""
+def _sgd_on_two_replicas(
+    dtype: str, grads: np.ndarray, steps: int = 1, feedback: bool = False
+) -> tuple[np.ndarray, ReducedBytes, ErrorFeedback]:
+    """`steps` SGD updates (learning rate 1) of the same two replicas' `grads`, summed by
+    the optimizer's all-reduce in `dtype`, with or without error feedback: (what was
+    applied, the byte counter, the residuals)."""
     import keras
 
     strategy = mirrored(devices=["/cpu:0", "/cpu:1"])
     with strategy.scope():
-        variable = keras.Variable(np.zeros((40, 3), np.float32))
+        variable = keras.Variable(np.zeros(grads.shape[1:], np.float32))
         optimizer = keras.optimizers.SGD(learning_rate=1.0)
         optimizer.build([variable])
-    counter = compress_all_reduce(optimizer, dtype)
-    grads = np.random.default_rng(0).normal(size=(2, 40, 3)).astype(np.float32)
+        residuals = ErrorFeedback([variable])
+    counter = compress_all_reduce(optimizer, dtype, residuals if feedback else None)
 
     @tf.function
     def step():
@@ -84,9 +89,17 @@ def _sum_of_replicas(dtype: str) -> tuple[np.ndarray, int, np.ndarray]:
 
         strategy.run(replica_fn)
 
-    step()
+    for _ in range(steps):
+        step()
+    return -variable.numpy(), counter, residuals
+
+
+def _sum_of_replicas(dtype: str) -> tuple[np.ndarray, int, np.ndarray]:
+    """Two replicas' gradients summed by the optimizer's all-reduce in `dtype`."""
+    grads = np.random.default_rng(0).normal(size=(2, 40, 3)).astype(np.float32)
+    applied, counter, _ = _sgd_on_two_replicas(dtype, grads)
     assert counter.dtype == dtype
-    return -variable.numpy(), counter.per_step, grads
+    return applied, counter.per_step, grads
 
 
 def test_the_compressed_sum_is_the_sum_in_16_bits_with_half_the_bytes():
@@ -104,32 +117,13 @@ def test_the_compressed_sum_is_the_sum_in_16_bits_with_half_the_bytes():
 def _steps_of_sgd(
     feedback: bool, steps: int, second: float
 ) -> tuple[np.ndarray, np.ndarray, ErrorFeedback]:
-    """`steps` SGD updates (learning rate 1) of the same two replicas' gradients (the
-    second one's scaled by `second`), summed in bfloat16 with or without error feedback:
-    (what was applied, the exact sum, the residuals)."""
-    import keras
-
-    strategy = mirrored(devices=["/cpu:0", "/cpu:1"])
-    with strategy.scope():
-        variable = keras.Variable(np.zeros((40, 3), np.float32))
-        optimizer = keras.optimizers.SGD(learning_rate=1.0)
-        optimizer.build([variable])
-        residuals = ErrorFeedback([variable])
-    compress_all_reduce(optimizer, "bfloat16", residuals if feedback else None)
+    """`steps` SGD updates of the same two replicas' gradients (the second one's scaled by
+    `second`), summed in bfloat16 with or without error feedback: (what was applied, the
+    exact sum, the residuals)."""
     grads = np.random.default_rng(1).normal(size=(2, 40, 3)).astype(np.float32)
     grads[1] *= second
-
-    @tf.function
-    def step():
-        def replica_fn():
-            index = tf.distribute.get_replica_context().replica_id_in_sync_group
-            optimizer.apply_gradients([(tf.gather(tf.constant(grads), index), variable)])
-
-        strategy.run(replica_fn)
-
-    for _ in range(steps):
-        step()
-    return -variable.numpy(), steps * grads.sum(axis=0).astype(np.float64), residuals
+    applied, _, residuals = _sgd_on_two_replicas("bfloat16", grads, steps, feedback)
+    return applied, steps * grads.sum(axis=0).astype(np.float64), residuals
 
 
 def test_error_feedback_cancels_the_casts_rounding_over_the_steps():

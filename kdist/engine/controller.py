@@ -33,6 +33,8 @@ from kdist.strategies.compression import error_feedback_of
 
 __all__ = ["Controller", "FitResult", "Saver", "Schedule"]
 
+log = logging.getLogger(__name__)
+
 RESIDUALS = "allreduce_residuals"
 
 
@@ -49,9 +51,6 @@ def _holds_residuals(*folders: Path) -> bool:
             return True
         return any(name.startswith(f"{RESIDUALS}/") for name in names)
     return True
-
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
