@@ -410,3 +410,39 @@ def test_scaling_suite_sparse_updates_row_measures_both_optimizers(tmp_path: Pat
     assert data["id"] == "scaling/lazy_adam_step" and data["unit"] == "ms/step"
     assert data["a"]["median"] > 0 and data["b"]["median"] > 0
     assert data["ratio"]["median"] < 1.0  # row-sparse is faster, whatever the load
+
+
+def test_the_curves_control_moves_each_gradient_element_differently_at_every_step():
+    """Adam divides each element by its own running scale, so a fixed factor would leave
+    its steps unchanged: the control must move elements by different, fresh amounts."""
+    from benchmarks.scaling import _perturb_all_reduce
+    from kdist.strategies import mirrored
+
+    grads = np.random.default_rng(0).normal(size=(2, 50)).astype(np.float32)
+    strategy = mirrored(devices=["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        variable = keras.Variable(np.zeros(50, np.float32))
+        optimizer = keras.optimizers.SGD(learning_rate=1.0)
+        optimizer.build([variable])
+    _perturb_all_reduce(optimizer, 1e-3)
+
+    @tf.function
+    def step():
+        def replica_fn():
+            index = tf.distribute.get_replica_context().replica_id_in_sync_group
+            optimizer.apply_gradients([(tf.gather(tf.constant(grads), index), variable)])
+
+        strategy.run(replica_fn)
+
+    applied = []
+    for _ in range(2):
+        before = variable.numpy()
+        step()
+        applied.append(before - variable.numpy())
+    exact = grads.sum(axis=0)
+    for summed in applied:
+        # each replica's element moved by at most 1e-3 of itself
+        assert np.all(np.abs(summed - exact) <= 1e-3 * np.abs(grads).sum(axis=0) + 1e-6)
+        factors = summed / exact
+        assert np.ptp(factors) > 1e-4  # not one factor for every element
+    assert np.abs(applied[0] - applied[1]).max() > 1e-6  # drawn again at the next step
