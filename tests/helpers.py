@@ -42,6 +42,39 @@ def compose(overrides: Sequence[str] = (), **kwargs):
     return kdist.compose([LOGICAL, *overrides], **kwargs)
 
 
+def sgd_on_two_replicas(grads, install, steps: int = 1) -> list:
+    """`steps` SGD updates (learning rate 1) of one variable by two mirrored replicas,
+    replica i giving `grads[i]`, summed by the optimizer's all-reduce after
+    `install(optimizer, variable)` (called in the strategy's scope) has set it up: the
+    variable's value after each step, starting from zeros."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from kdist.strategies import mirrored
+
+    strategy = mirrored(devices=["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        variable = keras.Variable(np.zeros(grads.shape[1:], np.float32))
+        optimizer = keras.optimizers.SGD(learning_rate=1.0)
+        optimizer.build([variable])
+        install(optimizer, variable)
+
+    @tf.function
+    def step():
+        def replica_fn():
+            index = tf.distribute.get_replica_context().replica_id_in_sync_group
+            optimizer.apply_gradients([(tf.gather(tf.constant(grads), index), variable)])
+
+        strategy.run(replica_fn)
+
+    values = []
+    for _ in range(steps):
+        step()
+        values.append(variable.numpy())
+    return values
+
+
 def run_module(
     module: str, args: Sequence[str], *, cwd: Path, timeout: float = 300, env: dict | None = None
 ) -> subprocess.CompletedProcess:

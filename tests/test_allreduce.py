@@ -7,12 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import LOGICAL, compose
+from helpers import LOGICAL, compose, sgd_on_two_replicas
 
 import kdist
 from kdist.config import ConfigError
 from kdist.config.validate import validate
-from kdist.strategies import mirrored
 from kdist.strategies.compression import (
     ErrorFeedback,
     ReducedBytes,
@@ -71,27 +70,15 @@ def _sgd_on_two_replicas(
     """`steps` SGD updates (learning rate 1) of the same two replicas' `grads`, summed by
     the optimizer's all-reduce in `dtype`, with or without error feedback: (what was
     applied, the byte counter, the residuals)."""
-    import keras
+    made: dict = {}
 
-    strategy = mirrored(devices=["/cpu:0", "/cpu:1"])
-    with strategy.scope():
-        variable = keras.Variable(np.zeros(grads.shape[1:], np.float32))
-        optimizer = keras.optimizers.SGD(learning_rate=1.0)
-        optimizer.build([variable])
-        residuals = ErrorFeedback([variable])
-    counter = compress_all_reduce(optimizer, dtype, residuals if feedback else None)
+    def install(optimizer, variable):
+        made["residuals"] = ErrorFeedback([variable])
+        feed = made["residuals"] if feedback else None
+        made["counter"] = compress_all_reduce(optimizer, dtype, feed)
 
-    @tf.function
-    def step():
-        def replica_fn():
-            index = tf.distribute.get_replica_context().replica_id_in_sync_group
-            optimizer.apply_gradients([(tf.gather(tf.constant(grads), index), variable)])
-
-        strategy.run(replica_fn)
-
-    for _ in range(steps):
-        step()
-    return -variable.numpy(), counter, residuals
+    values = sgd_on_two_replicas(grads, install, steps)
+    return -values[-1], made["counter"], made["residuals"]
 
 
 def _sum_of_replicas(dtype: str) -> tuple[np.ndarray, int, np.ndarray]:

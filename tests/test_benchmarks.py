@@ -17,7 +17,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import REPO, compose
+from helpers import REPO, compose, sgd_on_two_replicas
 
 import kdist
 from benchmarks import report
@@ -416,29 +416,10 @@ def test_the_curves_control_moves_each_gradient_element_differently_at_every_ste
     """Adam divides each element by its own running scale, so a fixed factor would leave
     its steps unchanged: the control must move elements by different, fresh amounts."""
     from benchmarks.scaling import _perturb_all_reduce
-    from kdist.strategies import mirrored
 
     grads = np.random.default_rng(0).normal(size=(2, 50)).astype(np.float32)
-    strategy = mirrored(devices=["/cpu:0", "/cpu:1"])
-    with strategy.scope():
-        variable = keras.Variable(np.zeros(50, np.float32))
-        optimizer = keras.optimizers.SGD(learning_rate=1.0)
-        optimizer.build([variable])
-    _perturb_all_reduce(optimizer, 1e-3)
-
-    @tf.function
-    def step():
-        def replica_fn():
-            index = tf.distribute.get_replica_context().replica_id_in_sync_group
-            optimizer.apply_gradients([(tf.gather(tf.constant(grads), index), variable)])
-
-        strategy.run(replica_fn)
-
-    applied = []
-    for _ in range(2):
-        before = variable.numpy()
-        step()
-        applied.append(before - variable.numpy())
+    values = sgd_on_two_replicas(grads, lambda opt, _: _perturb_all_reduce(opt, 1e-3), steps=2)
+    applied = [-values[0], values[0] - values[1]]
     exact = grads.sum(axis=0)
     for summed in applied:
         # each replica's element moved by at most 1e-3 of itself
