@@ -193,9 +193,9 @@ def test_readme_two_commands_on_a_fresh_checkout(tmp_path: Path):
             os.symlink(os.readlink(source), target)  # conf -> kdist/conf
         elif source.is_file():
             shutil.copy2(source, target)
-    # Nor what a `make test-all ARGS=...` around this test passes down to sub-makes
-    # (MAKEFLAGS carries ARGS, which would reach `kdist.train` as its arguments).
-    inherited = ("VIRTUAL_ENV", "TF_CPP_MIN_LOG_LEVEL", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")
+    # Nor what a `make test-all ARGS=...` around this test hands down: make exports ARGS
+    # (and MAKEFLAGS), which would reach `kdist.train` as its arguments.
+    inherited = ("VIRTUAL_ENV", "TF_CPP_MIN_LOG_LEVEL", "ARGS", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")
     env = {k: v for k, v in os.environ.items() if k not in inherited}
     env["PATH"] = os.pathsep.join(
         p for p in env.get("PATH", "").split(os.pathsep) if not p.startswith(str(REPO / ".venv"))
