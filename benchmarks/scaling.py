@@ -135,39 +135,37 @@ def _sparse_updates(ctx: Context) -> list[Comparison]:
 
 
 def _perturb_all_reduce(optimizer: Any, size: float) -> None:
-    """Make `optimizer` all-reduce its gradients in float32, each element moved by up to `size`.
+    """Make `optimizer` move each gradient element by up to `size` before its all-reduce.
 
     The control of the loss curves: how far a curve moves for a change of the gradients far
     below bfloat16's rounding (a relative 1e-6 against its 2**-9). Each element is multiplied
     by 1 + size * u, u uniform in (-1, 1) and drawn again at every step, on every replica:
     Adam divides each element by its own running scale, so any fixed factor, even one per
-    element, would leave its steps as they were.
+    element, would leave its steps as they were. The sum itself is the optimizer's (Keras's,
+    or what `compress_all_reduce` installed).
     """
     import tensorflow as tf
 
     from kdist.compat.keras_private import replace_all_reduce
 
     inner = getattr(optimizer, "inner_optimizer", optimizer)
+    reduce = inner._all_reduce_sum_gradients
 
-    def all_reduce_sum(grads_and_vars: Any) -> list[tuple[Any, Any]]:
+    def all_reduce_sum(grads_and_vars: Any) -> Any:
         context = tf.distribute.get_replica_context()
-        pairs = list(grads_and_vars)
-        present = [i for i, (g, _) in enumerate(pairs) if g is not None]
-        if context is None or not present:
-            return pairs
+        if context is None:
+            return reduce(grads_and_vars)
         step = tf.cast(inner.iterations, tf.int64)
         replica = tf.cast(context.replica_id_in_sync_group, tf.int64)
         moved = []
-        for i in present:
-            grad = tf.convert_to_tensor(pairs[i][0])
-            seed = tf.stack([step, replica * 100_003 + i])
-            noise = tf.random.stateless_uniform(tf.shape(grad), seed, -1.0, 1.0, grad.dtype)
-            moved.append(grad * (1.0 + size * noise))
-        reduced = context.all_reduce(tf.distribute.ReduceOp.SUM, moved)
-        out = list(pairs)
-        for i, value in zip(present, reduced, strict=True):
-            out[i] = (value, pairs[i][1])
-        return out
+        for i, (grad, variable) in enumerate(grads_and_vars):
+            if grad is not None:
+                grad = tf.convert_to_tensor(grad)
+                seed = tf.stack([step, replica * 100_003 + i])
+                noise = tf.random.stateless_uniform(tf.shape(grad), seed, -1.0, 1.0, grad.dtype)
+                grad = grad * (1.0 + size * noise)
+            moved.append((grad, variable))
+        return reduce(moved)
 
     replace_all_reduce(inner, all_reduce_sum)
 
@@ -213,17 +211,18 @@ def _cnn_curve(
     )
     exp = kdist.Experiment(cfg)
     exp.build_model()
+    if reduced_bytes(exp.optimizer) is None:  # float32: count without casting
+        compress_all_reduce(exp.optimizer, dtype)
     if perturb:
         _perturb_all_reduce(exp.optimizer, perturb)
-    elif reduced_bytes(exp.optimizer) is None:  # float32: count without casting
-        compress_all_reduce(exp.optimizer, dtype)
     started = time.perf_counter()
     history = exp.fit()
     seconds = time.perf_counter() - started
     counter = reduced_bytes(exp.optimizer)
+    assert counter is not None
     return {
         "loss": [float(v) for v in history.history["loss"]],
-        "bytes_per_step": counter.per_step if counter else None,
+        "bytes_per_step": counter.per_step,
         "seconds": seconds,
     }
 
@@ -280,9 +279,10 @@ def _compressed_all_reduce(ctx: Context) -> list[Comparison]:
     curves: dict[str, list[list[float]]] = {side: [] for side in CURVE_SIDES}
     for seed in CURVE_SEEDS:
         for side, options in CURVE_SIDES.items():
-            dtype = str(options["dtype"])
-            rest = {k: v for k, v in options.items() if k != "dtype"}
-            run = _cnn_curve(ctx, dtype, steps, epochs, ("data=digits",), seed=seed, **rest)
+            digits = ("data=digits",)
+            run = _cnn_curve(
+                ctx, steps_per_epoch=steps, epochs=epochs, data=digits, seed=seed, **options
+            )
             curves[side].append(run["loss"])
     reference = _mean_curve(curves["float32"])
     averaged = {side: _largest(_mean_curve(runs), reference) for side, runs in curves.items()}
