@@ -2,7 +2,7 @@
 
 The run's config rebuilds the strategy and the input pipeline; the model is the run's
 `model.keras`, loaded in Keras safe mode. The predictions are made batch by batch under
-the strategy (`kdist.evaluation.predicting`) and written to `<run_dir>/predictions.npz`: the array
+the strategy (`kdist.experiment.predicting`) and written to `<run_dir>/predictions.npz`: the array
 `predictions` (or `predictions_<output>` for each output of a model with several), one
 row per example, in the order of the data.
 

@@ -223,8 +223,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 def _train(cfg: DictConfig, run_dir: str | None, *, write_config: bool = False) -> dict[str, Any]:
     from kdist.callbacks.preemption import save_on_ctrl_c
     from kdist.data.checks import check_batch_memory
-    from kdist.experiment import Experiment
-    from kdist.modeling import batch_plan
+    from kdist.experiment import Experiment, batch_plan
 
     save_on_ctrl_c(True)
 

@@ -51,9 +51,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kdist.engine",),
     # 5. callbacks and savers
     ("kdist.callbacks",),
-    # 6. the run assembled: the model in scope, batch plan, outputs, inference
-    ("kdist.modeling", "kdist.runs.outputs", "kdist.evaluation.predicting"),
-    # 7. one training job
+    # 6. (the run assembled: now the job's own package, below)
+    ("kdist.modeling",),
+    # 7. one training job: the model in scope, batch plan, outputs, inference
     ("kdist.experiment",),
     # 8. built on `Experiment`: the notebook API, tuning, reopening a run, the launcher
     (

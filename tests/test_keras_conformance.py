@@ -490,7 +490,7 @@ def test_bad_loss_from_the_command_line_exits_2_with_one_line(tmp_path: Path):
 
 
 def test_validation_of_a_lookup_table_model_under_parameter_servers_is_refused():
-    from kdist.modeling.build import check_lookup_tables
+    from kdist.experiment.build import check_lookup_tables
 
     model = text_lookup()
     check_lookup_tables(model, parameter_server=True, validates=False)

@@ -36,10 +36,10 @@ from kdist.engine.ps_runner import (
     training_variables,
 )
 from kdist.evaluation.reopen import evaluate_run
+from kdist.experiment.build import check_parameter_server
 from kdist.launch import run
 from kdist.launcher.tasks import free_ports
 from kdist.launcher.tasks import plan_tasks as _plan
-from kdist.modeling.build import check_parameter_server
 from kdist.models.wide_deep import FieldBuckets, wide_deep
 from kdist.strategies.parameter_server import parameter_server, partitioner
 

@@ -77,7 +77,7 @@ def test_sync_batchnorm_under_parameter_servers_is_refused():
 
     import tensorflow as tf
 
-    from kdist.modeling.build import synchronize
+    from kdist.experiment.build import synchronize
 
     strategy = mock.Mock(spec=tf.distribute.ParameterServerStrategy)
     with pytest.raises(ConfigError, match=r"^trainer\.sync_batchnorm=True: cannot work"):

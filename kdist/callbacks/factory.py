@@ -222,7 +222,7 @@ def build_run(
     if node.get("curves", True) and is_chief:
         history = output_dir / layout.HISTORY
         earlier = read_csv_numbers(history) if resuming and history.exists() else []
-        # Its last drawing starts once the run's files are written (`kdist.runs.outputs`).
+        # Its last drawing starts once the run's files are written (`kdist.experiment.outputs`).
         run.curves = Curves(path=output_dir / layout.CURVES, history=earlier, draw_at_end=False)
         run.callbacks.append(run.curves)
     if is_chief:

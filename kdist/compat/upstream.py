@@ -95,7 +95,7 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     ),
     PrivateName(
         "keras.Layer._flatten_layers",
-        "kdist.engine.building, kdist.engine.state, kdist.modeling.build, "
+        "kdist.engine.building, kdist.engine.state, kdist.experiment.build, "
         "kdist.modeling.lazy_optimizers",
         "every layer of a model, nested ones included",
     ),
@@ -147,7 +147,7 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     ),
     PrivateName(
         "keras.Model._distribute_strategy",
-        "kdist.modeling.build",
+        "kdist.experiment.build",
         "the strategy a model was created under",
     ),
     PrivateName(

@@ -2,7 +2,7 @@
 
 It assembles a run, one call per step: config -> runtime -> strategy -> data -> model ->
 runner -> controller. The controller (`kdist.engine.controller`) runs it; the callbacks
-come from `kdist.callbacks.factory`; the files it leaves come from `kdist.runs.outputs`.
+come from `kdist.callbacks.factory`; the files it leaves come from `kdist.experiment.outputs`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from kdist.data.pipeline import steps_per_epoch as steps_per_epoch_of
 from kdist.data.source import Source
 from kdist.engine import Controller, FitResult, Runner
 from kdist.engine.building import optimizer_steps
-from kdist.evaluation.predicting import predict_split
+from kdist.experiment import batch_plan, outputs
+from kdist.experiment.build import check_targets, compiled_model, runner_for
 from kdist.experiment.fit_data import (
     FitData,
     data_keys,
@@ -46,10 +47,9 @@ from kdist.experiment.fit_data import (
     set_key,
     warn_stream_resume,
 )
-from kdist.modeling import batch_plan
-from kdist.modeling.build import check_targets, compiled_model, runner_for
+from kdist.experiment.predicting import predict_split
 from kdist.process import runtime
-from kdist.runs import outputs, resume_check
+from kdist.runs import resume_check
 from kdist.runs.layout import SAVE_FOLDERS, default_run_dir
 
 __all__ = ["Experiment"]

@@ -128,7 +128,7 @@ def build(
 
     Call it inside `strategy.scope()`. Hyperparameters without a value in `model.hp`
     take their default, as in keras-tuner. A model the hypermodel compiles keeps its
-    compile (`kdist.modeling.build.compiled_model`).
+    compile (`kdist.experiment.build.compiled_model`).
 
     Args:
         model_cfg: the `model` node: `_target_`, `hp` and the callable's other arguments.
