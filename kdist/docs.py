@@ -59,7 +59,7 @@ def notebook_page(notebook: Path) -> str:
             lines += ["```python", source, "```", ""]
         if index == 0:
             lines += [
-                f"!!! note \"Run it\"\n    This page is `{relative}`: open it in Jupyter "
+                f'!!! note "Run it"\n    This page is `{relative}`: open it in Jupyter '
                 f"(`.venv/bin/jupyter lab {relative}`, after `pip install jupyterlab`) or "
                 "any notebook front end using the `.venv` kernel.",
                 "",
