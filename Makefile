@@ -30,9 +30,12 @@ lock: $(STAMP)
 train: $(STAMP)
 	$(PY) -m kdist.train $(ARGS)
 
-# docs/: a page per config group, generated from conf/ and the schemas (tests check it).
+# The documentation site: generate docs/config/ and docs/notebooks/ (from conf/, the schemas
+# and recipes/notebooks/; tests check them), then build site/ with `mkdocs build --strict`:
+# a broken link or reference fails the build, naming the page (mkdocs.yml).
 docs: $(STAMP)
 	$(PY) -m kdist.docs
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 # Versions, devices, a two-step run under each strategy, the cluster environment.
 doctor: $(STAMP)
@@ -62,4 +65,4 @@ bench-quick: $(STAMP)
 	$(PY) -m benchmarks --quick $(ARGS)
 
 clean:
-	rm -rf outputs multirun .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf outputs multirun site .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -1,4 +1,5 @@
-"""docs/ is generated from the configs and cannot drift; the README's commands are valid.
+"""docs/ is generated from the configs and notebooks and cannot drift; the commands of the
+README and of the site's pages are valid.
 
 Cost: ~5 s.
 """
@@ -17,6 +18,15 @@ from kdist import docs
 
 CONF = REPO / "kdist" / "conf"
 README = (REPO / "README.md").read_text()
+# The hand-written pages of the site (the generated ones are checked against their sources).
+SITE_PAGES = {
+    str(p.relative_to(REPO)): p.read_text()
+    for p in sorted((REPO / "docs").rglob("*.md"))
+    if p.parent.name not in ("config", "notebooks")
+}
+# The README and every hand-written page: where commands are shown to users.
+MANUAL = {"README.md": README, **SITE_PAGES}
+SUBCOMMANDS = ("train", "tune", "launch", "evaluate", "predict", "doctor", "docs")
 
 
 @pytest.fixture(scope="module")
@@ -37,13 +47,14 @@ def test_committed_docs_equal_the_generated_ones(generated_once):
 
 def test_a_page_per_group_and_a_section_per_option(pages):
     groups = sorted(p.name for p in CONF.iterdir() if p.is_dir() and any(p.glob("*.yaml")))
-    assert sorted(Path(p).stem for p in pages if p.startswith("config/")) == groups
+    group_pages = [p for p in pages if p.startswith("config/") and p != "config/index.md"]
+    assert sorted(Path(p).stem for p in group_pages) == groups
     for group in groups:
         page = pages[f"config/{group}.md"]
         for option in (CONF / group).glob("*.yaml"):
             assert f"## `{group}={option.stem}`" in page, (group, option.stem)
     for group in groups:
-        assert f"(config/{group}.md)" in pages["README.md"]
+        assert f"({group}.md)" in pages["config/index.md"]
 
 
 def _row(page: str, key: str, section: str = "") -> list[str]:
@@ -70,7 +81,7 @@ def test_rows_take_types_defaults_and_descriptions_from_their_sources(pages):
 
 
 def test_check_and_write(tmp_path: Path, generated_once):
-    assert "README.md" in docs.check(tmp_path)
+    assert "config/index.md" in docs.check(tmp_path)
     docs.write(tmp_path)
     assert docs.check(tmp_path) == []
     (tmp_path / "config" / "gone.md").write_text("an option that was removed\n")
@@ -86,86 +97,227 @@ def test_check_command_names_the_stale_pages(tmp_path: Path, capsys, generated_o
     assert "run `make docs`" in capsys.readouterr().err
 
 
-# --- the README -----------------------------------------------------------------------------
+def _undescribed(pages: dict[str, str]) -> tuple[int, list[str]]:
+    """The number of rows in the config pages, and the rows without a description."""
+    rows, missing = 0, []
+    for path, page in pages.items():
+        if not path.startswith("config/"):
+            continue
+        section = ""
+        for line in page.splitlines():
+            section = line if line.startswith("## ") else section
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            if line.startswith("| `") and len(cells) == 4:
+                rows += 1
+                if not cells[3]:
+                    missing.append(f"{path} {section}: {cells[0]}")
+    return rows, missing
 
 
-def _readme_commands(program: str) -> list[list[str]]:
-    blocks = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
+def test_every_row_has_a_description(pages):
+    """Every key of every option, in every config page, says what it does."""
+    rows, missing = _undescribed(pages)
+    assert rows > 400
+    assert missing == [], "rows without a description (kdist/config/schema.py):\n" + "\n".join(
+        missing
+    )
+
+
+def test_the_row_check_sees_an_empty_description():
+    page = "## `x=y`\n\n| key | type | default | description |\n|---|---|---|---|\n"
+    page += "| `a` | `int` | `1` | the a |\n| `b\\|c` | `int` | `1` |  |\n"
+    assert _undescribed({"config/x.md": page}) == (2, ["config/x.md ## `x=y`: `b\\|c`"])
+
+
+def test_a_page_per_notebook(pages):
+    notebooks = sorted((REPO / "recipes" / "notebooks").glob("*.ipynb"))
+    assert notebooks
+    for notebook in notebooks:
+        page = pages[f"notebooks/{notebook.stem}.md"]
+        assert f"recipes/notebooks/{notebook.name}" in page
+        assert "```python" in page, notebook.name
+
+
+# --- the README and the site's pages ---------------------------------------------------------
+
+
+def _commands(program: str, text: str) -> list[list[str]]:
+    """The arguments of each `program ...` line in the text's bash blocks; `kdist X ...`
+    lines count as `python -m kdist.X ...` (the console command runs the same module)."""
+    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
     commands = []
     for block in blocks:
         joined = block.replace("\\\n", " ")
         for line in joined.splitlines():
-            line = line.split("#")[0].strip()
-            if line.startswith(program):
+            line = line.split("  #")[0].split(" # ")[0].strip()
+            line = re.sub(r"^kdist (\w+)", r"python -m kdist.\1", line)
+            if line.startswith(program + " "):
                 commands.append(shlex.split(line)[len(program.split()) :])
     return commands
 
 
-def test_readme_train_commands_compose():
+def _manual_commands(program: str) -> list[tuple[str, list[str]]]:
+    return [(name, args) for name, text in MANUAL.items() for args in _commands(program, text)]
+
+
+def test_commands_map_the_console_command_to_its_module():
+    text = "```bash\nkdist train model=cnn  # one\npython -m kdist.train \\\n  a=1\n```\n"
+    assert _commands("python -m kdist.train", text) == [["model=cnn"], ["a=1"]]
+
+
+def test_train_commands_compose():
     from kdist.config.compose import compose
 
-    commands = _readme_commands("python -m kdist.train")
-    assert len(commands) >= 4
-    for args in commands:
+    commands = _manual_commands("python -m kdist.train")
+    assert len([n for n, _ in commands if n == "README.md"]) >= 4
+    assert len(commands) >= 30
+    composed = set()
+    for name, args in commands:
+        if tuple(args) in composed:  # the same command on several pages
+            continue
+        composed.add(tuple(args))
         config_dir = config_name = None
         overrides = []
         multirun = "-m" in args
-        iterator = iter(a for a in args if a != "-m")
+        iterator = iter(a for a in args if a not in ("-m", "--help"))
         for arg in iterator:
             if arg == "-cd":
                 config_dir = REPO / next(iterator)
             elif arg == "-cn":
                 config_name = next(iterator)
-            elif multirun and "," in arg:
+            elif arg in ("-sc", "--shell-completion"):
+                next(iterator)
+            elif multirun and "," in arg and not arg.startswith(("'", "[", "+", "~")):
                 overrides.append(arg.split(",")[0])  # one job of the sweep
             else:
                 overrides.append(arg)
-        cfg = compose(overrides, config_name=config_name or "train", config_dir=config_dir)
-        assert cfg.trainer.epochs >= 1, args
+        try:
+            cfg = compose(overrides, config_name=config_name or "train", config_dir=config_dir)
+        except Exception as error:
+            raise AssertionError(f"{name}: {shlex.join(args)}: {error}") from error
+        assert cfg.trainer.epochs >= 1, (name, args)
 
 
-def test_readme_launch_commands_name_existing_strategies():
-    commands = _readme_commands("python -m kdist.launch")
-    assert commands, "the README shows a multi-worker launch"
-    for args in commands:
+def test_launch_commands_name_existing_strategies():
+    commands = _manual_commands("python -m kdist.launch")
+    assert [n for n, _ in commands if n == "README.md"], "the README shows a multi-worker launch"
+    for name, args in commands:
         for arg in args:
             if arg.startswith("strategy="):
-                assert (CONF / "strategy" / f"{arg.split('=', 1)[1]}.yaml").is_file(), args
+                option = CONF / "strategy" / f"{arg.split('=', 1)[1]}.yaml"
+                assert option.is_file(), (name, args)
         if "-cn" in args:
             recipe = args[args.index("-cn") + 1]
-            assert (REPO / "recipes" / f"{recipe}.yaml").is_file(), args
+            assert (REPO / "recipes" / f"{recipe}.yaml").is_file(), (name, args)
 
 
-def test_readme_config_tree_lists_only_existing_options():
-    (tree,) = re.findall(r"```text\nconf/\n(.*?)```", README, flags=re.S)
-    for line in tree.splitlines():
-        name, _, rest = line.strip().partition(" ")
-        if not name.endswith("/"):
-            assert (CONF / name).is_file(), name
-            continue
-        for segment in rest.split(";"):  # "a, b" or "sub/group/: c, d"
-            group, _, options = segment.strip().rpartition("/: ")
-            folder = CONF / (group or name.rstrip("/"))
-            for option in (o.strip() for o in options.split(",")):
-                assert (folder / f"{option}.yaml").is_file(), f"{folder.name}/{option}"
+def test_console_commands_name_existing_subcommands():
+    for name, text in MANUAL.items():
+        for line in re.findall(
+            r"^kdist (\S+)",
+            "\n".join(re.findall(r"```bash\n(.*?)```", text, flags=re.S)),
+            flags=re.M,
+        ):
+            assert line in SUBCOMMANDS or line.startswith("--"), (name, line)
+
+
+def test_manual_points_at_recipes_that_exist():
+    for name, text in MANUAL.items():
+        for recipe in re.findall(r"-cd recipes -cn (\w+)", text):
+            assert (REPO / "recipes" / f"{recipe}.yaml").is_file(), (name, recipe)
+        for path in re.findall(
+            r"recipes/(?:cluster|notebooks)/[\w.-]+\.(?:yaml|sbatch|ipynb)", text
+        ):
+            assert (REPO / path).is_file(), (name, path)
+
+
+def _config_trees() -> dict[str, str]:
+    trees = {}
+    for name in ("README.md", "docs/guides/configuration.md"):
+        (tree,) = re.findall(r"```text\nconf/\n(.*?)```", MANUAL[name], flags=re.S)
+        trees[name] = tree
+    return trees
+
+
+def test_config_trees_list_every_option_and_only_existing_ones():
+    for name, tree in _config_trees().items():
+        listed = set()
+        for line in tree.splitlines():
+            entry, _, rest = line.strip().partition(" ")
+            if not entry.endswith("/"):
+                assert (CONF / entry).is_file(), (name, entry)
+                continue
+            for segment in rest.split(";"):  # "a, b" or "sub/group/: c, d"
+                group, _, options = segment.strip().rpartition("/: ")
+                folder = CONF / (group or entry.rstrip("/"))
+                for option in (o.strip() for o in options.split(",")):
+                    assert (folder / f"{option}.yaml").is_file(), (name, f"{folder.name}/{option}")
+                    listed.add(str((folder / option).relative_to(CONF)))
+        present = {
+            str(p.relative_to(CONF).with_suffix(""))
+            for p in CONF.rglob("*.yaml")
+            if p.parent != CONF and not p.parent.name.startswith(("_", "."))
+        }
+        assert present - listed == set(), f"{name}'s config tree lacks {sorted(present - listed)}"
+
+
+def test_readme_is_a_front_page():
+    assert len(README.splitlines()) <= 200
+    for heading in (
+        "## Install",
+        "## From the command line",
+        "## From a notebook",
+        "## On a cluster",
+    ):
+        assert heading in README, heading
+    for path in re.findall(r"\]\(([^)#]+\.md)(?:#[^)]*)?\)", README):
+        assert (REPO / path).is_file(), path
+    for target in ("train", "test", "docs", "doctor"):
+        assert (
+            f"make {target}" in README
+            or f"make {target}"
+            in SITE_PAGES["docs/getting-started.md"] + SITE_PAGES["docs/development.md"]
+        )
+    makefile = (REPO / "Makefile").read_text()
+    for target in ("train", "test", "docs", "doctor"):
+        assert re.search(rf"^{target}:", makefile, flags=re.M), target
 
 
 def test_readme_points_at_files_that_exist():
     for path in (
-        "docs/README.md",
+        "docs/config/index.md",
         "recipes/notebooks/quickstart.ipynb",
         "recipes/notebooks/multiworker.ipynb",
         "recipes/notebooks/parameter_server.ipynb",
+        "CHANGELOG.md",
     ):
         assert path in README, path
         assert (REPO / path).is_file(), path
     assert "`recipes/cluster/`" in README
     for name in ("kubernetes-multiworker.yaml", "slurm-multiworker.sbatch"):
         assert f"`{name}`" in README and (REPO / "recipes" / "cluster" / name).is_file()
-    makefile = (REPO / "Makefile").read_text()
-    for target in ("train", "test", "docs", "doctor"):
-        assert f"make {target}" in README
-        assert re.search(rf"^{target}:", makefile, flags=re.M), target
+
+
+def test_every_readme_section_of_old_lives_in_a_page():
+    """The manual moved into the site: each former README section has a page."""
+    site = "\n".join(SITE_PAGES.values()) + (REPO / "CHANGELOG.md").read_text()
+    for text in (
+        "## Exit statuses",
+        "# Parameter-server training",
+        "## keras-tuner hypermodels",
+        "## Hydra multirun and sweeper plugins",
+        "# Data sources",
+        "# Bring your own Keras model",
+        "## When a cluster pays",
+        "# Security of local and real clusters",
+        "# What works per strategy (tested)",
+        "# The run directory",
+        "# How the engine works",
+        "## Benchmarks",
+        "make lock",
+        "Unreleased.",
+    ):
+        assert text in site, text
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""The README's table of exit statuses is the one `kdist/process/exit_codes.py` defines."""
+"""The manual's table of exit statuses (docs/guides/checkpoints.md) is the one
+`kdist/process/exit_codes.py` defines."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from kdist.process import exit_codes
 
 
 def _readme_table() -> dict[int, tuple[str, str]]:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "guides" / "checkpoints.md").read_text()
     block = text.split("<!-- exit-codes: begin -->")[1].split("<!-- exit-codes: end -->")[0]
     rows = {}
     for line in block.strip().splitlines()[2:]:

@@ -176,9 +176,19 @@ class DataConfig:
     # `_target_` node building a `kdist.data.Source`; its keys are checked against the
     # callable's signature by `kdist.config.validate`.
     source: Any = None
+    # Shuffle the training examples (a new order every epoch, the same for a given runtime.seed on
+    # every worker); validation data is read in order.
     shuffle: bool = True
+    # Examples held in tf.data's shuffle buffer; capped at the training set's size (a buffer that
+    # holds it all gives a uniform shuffle).
     shuffle_buffer: int = 10_000
+    # Keep the source's examples in memory after the first pass (tf.data `cache()`), before
+    # shuffling.
     cache: bool = True
+    # How the training data is divided over the input pipelines (one per worker): auto (file when
+    # every pipeline gets a non-empty file, else data), file (whole files per worker), data (every
+    # n-th example after the shuffle: the same global batches under every strategy) or off (every
+    # worker reads everything). Validation is always divided by example.
     shard_policy: str = "auto"
     augment: AugmentConfig = field(default_factory=AugmentConfig)
 
@@ -192,6 +202,7 @@ class OptimizerConfig:
 
     _target_: str = "keras.optimizers.Adam"
     _partial_: bool = True
+    # The peak learning rate (before lr_scaling with the replica count and the schedule).
     learning_rate: float = 1e-3
     # kdist: scale `learning_rate` with the replica count: none, linear or sqrt.
     lr_scaling: str = "none"
@@ -199,9 +210,14 @@ class OptimizerConfig:
     # `warmup_steps` of linear warm-up; cosine decays over `decay_steps` (null: the rest
     # of the run) down to `alpha` times the peak rate.
     schedule: str | None = None
+    # Optimizer steps of linear warm-up from 0 to the peak rate (0: none); with schedule: null the
+    # rate then stays constant.
     warmup_steps: int = 0
+    # Steps of the cosine decay after the warm-up (schedule: cosine); null: the rest of the run.
     decay_steps: int | None = None
+    # Where the cosine decay ends, as a fraction of the peak rate (schedule: cosine).
     alpha: float = 0.0
+    # Clip each gradient to this L2 norm (Keras's `clipnorm`); null: no clipping.
     clipnorm: float | None = None
     # kdist: true updates only the embedding rows a batch looked up, moments included
     # (kdist.modeling.lazy_optimizers: Adam and Adagrad have a row-sparse form; others stop,
@@ -211,30 +227,41 @@ class OptimizerConfig:
 
 @dataclass
 class AdamConfig(OptimizerConfig):
+    # Decay rate of the first-moment (mean) estimates, as in keras.optimizers.Adam.
     beta_1: float = 0.9
+    # Decay rate of the second-moment (variance) estimates, as in keras.optimizers.Adam.
     beta_2: float = 0.999
+    # Small constant added to the denominator for numerical stability, as in Keras.
     epsilon: float = 1e-7
 
 
 @dataclass
 class AdamWConfig(AdamConfig):
     _target_: str = "keras.optimizers.AdamW"
+    # Decoupled weight decay applied at each step, as in keras.optimizers.AdamW.
     weight_decay: float = 0.004
 
 
 @dataclass
 class AdagradConfig(OptimizerConfig):
     _target_: str = "keras.optimizers.Adagrad"
+    # The peak learning rate (Keras's Adagrad default is 0.001; kdist uses 0.01).
     learning_rate: float = 0.01
+    # Starting value of the per-parameter sums of squared gradients, as in keras.optimizers.Adagrad.
     initial_accumulator_value: float = 0.1
+    # Small constant added to the denominator for numerical stability, as in Keras.
     epsilon: float = 1e-7
 
 
 @dataclass
 class SGDConfig(OptimizerConfig):
     _target_: str = "keras.optimizers.SGD"
+    # The peak learning rate (before lr_scaling and the schedule).
     learning_rate: float = 0.01
+    # Momentum factor (0: plain SGD, which keeps embedding updates sparse), as in
+    # keras.optimizers.SGD.
     momentum: float = 0.0
+    # Use Nesterov momentum, as in keras.optimizers.SGD.
     nesterov: bool = False
 
 
@@ -243,16 +270,27 @@ class SGDConfig(OptimizerConfig):
 
 @dataclass
 class TrainerConfig:
+    # Passes over the training data (each steps_per_epoch steps long).
     epochs: int = 10
+    # Optimizer steps per epoch; null: the training examples divided by the global batch (the data
+    # repeats when it is larger).
     steps_per_epoch: int | None = None
+    # Examples per optimizer step over all replicas; split evenly over them, so it must be divisible
+    # by the replica count.
     global_batch_size: int | None = 64
     # Examples per replica per step, instead of global_batch_size (set that to null): the
     # global batch is then this times the replicas, growing with the cluster as
     # optimizer.lr_scaling assumes.
     per_replica_batch_size: int | None = None
+    # Optimizer steps run inside one tf.function call (Keras's `steps_per_execution`); callbacks'
+    # batch hooks run once per call.
     steps_per_execution: int = 1
+    # Validate every this many epochs (the last epoch always validates).
     validation_freq: int = 1
+    # Evaluate on the validation split after the epochs validation_freq picks; false: no val_
+    # metrics.
     validation: bool = True
+    # Keras's progress setting: 0 silent, 1 a progress bar, 2 one line per epoch.
     verbose: int = 1
     # Micro-batches per optimizer update: global_batch_size / accumulate_steps examples
     # each, gradients averaged, one update (the same as one step on the global batch).
@@ -294,16 +332,26 @@ class TrainerConfig:
 
 @dataclass
 class RuntimeConfig:
+    # Seeds Python, NumPy, TensorFlow and Keras (keras.utils.set_random_seed) and the data's shuffle
+    # order: two runs with the same seed see the same batches.
     seed: int = 42
+    # Turn on TensorFlow's op determinism (tf.config.experimental.enable_op_determinism): bitwise-
+    # repeatable runs, at some speed cost; ops without a deterministic kernel raise.
     deterministic: bool = False
     logical_devices: int | None = None
     # Threads one op may use, and ops that may run at once; null: TensorFlow's choice
     # (every core).
     intra_op_threads: int | None = None
     inter_op_threads: int | None = None
+    # Let TensorFlow allocate GPU memory as needed instead of all of it at start (ignored with
+    # logical_devices).
     memory_growth: bool = True
+    # Keras's dtype policy: null (float32), mixed_float16 or mixed_bfloat16.
     mixed_precision: str | None = None
+    # Compile each replica's forward and backward pass with XLA (not under parameter_server).
     jit_compile: bool = False
+    # TensorFlow's C++ log level (TF_CPP_MIN_LOG_LEVEL): 0 all, 1 no INFO, 2 no WARNING, 3 errors
+    # only.
     tf_log_level: int = 2
 
 
@@ -312,6 +360,7 @@ class RuntimeConfig:
 
 @dataclass
 class TensorBoardConfig:
+    # Write TensorBoard event files to tensorboard/ in the run directory (chief only).
     enabled: bool = True
     # epoch, batch (every train-function call), or a number of optimizer steps; the
     # steps_per_second, examples_per_second and learning_rate scalars follow it.
@@ -323,15 +372,21 @@ class TensorBoardConfig:
 
 @dataclass
 class CSVLoggerConfig:
+    # Write history.csv (one row per epoch) in the run directory (chief only).
     enabled: bool = True
 
 
 @dataclass
 class EarlyStoppingConfig:
+    # Stop training when `monitor` stops improving (keras.callbacks.EarlyStopping).
     enabled: bool = False
+    # The logged metric to watch, e.g. val_loss or val_accuracy.
     monitor: str = "val_loss"
+    # Epochs without improvement before training stops.
     patience: int = 5
+    # min, max, or auto (from the metric's name, as in Keras).
     mode: str = "auto"
+    # Restore the weights of the best epoch when training stops.
     restore_best_weights: bool = False
 
 
@@ -339,8 +394,11 @@ class EarlyStoppingConfig:
 class CheckpointConfig:
     """`callbacks.checkpoint`: periodic checkpoints in `checkpoints/`."""
 
+    # Write checkpoints (tf.train.CheckpointManager, chief only) that a rerun in the same run
+    # directory resumes from.
     enabled: bool = True
     every_n_steps: int = 0  # 0: at the end of every epoch
+    # Checkpoints kept; older ones are deleted.
     keep: int = 3
 
 
@@ -348,8 +406,11 @@ class CheckpointConfig:
 class BackupConfig:
     """`callbacks.backup`: backup-and-restore in `backup/` (step-exact resume)."""
 
+    # Write backups for a step-exact resume after a crash or preemption.
     enabled: bool = True
+    # Back up every this many optimizer steps (and at the end of each epoch).
     every_n_steps: int = 100
+    # Backups kept; older ones are deleted.
     keep: int = 2
 
 
@@ -358,6 +419,7 @@ class BestModelConfig:
     """`callbacks.best_model`: export `model.keras` and `saved_model/` of the best epoch."""
 
     monitor: str | None = None  # e.g. val_accuracy; null exports the final model
+    # min, max, or auto (from the metric's name, as in Keras).
     mode: str = "auto"
 
 
@@ -402,7 +464,9 @@ class ObjectiveConfig:
 
 @dataclass
 class TunerObjectiveConfig:
+    # The metric trials are ranked by; defaults to objective.name.
     name: str = II("objective.name")
+    # min or max (auto: from the metric's name); defaults to objective.direction.
     direction: str = II("objective.direction")
 
 
@@ -432,16 +496,21 @@ class TunerConfig:
     """Keys every tuner has; `_target_` builds the keras-tuner oracle."""
 
     _target_: str = "kdist.tuning.oracles.RandomSearchOracle"
+    # Trials (hyperparameter sets) to try before the search ends.
     max_trials: int = 10
     objective: TunerObjectiveConfig = field(default_factory=TunerObjectiveConfig)
     # Config key -> sweep expression: choice(...), interval(lo, hi), tag(log, interval(...)),
     # range(start, stop, step); nested mappings are joined with dots.
     space: dict[str, Any] = field(default_factory=dict)
+    # Seed of the oracle's sampling; defaults to runtime.seed.
     seed: int | None = II("runtime.seed")
+    # Times a failed trial is rerun before it counts as failed.
     max_retries_per_trial: int = 0
+    # The search stops after this many failed trials in a row.
     max_consecutive_failed_trials: int = 3
     # Start afresh instead of resuming a search found in the run directory.
     overwrite: bool = False
+    # 0 silent, 1 a progress bar per trial, 2 a line per epoch.
     verbose: int = 1
     distributed: TunerDistributedConfig = field(default_factory=TunerDistributedConfig)
 
@@ -454,16 +523,24 @@ class RandomTunerConfig(TunerConfig):
 @dataclass
 class BayesianTunerConfig(TunerConfig):
     _target_: str = "kdist.tuning.oracles.BayesianOptimizationOracle"
+    # Random trials before the Gaussian process takes over; null: 3 times the number of
+    # hyperparameters (keras-tuner's rule).
     num_initial_points: int | None = None
+    # Noise level the Gaussian process assumes in the objective (keras-tuner's `alpha`).
     alpha: float = 1e-4
+    # Exploration factor of the upper-confidence-bound acquisition (keras-tuner's `beta`): larger
+    # explores more.
     beta: float = 2.6
 
 
 @dataclass
 class HyperbandTunerConfig(TunerConfig):
     _target_: str = "kdist.tuning.oracles.HyperbandOracle"
+    # Epochs the best models of a bracket train for; defaults to trainer.epochs.
     max_epochs: int = II("trainer.epochs")
+    # Reduction factor: each round keeps 1/factor of the models and trains them factor times longer.
     factor: int = 3
+    # Times the whole Hyperband algorithm is repeated.
     hyperband_iterations: int = 1
 
 

@@ -118,6 +118,7 @@ def key_rows(
             or schema_notes.get(key)
             or (target_docs or {}).get(key)
             or _HYDRA_NOTES.get(key, "")
+            or _sweep_note(value)
         )
         kind = kinds.get(key) or (target_types or {}).get(key) or ""
         rows.append(Row(dotted, kind, format_default(value), description))
@@ -128,6 +129,22 @@ _HYDRA_NOTES = {
     "_target_": "the callable this node builds (any importable name)",
     "_partial_": "built later, inside the strategy scope",
 }
+
+
+def _sweep_note(value: Any) -> str:
+    """What a search-space entry (a Hydra sweep expression, `tuner.space`) searches."""
+    if not isinstance(value, str):
+        return ""
+    text = value.replace(" ", "")
+    if text.startswith("tag(log,"):
+        return "searched on a log scale: " + _sweep_note(text[len("tag(log,") : -1])
+    if text.startswith("choice("):
+        return "searched: one of the listed values"
+    if text.startswith("interval("):
+        return "searched: a float in the interval [low, high]"
+    if text.startswith("range("):
+        return "searched: an integer from start up to stop, by step"
+    return ""
 
 
 def own_values(loaded: Any, schema: type | None) -> dict[Any, Any]:

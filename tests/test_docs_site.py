@@ -1,0 +1,181 @@
+"""The documentation site builds with `mkdocs build --strict`, serves every page, and fails
+on a broken link naming the page.
+
+Cost: ~4 s for the small builds; the whole site (~10 s on 2 cores) is in the slow suite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import html
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import yaml
+from helpers import REPO
+
+CONFIG = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+
+
+def _build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
+    """`mkdocs build --strict` of `config` into `site`, as `make docs` runs it."""
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _small_project(tmp_path: Path, pages: dict[str, str]) -> Path:
+    """A copy of the site's configuration (theme, extensions, plugins, strictness) over
+    `pages` only; returns its mkdocs.yml."""
+    docs = tmp_path / "docs"
+    for name, text in pages.items():
+        (docs / name).parent.mkdir(parents=True, exist_ok=True)
+        (docs / name).write_text(text)
+    config = {k: v for k, v in CONFIG.items() if k not in ("nav", "docs_dir", "site_dir")}
+    config["docs_dir"] = str(docs)
+    for plugin in config["plugins"]:
+        if isinstance(plugin, dict) and "mkdocstrings" in plugin:
+            plugin["mkdocstrings"]["handlers"]["python"]["paths"] = [str(REPO)]
+    path = tmp_path / "mkdocs.yml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _serve(site: Path) -> Iterator[str]:
+    """Serve `site` on a free loopback port in a thread; yields the base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(site)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def _get(url: str) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return response.status, response.read().decode()
+
+
+def _fetch_all(site: Path) -> dict[str, str]:
+    """Every HTML page of `site` and the search index, fetched over HTTP: path -> text."""
+    pages = sorted(str(p.relative_to(site)) for p in site.rglob("*.html"))
+    fetched = {}
+    with _serve(site) as base:
+        for page in [*pages, "search/search_index.json"]:
+            status, text = _get(base + page)
+            assert status == 200, page
+            fetched[page] = text
+    return fetched
+
+
+def _fit_section(api_page: str) -> str:
+    """The text of `Experiment.fit`'s section of the API page, without tags."""
+    start = api_page.index('id="kdist.experiment.Experiment.fit"')
+    end = api_page.index('id="kdist.experiment.Experiment.', start + 10)
+    return html.unescape(re.sub(r"<[^>]+>", " ", api_page[start:end]))
+
+
+def _check_site(fetched: dict[str, str], expected: set[str]) -> None:
+    index = json.loads(fetched["search/search_index.json"])
+    located = {doc["location"].split("#")[0] for doc in index["docs"]}
+    for page in expected:
+        assert page in fetched, page
+        assert page in located or page == "404.html", f"{page} is not in the search index"
+    fit = _fit_section(fetched["api/experiment.html"])
+    for argument in ("validation_split", "validation_data", "class_weight", "initial_epoch"):
+        assert argument in fit, argument
+
+
+def test_site_config_is_strict():
+    assert CONFIG["strict"] is True
+    assert CONFIG["validation"]["links"]["not_found"] == "warn"  # a warning fails --strict
+    makefile = (REPO / "Makefile").read_text()
+    assert re.search(r"^docs:.*\n(\t.*\n)*\t.*mkdocs build --strict", makefile, flags=re.M)
+
+
+def _nav_pages(nav: list) -> list[str]:
+    found = []
+    for entry in nav:
+        for value in entry.values() if isinstance(entry, dict) else [entry]:
+            found += _nav_pages(value) if isinstance(value, list) else [value]
+    return found
+
+
+def test_nav_names_every_page_once():
+    listed = _nav_pages(CONFIG["nav"])
+    present = {str(p.relative_to(REPO / "docs")) for p in (REPO / "docs").rglob("*.md")}
+    assert len(listed) == len(set(listed))
+    assert set(listed) == present
+
+
+def test_a_small_site_served(tmp_path: Path):
+    """The site's configuration over two pages: built, served, every page and the search
+    index fetched (the whole site, API reference included, is `test_the_whole_site`)."""
+    guide = (REPO / "docs" / "guides" / "notebook.md").read_text()
+    guide = re.sub(r"\]\((?!https?:)[^)]*\)", "](../index.md)", guide)  # the rest of the site
+    config = _small_project(tmp_path, {"index.md": "# kdist\n", "guides/notebook.md": guide})
+    result = _build(config, tmp_path / "site")
+    assert result.returncode == 0, result.stderr[-3000:]
+    fetched = _fetch_all(tmp_path / "site")
+    assert set(fetched) == {
+        "index.html",
+        "guides/notebook.html",
+        "404.html",
+        "search/search_index.json",
+    }
+    index = json.loads(fetched["search/search_index.json"])
+    assert {d["location"].split("#")[0] for d in index["docs"]} >= {
+        "index.html",
+        "guides/notebook.html",
+    }
+    assert "validation_split" in fetched["guides/notebook.html"]
+
+
+def test_a_broken_link_fails_the_build_naming_the_page(tmp_path: Path):
+    config = _small_project(
+        tmp_path,
+        {
+            "index.md": "# kdist\n\n[ok](guide.md)\n",
+            "guide.md": "# A guide\n\n[gone](missing.md)\n",
+        },
+    )
+    result = _build(config, tmp_path / "site")
+    assert result.returncode != 0
+    assert "guide.md" in result.stderr and "missing.md" in result.stderr, result.stderr[-2000:]
+
+
+def test_the_whole_site(tmp_path: Path):
+    """`make docs`'s build of the real site: every page and the search index served."""
+    result = _build(REPO / "mkdocs.yml", tmp_path / "site")
+    assert result.returncode == 0, result.stderr[-3000:]
+    fetched = _fetch_all(tmp_path / "site")
+    expected = {str(Path(page).with_suffix(".html")) for page in _nav_pages(CONFIG["nav"])} | {
+        "404.html"
+    }
+    assert expected <= set(fetched)
+    _check_site(fetched, expected)
+    assert "steps_per_execution" in fetched["guides/notebook.html"]
