@@ -35,6 +35,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from kdist.command import prepare_command
 from kdist.config.errors import ConfigError, exit_with
 from kdist.config.trust import TRUST_FLAG
 from kdist.evaluation.reopen import evaluate_run
@@ -46,6 +47,7 @@ __all__ = ["main"]
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `python -m kdist.evaluate run_dir=... [overrides]`."""
+    prepare_command()  # saved configs may name module paths that moved
     args = list(sys.argv[1:] if argv is None else argv)
     run_dirs = [a.split("=", 1)[1] for a in args if a.startswith("run_dir=")]
     trust = [a.split("=", 1)[1] for a in args if a.startswith(f"{TRUST_FLAG}=")]
