@@ -25,6 +25,9 @@ __all__ = ["check", "generate", "main", "write"]
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of `python -m kdist.docs`."""
+    from kdist.process.runtime import quiet_tensorflow
+
+    quiet_tensorflow()  # the generator imports TensorFlow; `import kdist` quiets nothing
     parser = argparse.ArgumentParser(
         prog="python -m kdist.docs", description="Generate docs/ from kdist's configs."
     )

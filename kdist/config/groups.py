@@ -205,14 +205,15 @@ def register_help_resolver() -> None:
     conf/train.yaml's `hydra.help.template` calls it; the `--help` of every entry point
     that composes those configs needs it registered first.
     """
-    from omegaconf import OmegaConf
+    from omegaconf import Container, OmegaConf
 
-    def resolve(command: str, *, _root_: object) -> str:
-        from omegaconf import OmegaConf as Conf
-
-        choices = Conf.select(_root_, "hydra.runtime.choices", default=None)  # type: ignore[arg-type]
-        found = Conf.to_container(choices) if choices is not None else None
-        return groups_help(command, found if isinstance(found, dict) else None)
+    def resolve(command: str, *, _root_: Container) -> str:
+        # The option each group has now (`model=cnn --help` marks cnn), as Hydra records it.
+        choices = OmegaConf.select(_root_, "hydra.runtime.choices", default=None)
+        found = OmegaConf.to_container(choices) if choices is not None else {}
+        items = found.items() if isinstance(found, dict) else ()
+        chosen = {str(k): None if v is None else str(v) for k, v in items}
+        return groups_help(command, chosen)
 
     if not OmegaConf.has_resolver(HELP_RESOLVER):
         OmegaConf.register_new_resolver(HELP_RESOLVER, resolve)
