@@ -34,7 +34,16 @@ from importlib import metadata
 
 from kdist.process.exit_codes import EXIT_CONFIG_ERROR, EXIT_OK
 
-__all__ = ["COMMANDS", "Command", "main", "prepare_command", "program", "usage", "version_text"]
+__all__ = [
+    "COMMANDS",
+    "Command",
+    "help_from_docstring",
+    "main",
+    "prepare_command",
+    "program",
+    "usage",
+    "version_text",
+]
 
 PROG = "kdist"
 
@@ -106,6 +115,22 @@ def program(module: str) -> str:
     """
     first = sys.argv[0] if sys.argv else ""
     return first if first.startswith(f"{PROG} ") else f"python -m {module}"
+
+
+def help_from_docstring(doc: str | None, module: str) -> str:
+    """The `--help` of a command without argparse: its module docstring, for a terminal.
+
+    Args:
+        doc: the module's docstring (written for people: what it does, its arguments,
+            examples).
+        module: the module, e.g. `kdist.evaluate`; its `python -m` form in the text becomes
+            the name the command was run by (`program`).
+
+    Returns:
+        The text, without the Markdown code fences.
+    """
+    lines = [line for line in (doc or "").strip().splitlines() if not line.startswith("```")]
+    return "\n".join(lines).replace(f"python -m {module}", program(module))
 
 
 def version_text() -> str:

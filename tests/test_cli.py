@@ -291,3 +291,17 @@ def test_the_package_is_typed_with_classifiers_and_urls():
     assert "Typing :: Typed" in classifiers
     assert not [c for c in classifiers if c.startswith("License ::")]  # the SPDX `license`
     assert {"Homepage", "Documentation", "Source", "Changelog"} <= set(project["project"]["urls"])
+
+
+@pytest.mark.parametrize("name", ["evaluate", "predict"])
+def test_evaluate_and_predict_answer_help_with_their_manual(
+    name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    module = importlib.import_module(f"kdist.{name}")
+    monkeypatch.setattr(sys, "argv", [f"kdist {name}", "--help"])
+    with pytest.raises(SystemExit) as caught:
+        module.main()
+    assert caught.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"`kdist {name} run_dir=...`: ")
+    assert f"\nkdist {name} run_dir=outputs/" in out and "```" not in out
