@@ -188,15 +188,24 @@ def groups_help(command: str, choices: Mapping[str, str | None] | None = None) -
         lines.append(f"  {group.ljust(width)}  {', '.join(options)}")
         intro = GROUP_INTROS.get(group)
         if intro:
-            first = intro.split(". ")[0].rstrip(".").replace("`", "") + "."
             lines += textwrap.wrap(
-                first,
+                _summary(intro),
                 width=96,
                 initial_indent=" " * (width + 4),
                 subsequent_indent=" " * (width + 4),
             )
     # Hydra fills the template with `string.Template`: a `$` would start a placeholder.
     return "\n".join(lines).replace("$", "$$")
+
+
+def _summary(intro: str) -> str:
+    """The first sentences of a group's intro, at least ~60 characters, as plain text."""
+    text = ""
+    for sentence in intro.replace("`", "").split(". "):
+        text = f"{text} {sentence.rstrip('.')}." if text else f"{sentence.rstrip('.')}."
+        if len(text) >= 60:
+            break
+    return text
 
 
 def register_help_resolver() -> None:
