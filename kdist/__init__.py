@@ -1,7 +1,12 @@
 """kdist: train Keras 3 models under any tf.distribute strategy by changing one word of config.
 
 The package imports TensorFlow only when an attribute that needs it is first used, so
-`python -m kdist.train` can check the config and quiet TensorFlow's logs first.
+`kdist train` can check the config and quiet TensorFlow's logs first.
+
+Importing kdist changes nothing in the process: no environment variable, no import hook,
+no stderr filter. The commands (`kdist train`, ...) turn TensorFlow's logs down themselves;
+in a notebook, `kdist.quiet_tensorflow()` does the same (an `Experiment` applies its config's
+`runtime.tf_log_level`).
 """
 
 from __future__ import annotations
@@ -9,12 +14,20 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from kdist.compat import moved as _moved
-from kdist.process import quiet as _quiet
+from kdist.compat.moved import MOVED as _MOVED
 
 __version__ = "0.9.0"
 
-__all__ = ["ConfigError", "Experiment", "__version__", "compose", "data", "fit", "models"]
+__all__ = [
+    "ConfigError",
+    "Experiment",
+    "__version__",
+    "compose",
+    "data",
+    "fit",
+    "models",
+    "quiet_tensorflow",
+]
 
 _LAZY = {
     "ConfigError": ("kdist.config.errors", "ConfigError"),
@@ -25,12 +38,30 @@ _LAZY = {
     "models": ("kdist.models", None),
 }
 
-# Before anything imports TensorFlow: level 2 by default (a run's runtime.tf_log_level
-# replaces it), and the start-up lines that level cannot silence dropped (kdist.process.quiet).
-_quiet.set_level(2)
-_quiet.install()
-# Old module paths (`kdist.sweep`, ...) import the modules that moved, with a warning.
-_moved.install()
+
+def quiet_tensorflow(level: int = 2) -> None:
+    """Turn TensorFlow's C++ logs down, as the `kdist` commands do; call it before TensorFlow
+    is imported (TensorFlow reads its level once).
+
+    It sets `TF_CPP_MIN_LOG_LEVEL` (unless it is set already: the user's value wins) and,
+    at level 1 or more, drops the start-up lines that the variable cannot silence
+    (`kdist.process.quiet`).
+
+    Args:
+        level: 0 all, 1 no INFO, 2 no WARNING, 3 no ERROR. Defaults to `2`.
+
+    Example:
+
+    ```python
+    import kdist
+    kdist.quiet_tensorflow()
+    import tensorflow as tf
+    ```
+    """
+    from kdist.process import runtime
+
+    runtime.quiet_tensorflow(level)
+
 
 if TYPE_CHECKING:
     from kdist import data, models
@@ -41,6 +72,12 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
+    if f"kdist.{name}" in _MOVED:
+        # `kdist.sweep` (a module that moved) read as an attribute: the same module, with
+        # the moved-path warning, and no import hook (the commands install one).
+        from kdist.compat import moved
+
+        return moved.load(f"kdist.{name}", stacklevel=3)
     if name not in _LAZY:
         raise AttributeError(f"module 'kdist' has no attribute {name!r}")
     module_name, attribute = _LAZY[name]

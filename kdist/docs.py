@@ -102,6 +102,9 @@ def write(folder: str | Path = "docs") -> list[Path]:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of `python -m kdist.docs`."""
+    from kdist.process.runtime import quiet_tensorflow
+
+    quiet_tensorflow()  # the generator imports TensorFlow; `import kdist` quiets nothing
     parser = argparse.ArgumentParser(
         prog="python -m kdist.docs",
         description="Generate docs/config/ and docs/notebooks/ from kdist's configs and notebooks.",

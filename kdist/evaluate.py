@@ -35,6 +35,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from kdist.command import help_from_docstring, prepare_command
 from kdist.config.errors import ConfigError, exit_with
 from kdist.config.trust import TRUST_FLAG
 from kdist.evaluation.reopen import evaluate_run
@@ -46,7 +47,11 @@ __all__ = ["main"]
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `python -m kdist.evaluate run_dir=... [overrides]`."""
+    prepare_command()  # saved configs may name module paths that moved
     args = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in args or "--help" in args:
+        print(help_from_docstring(__doc__, "kdist.evaluate"))
+        raise SystemExit(0)
     run_dirs = [a.split("=", 1)[1] for a in args if a.startswith("run_dir=")]
     trust = [a.split("=", 1)[1] for a in args if a.startswith(f"{TRUST_FLAG}=")]
     sidecar = {

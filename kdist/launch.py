@@ -48,6 +48,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
+from kdist.command import program
 from kdist.config.errors import ConfigError, exit_with
 from kdist.launcher.checks import check_elastic_batch, check_strategy, elastic_policy
 from kdist.launcher.gpus import ALLOW_GROWTH, detect_gpus, plan_gpus
@@ -261,7 +262,7 @@ def _exit_on_signal(signum: int, frame: object) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `python -m kdist.launch`."""
     parser = argparse.ArgumentParser(
-        prog="python -m kdist.launch",
+        prog=program("kdist.launch"),
         description="Run a kdist job as a local cluster on loopback ports.",
         epilog="Everything after `--` is passed to the training module, e.g. "
         "`-- strategy=multi_worker_mirrored model=cnn`. Elastic example: `--workers 3 "
@@ -269,13 +270,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         "restarts with 2 workers when one is gone for good, resuming from the last backup "
         "with no example lost or repeated, and tries 3 again after 600 s.",
     )
-    parser.add_argument("--workers", type=int, required=True, help="worker processes")
-    parser.add_argument("--ps", type=int, default=0, help="parameter-server processes")
+    parser.add_argument("--workers", type=int, required=True, help="worker processes (required)")
+    parser.add_argument("--ps", type=int, default=0, help="parameter-server processes (default: 0)")
     parser.add_argument(
         "--max-restarts",
         type=int,
         default=0,
-        help="restarts after a failure (shrinking ones included; growing back is not counted)",
+        help="restarts after a failure (shrinking ones included; growing back is not counted; "
+        "default: 0)",
     )
     parser.add_argument(
         "--min-workers",
@@ -294,10 +296,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         "42) and restart with all --workers (not counted as a restart; a worker that fails "
         "again at once is dropped again). Default: stay shrunk",
     )
-    parser.add_argument("--module", default="kdist.train", help="module the trainers run")
-    parser.add_argument("--host", default="127.0.0.1", help="address the tasks advertise")
-    parser.add_argument("--run-dir", default=None, help="shared run directory")
-    parser.add_argument("--timeout", type=float, default=None, help="seconds before giving up")
+    parser.add_argument(
+        "--module", default="kdist.train", help="module the trainers run (default: kdist.train)"
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address the tasks advertise (default: 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--run-dir",
+        default=None,
+        help="shared run directory (default: the overrides' hydra.run.dir, else outputs/DATE/TIME)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=None, help="seconds before giving up (default: no limit)"
+    )
     parser.add_argument(
         "--gpus",
         type=int,
@@ -317,13 +329,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--evaluator",
         action="store_true",
         help="a sidecar evaluator beside the cluster: evaluates each checkpoint as it "
-        "appears (eval.csv, tensorboard/eval) without stopping training",
+        "appears (eval.csv, tensorboard/eval) without stopping training (default: none)",
     )
     parser.add_argument(
         "--no-isolation",
         action="store_true",
         help="run the tasks in this machine's network (their ports open to every interface; "
-        "needed when they must reach the network, e.g. to read gs:// data)",
+        "needed when they must reach the network, e.g. to read gs:// data; default: a "
+        "private network namespace where the kernel allows one)",
     )
     args, rest = parser.parse_known_args(argv)
     if rest and rest[0] == "--":

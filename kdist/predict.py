@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from kdist.command import help_from_docstring, prepare_command
 from kdist.config.errors import ConfigError, exit_with
 from kdist.config.trust import TRUST_FLAG
 from kdist.evaluation.reopen import experiment_with_run_model, in_one_process, load_trusted_config
@@ -130,7 +131,11 @@ def _features(cfg: Any, path: str) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `python -m kdist.predict run_dir=... [split=...] [input=...] [...]`."""
+    prepare_command()  # saved configs may name module paths that moved
     args = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in args or "--help" in args:
+        print(help_from_docstring(__doc__, "kdist.predict"))
+        raise SystemExit(0)
     options: dict[str, list[str]] = {
         "run_dir": [],
         "split": [],

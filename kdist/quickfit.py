@@ -50,7 +50,7 @@ def fit(
     x: Any = None,
     y: Any = None,
     *,
-    strategy: str = "mirrored",
+    strategy: str | None = None,
     epochs: int = 1,
     batch_size: int | None = None,
     validation_data: Any = None,
@@ -70,7 +70,7 @@ def fit(
             `keras.utils.PyDataset` or a generator. Defaults to `None`: the config's data.
         y: targets of arrays `x`. Defaults to `None`.
         strategy: the `strategy=` config option (`one_device`, `mirrored`, `auto`, ...).
-            Defaults to `"mirrored"`.
+            Defaults to `None`: the config's, as on the command line (`one_device`).
         epochs: epochs to train, as in `model.fit`. Defaults to `1`.
         batch_size: the global batch (over all replicas). Defaults to `None`: the
             config's `trainer.global_batch_size` (64), or the data's own batches.
@@ -100,7 +100,7 @@ def fit(
     history.experiment.evaluate()
     ```
     """
-    cfg = compose([f"strategy={strategy}", *_overrides(overrides)])
+    cfg = compose([*([f"strategy={strategy}"] if strategy else []), *_overrides(overrides)])
     experiment = Experiment(cfg, run_dir=run_dir)
     if isinstance(model, keras.Model):
         built = model

@@ -27,9 +27,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from kdist.cluster import ClusterInfo
 from kdist.cluster import resolve as resolve_cluster
+from kdist.command import prepare_command
 from kdist.compat.tools_private import hydra_args_parser
 from kdist.config import ConfigError, exit_with, register
 from kdist.config.compose import compose, format_hydra_error
+from kdist.config.groups import check_choices
 from kdist.config.objective import resolve_objective
 from kdist.config.validate import check_run_dir, validate
 from kdist.process.exit_codes import (
@@ -81,6 +83,10 @@ def precheck(argv: list[str], *, config_name: str = "train") -> DictConfig | Non
         The composed config, or `None` when the command is not a single run.
     """
     args, _ = hydra_args_parser().parse_known_args(argv)
+    try:
+        check_choices(args.overrides)  # multiruns too: a sweep must not pick a schema
+    except ConfigError as error:
+        exit_with(error)
     informational = args.help or args.hydra_help or args.cfg or args.info
     if args.multirun or informational or args.shell_completion:
         return None
@@ -373,8 +379,9 @@ def non_chief_overrides(info: ClusterInfo, *, multirun: bool = False) -> list[st
 
 
 def main() -> None:
-    """Entry point of `python -m kdist.train`."""
+    """Entry point of `python -m kdist.train` (and `kdist train`)."""
     register()
+    prepare_command()
     # Before anything imports TensorFlow (checking `_target_` keys imports the models).
     quiet_tensorflow(requested_log_level(sys.argv[1:]))
     try:

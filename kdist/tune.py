@@ -30,6 +30,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from kdist.cluster import resolve as resolve_cluster
+from kdist.command import prepare_command
 from kdist.config import ConfigError, exit_with, register
 from kdist.config.validate import check_run_dir
 from kdist.process.exit_codes import EXIT_FAILED
@@ -199,8 +200,9 @@ def _default_space(argv: list[str]) -> bool:
 
 
 def main() -> None:
-    """Entry point of `python -m kdist.tune`."""
+    """Entry point of `python -m kdist.tune` (and `kdist tune`)."""
     register()
+    prepare_command()
     argv = sys.argv[1:]
     # Before anything imports TensorFlow (checking `_target_` keys imports the models).
     quiet_tensorflow(requested_log_level(argv))

@@ -14,8 +14,9 @@ def pytest_configure(config):
     """Split the CPU into 2 logical devices before any test touches TensorFlow."""
     import importlib
 
-    # kdist first: importing it quiets TensorFlow's start-up lines.
-    importlib.import_module("kdist")
+    # Before TensorFlow starts: its start-up lines off, as the kdist commands do
+    # (`import kdist` alone changes nothing in the process).
+    importlib.import_module("kdist").quiet_tensorflow(2)
     tf = importlib.import_module("tensorflow")
 
     (cpu,) = tf.config.list_physical_devices("CPU")

@@ -63,8 +63,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "kdist.evaluation",
         "kdist.launcher",
     ),
-    # 9. the commands (`python -m kdist.<command>`)
+    # 9. the commands (`kdist <command>`, `python -m kdist.<command>`)
     (
+        "kdist.command",
+        "kdist.__main__",
         "kdist.train",
         "kdist.tune",
         "kdist.evaluate",

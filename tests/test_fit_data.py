@@ -330,6 +330,7 @@ def test_kdist_fit_in_one_call_under_mirrored(tmp_path: Path):
         Y,
         epochs=2,
         validation_data=(XV, YV),
+        strategy="mirrored",
         batch_size=32,
         verbose=0,
         overrides={"runtime.logical_devices": 2, "callbacks": "minimal"},
@@ -342,4 +343,4 @@ def test_kdist_fit_in_one_call_under_mirrored(tmp_path: Path):
     assert len(history.history["val_loss"]) == 2
     assert int(exp.optimizer.iterations.numpy()) == 12
     with pytest.raises(ConfigError, match=r"^model='<lambda>': returned int, not a keras.Model"):
-        kdist.fit(lambda: 3, X, Y, overrides=["runtime.logical_devices=2"])
+        kdist.fit(lambda: 3, X, Y, strategy="mirrored", overrides=["runtime.logical_devices=2"])

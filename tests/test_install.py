@@ -29,6 +29,7 @@ def test_wheel_installs_and_trains_from_another_folder(tmp_path: Path, monkeypat
     names = zipfile.ZipFile(wheel).namelist()
     assert "kdist/conf/train.yaml" in names
     assert "kdist/conf/model/cnn.yaml" in names
+    assert "kdist/py.typed" in names  # PEP 561: a user's mypy reads kdist's annotations
 
     # A fresh virtual environment that sees the dependencies already installed here,
     # with kdist itself only from the wheel.
@@ -80,3 +81,28 @@ def test_wheel_installs_and_trains_from_another_folder(tmp_path: Path, monkeypat
     assert result.returncode == 0, result.stderr[-3000:]
     (metrics,) = elsewhere.glob("outputs/*/*/metrics.json")
     assert json.loads(metrics.read_text())["epochs"] == 1
+
+    # The installed `kdist` script: its version line, and Hydra's completion as bash asks
+    # it (`kdist -sc query=bash` with the typed line in COMP_LINE), schema entries left out.
+    script = venv / "bin" / "kdist"
+    version = subprocess.run(
+        [str(script), "--version"], cwd=elsewhere, env=env, capture_output=True, text=True
+    )
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith("kdist ") and "TensorFlow 2.21" in version.stdout
+    for line in ("kdist train strategy=", "kdist tune strategy="):
+        query = subprocess.run(
+            [str(script), "-sc", "query=bash"],
+            cwd=elsewhere,
+            env={**env, "COMP_LINE": line, "COMP_POINT": str(len(line))},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert query.returncode == 0, query.stderr
+        assert "strategy=mirrored" in query.stdout.split(), query.stdout
+        assert "base_" not in query.stdout
+    install = subprocess.run(
+        [str(script), "-sc", "install=bash"], cwd=elsewhere, env=env, capture_output=True, text=True
+    )
+    assert install.stdout.strip().endswith("-F hydra_bash_completion kdist"), install.stdout

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from hydra.utils import get_class, get_method
 
+from kdist.compat import moved
 from kdist.compat.moved import MOVED, new_name
 from kdist.config.trust import trusted_target
 from kdist.runs import plots, sweep
@@ -23,11 +24,24 @@ from kdist.runs import plots, sweep
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def _old_paths_finder():
+    """The finder the commands, `kdist.compose` and `kdist.config.instantiate` install
+    (`import kdist` alone does not); removed again when this test installed it."""
+    was_installed = moved.installed()
+    moved.install()
+    yield
+    if not was_installed:
+        sys.meta_path.remove(moved._FINDER)
+
+
 def _forget(monkeypatch: pytest.MonkeyPatch, old: str) -> None:
     """Import `old` afresh in this test (another test may have imported it already)."""
     monkeypatch.delitem(sys.modules, old, raising=False)
     parent, _, last = old.rpartition(".")
-    monkeypatch.delattr(importlib.import_module(parent), last, raising=False)
+    module = importlib.import_module(parent)
+    if last in vars(module):  # not `hasattr`: `kdist.<old name>` would load the module
+        monkeypatch.delattr(module, last)
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))

@@ -1,11 +1,17 @@
 """Module paths that moved in kdist 0.10, importable by their old names for one release.
 
-README snippets, notebooks and saved configs (`_target_: kdist.runs.sweep.SummaryCallback`)
-name modules that now live in packages (`kdist.runs.sweep`). `install()` (called by
-`import kdist`) puts one finder on `sys.meta_path` that answers only for the old names in
-`MOVED`: importing one imports the new module, warns once with a `DeprecationWarning`
-naming the new path, and binds the old name to the very same module object, so
-`kdist.runs.sweep.SummaryCallback is kdist.runs.sweep.SummaryCallback`.
+README snippets, notebooks and saved configs (`_target_: kdist.sweep.SummaryCallback`)
+name modules that now live in packages (`kdist.runs.sweep`). `install()` puts one finder on
+`sys.meta_path` that answers only for the old names in `MOVED`: importing one imports the
+new module, warns once with a `DeprecationWarning` naming the new path, and binds the old
+name to the very same module object, so
+`kdist.sweep.SummaryCallback is kdist.runs.sweep.SummaryCallback`.
+
+`import kdist` does not install it (importing kdist changes nothing in the process): the
+command-line entry points do (`kdist.process.log_level.prepare_command`), and so do
+`kdist.compose` and `kdist.config.instantiate`, which read configs that may name an old
+path. `kdist.sweep` read as an attribute of `kdist` loads the module without the finder
+(`load`).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import types
 import warnings
 from collections.abc import Sequence
 
-__all__ = ["MOVED", "install", "new_name"]
+__all__ = ["MOVED", "install", "installed", "load", "new_name"]
 
 # Old dotted path -> new dotted path (also in /docs/architecture.md's "Moved" table).
 MOVED: dict[str, str] = {
@@ -77,15 +83,31 @@ class _Alias(importlib.abc.Loader):
         return types.ModuleType(spec.name)  # replaced in `exec_module`
 
     def exec_module(self, module: types.ModuleType) -> None:
-        old = module.__name__
-        new = MOVED[old]
-        warnings.warn(
-            f"{old} moved to {new}; import {new} (the old path goes in the next release)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        # The import system returns whatever `sys.modules` holds under the old name.
-        sys.modules[old] = importlib.import_module(new)
+        load(module.__name__, stacklevel=3)
+
+
+def load(old: str, *, stacklevel: int = 2) -> types.ModuleType:
+    """The module that moved from `old`, bound to the old name too; warns once.
+
+    Args:
+        old: an old dotted path, a key of `MOVED`.
+        stacklevel: where the warning points, as in `warnings.warn`. Defaults to `2`.
+
+    Returns:
+        The module at `MOVED[old]` (the same object under both names).
+    """
+    new = MOVED[old]
+    if sys.modules.get(old) is not None and sys.modules[old].__name__ == new:
+        return sys.modules[old]
+    warnings.warn(
+        f"{old} moved to {new}; import {new} (the old path goes in the next release)",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
+    module = importlib.import_module(new)
+    # The import system returns whatever `sys.modules` holds under the old name.
+    sys.modules[old] = module
+    return module
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder):
@@ -109,3 +131,8 @@ def install() -> None:
     """Put the finder of old module paths on `sys.meta_path` (once)."""
     if _FINDER not in sys.meta_path:
         sys.meta_path.insert(0, _FINDER)
+
+
+def installed() -> bool:
+    """Whether the finder of old module paths is on `sys.meta_path`."""
+    return _FINDER in sys.meta_path

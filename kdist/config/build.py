@@ -7,6 +7,7 @@ from typing import Any
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate as hydra_instantiate
 
+from kdist.compat import moved
 from kdist.config.errors import ConfigError
 
 __all__ = ["instantiate"]
@@ -25,6 +26,7 @@ def instantiate(node: Any, /, **kwargs: Any) -> Any:
     Returns:
         What the target returned.
     """
+    moved.install()  # a saved config may name a module path that moved (kdist.compat.moved)
     try:
         return hydra_instantiate(node, **kwargs)
     except InstantiationException as error:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import fields, is_dataclass
@@ -16,8 +17,10 @@ from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from kdist.compat import moved
 from kdist.compat.tools_private import hydra_class, hydra_config_search_path
 from kdist.config.errors import ConfigError
+from kdist.config.groups import check_choices
 from kdist.config.schema import register
 
 __all__ = ["CONFIG_MODULE", "compose", "format_hydra_error"]
@@ -31,7 +34,11 @@ def compose(
     config_name: str = "train",
     config_dir: str | Path | None = None,
 ) -> DictConfig:
-    """Compose a kdist config the way `python -m kdist.train` does.
+    """Compose a kdist config the way `kdist train` (`python -m kdist.train`) does.
+
+    One rule for the strategy everywhere: `conf/train.yaml`'s default (`one_device`) unless
+    an override picks one (`strategy=mirrored`). `kdist.fit(strategy=None)` and
+    `kdist.Experiment` (which takes a composed config) follow it, as the command line does.
 
     Args:
         overrides: Hydra overrides, e.g. `["model=cnn", "trainer.epochs=3"]`.
@@ -44,6 +51,7 @@ def compose(
         The composed config (the `hydra` node left out).
 
     Raises:
+        ConfigError: for a typed schema picked as an option (`strategy=base_mirrored`).
         hydra.errors.ConfigCompositionException: for unknown keys, wrong types or options;
             `format_hydra_error` turns it into one line.
 
@@ -54,6 +62,9 @@ def compose(
     ```
     """
     register()
+    # The config may name module paths that moved (`_target_: kdist.sweep.SummaryCallback`).
+    moved.install()
+    check_choices(overrides)
     if config_dir is None:
         with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
             return hydra_compose(config_name=config_name, overrides=list(overrides))
@@ -80,10 +91,16 @@ def _initialize_with_dir(config_dir: Path) -> Iterator[None]:
         restore_gh_from_backup(backup)
 
 
-def _schema_keys(object_type: object) -> str | None:
+def _schema_keys(object_type: object) -> list[str]:
     if isinstance(object_type, type) and is_dataclass(object_type):
-        return ", ".join(f.name for f in fields(object_type) if not f.name.startswith("_"))
-    return None
+        return [f.name for f in fields(object_type) if not f.name.startswith("_")]
+    return []
+
+
+def _did_you_mean(name: str, valid: list[str], *, prefix: str = "") -> str:
+    """`did you mean X? ` for the valid name closest to `name` (difflib), else ``."""
+    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+    return f"did you mean {prefix}{close[0]}? " if close else ""
 
 
 def format_hydra_error(error: BaseException) -> str:
@@ -111,7 +128,8 @@ def format_hydra_error(error: BaseException) -> str:
                 group, _, option = missing.rpartition("/")
                 if group:
                     where = f"{group}={option}"
-                    hint = f"available: {', '.join(options)}" if options else ""
+                    guess = _did_you_mean(option, options, prefix=f"{group}=")
+                    hint = f"{guess}available: {', '.join(options)}" if options else ""
                     return f"{where}: no such option" + (f"; {hint}" if hint else "")
                 return f"config '{missing}' not found" + (
                     f"; available: {', '.join(options)}" if options else ""
@@ -123,7 +141,9 @@ def format_hydra_error(error: BaseException) -> str:
             first = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
             if isinstance(cause, ConfigKeyError) or "not in" in first or "not in struct" in first:
                 valid = _schema_keys(getattr(cause, "object_type", None))
-                hint = f"; valid keys: {valid}" if valid else ""
+                parent, _, name = str(full_key).rpartition(".")
+                guess = _did_you_mean(name, valid, prefix=f"{parent}." if parent else "")
+                hint = f"; {guess}valid keys: {', '.join(valid)}" if valid else ""
                 return f"{full_key or first}: unknown key{hint}"
             if isinstance(cause, ValidationError):
                 return f"{full_key}: {first}" if full_key else first

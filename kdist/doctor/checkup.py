@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
 
+from kdist.command import program
 from kdist.doctor.environment import check_cluster, check_launch_network, device_rows
 from kdist.doctor.probes import (
     MULTI_PROCESS,
@@ -110,7 +111,7 @@ def run_doctor(
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `python -m kdist.doctor`."""
     parser = argparse.ArgumentParser(
-        prog="python -m kdist.doctor",
+        prog=program("kdist.doctor"),
         description="Check that this install can train with kdist, and under which strategies.",
     )
     parser.add_argument(

@@ -1,0 +1,288 @@
+"""`kdist`: one command for every entry point; `kdist X ...` is `python -m kdist.X ...`.
+
+Each subcommand hands its arguments, unchanged, to the `main()` of its module, so
+`kdist train model=cnn` and `python -m kdist.train model=cnn` are the same run. Only this
+dispatcher is new; it imports nothing of TensorFlow (`kdist --version` reads the installed
+versions from the package metadata).
+
+Hydra's shell completion (`eval "$(kdist -sc install=bash)"`) asks the installed script
+`kdist -sc query=bash` with the line typed so far in `COMP_LINE`: the dispatcher completes
+the subcommand's name, and hands the rest of the line to the Hydra app of `kdist train` or
+`kdist tune` (schema entries such as `base_mirrored` left out).
+
+Example:
+
+```bash
+kdist --help
+kdist train model=cnn strategy=mirrored runtime.logical_devices=2
+kdist tune tuner=bayesian tuner.max_trials=8
+kdist launch --workers 2 -- strategy=multi_worker_mirrored
+```
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import importlib
+import io
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import metadata
+
+from kdist.process.exit_codes import EXIT_CONFIG_ERROR, EXIT_OK
+
+__all__ = [
+    "COMMANDS",
+    "Command",
+    "help_from_docstring",
+    "main",
+    "prepare_command",
+    "program",
+    "usage",
+    "version_text",
+]
+
+PROG = "kdist"
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand of `kdist`.
+
+    Args:
+        module: the module whose `main()` runs it (`python -m <module>` is the same).
+        summary: one line for `kdist --help`.
+        hydra: whether it is a Hydra app (it completes overrides in the shell).
+            Defaults to `False`.
+    """
+
+    module: str
+    summary: str
+    hydra: bool = False
+
+
+COMMANDS: dict[str, Command] = {
+    "train": Command(
+        "kdist.train", "train one job, or a multirun of jobs (Hydra overrides)", hydra=True
+    ),
+    "tune": Command(
+        "kdist.tune", "search hyperparameters with keras-tuner; each trial a train job", hydra=True
+    ),
+    "launch": Command(
+        "kdist.launch", "run a job as a local multi-worker or parameter-server cluster"
+    ),
+    "evaluate": Command("kdist.evaluate", "evaluate a finished run again (run_dir=...)"),
+    "predict": Command("kdist.predict", "write a run's predictions.npz (run_dir=...)"),
+    "doctor": Command(
+        "kdist.doctor.checkup", "check this install: versions, devices, each strategy"
+    ),
+    "docs": Command("kdist.docs", "generate the configuration reference pages (docs/)"),
+    "server": Command(
+        "kdist.server", "serve one worker or ps task of a parameter-server cluster (TF_CONFIG)"
+    ),
+}
+
+_SHELL_COMPLETION = ("-sc", "--shell-completion")
+
+
+def prepare_command() -> None:
+    """What every entry point sets up in its process, and `import kdist` does not.
+
+    Old module paths that saved configs name import (`kdist.compat.moved`), and the help
+    templates of `conf/train.yaml` and `conf/tune.yaml` find their resolver. The entry
+    points set the log level themselves, from their arguments
+    (`kdist.process.runtime.quiet_tensorflow`).
+    """
+    from kdist.compat import moved
+    from kdist.config.groups import register_help_resolver
+
+    moved.install()
+    register_help_resolver()
+
+
+def program(module: str) -> str:
+    """The command's name for usage lines: `kdist launch` when run as that, else
+    `python -m kdist.launch` (the `kdist` command puts its name in `sys.argv[0]`).
+
+    Args:
+        module: the entry point's module, e.g. `kdist.launch`.
+
+    Returns:
+        The name to show.
+    """
+    first = sys.argv[0] if sys.argv else ""
+    return first if first.startswith(f"{PROG} ") else f"python -m {module}"
+
+
+def help_from_docstring(doc: str | None, module: str) -> str:
+    """The `--help` of a command without argparse: its module docstring, for a terminal.
+
+    Args:
+        doc: the module's docstring (written for people: what it does, its arguments,
+            examples).
+        module: the module, e.g. `kdist.evaluate`; its `python -m` form in the text becomes
+            the name the command was run by (`program`).
+
+    Returns:
+        The text, without the Markdown code fences.
+    """
+    lines = [line for line in (doc or "").strip().splitlines() if not line.startswith("```")]
+    return "\n".join(lines).replace(f"python -m {module}", program(module))
+
+
+def version_text() -> str:
+    """kdist's version with TensorFlow's and Keras's, read from the installed metadata.
+
+    Returns:
+        One line, e.g. `kdist 0.9.0 (TensorFlow 2.21.0, Keras 3.15.1, Python 3.11.9)`.
+    """
+    from kdist import __version__
+
+    def installed(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    python = ".".join(str(part) for part in sys.version_info[:3])
+    return (
+        f"kdist {__version__} (TensorFlow {installed('tensorflow')}, "
+        f"Keras {installed('keras')}, Python {python})"
+    )
+
+
+def usage() -> str:
+    """The text of `kdist --help`: one line per subcommand."""
+    width = max(len(name) for name in COMMANDS)
+    lines = [
+        f"usage: {PROG} <command> [arguments]",
+        "",
+        "Train Keras 3 models under any tf.distribute strategy by changing one word of config.",
+        "`kdist <command> ...` is `python -m kdist.<command> ...`, with the same arguments.",
+        "",
+        "commands:",
+        *(f"  {name.ljust(width)}  {command.summary}" for name, command in COMMANDS.items()),
+        "",
+        "options:",
+        "  -h, --help     show this message",
+        "  -V, --version  show kdist's, TensorFlow's and Keras's versions",
+        "",
+        f"`{PROG} <command> --help` shows a command's own help. Examples:",
+        f"  {PROG} train model=cnn strategy=mirrored runtime.logical_devices=2 trainer.epochs=3",
+        f"  {PROG} train -m optimizer.learning_rate=1e-3,3e-3",
+        f"  {PROG} launch --workers 2 -- strategy=multi_worker_mirrored",
+        f'Shell completion (bash): eval "$({PROG} -sc install=bash)"',
+    ]
+    return "\n".join(lines)
+
+
+def _unknown(name: str) -> str:
+    close = difflib.get_close_matches(name, list(COMMANDS), n=1)
+    guess = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"{PROG}: unknown command '{name}'{guess}; commands: {', '.join(COMMANDS)}"
+
+
+def _run(name: str, args: Sequence[str]) -> None:
+    """Run subcommand `name` as `python -m <its module> args...` would."""
+    command = COMMANDS[name]
+    # Hydra and argparse read sys.argv; Hydra names the app by argv[0] in its completion
+    # script, which must register the installed `kdist` (bash completes by the first word).
+    completion_script = any(arg in _SHELL_COMPLETION for arg in args) and not _completion_query(
+        args
+    )
+    sys.argv = [PROG if completion_script else f"{PROG} {name}", *args]
+    prepare_command()
+    module = importlib.import_module(command.module)
+    module.main()
+
+
+def _completion_query(args: Sequence[str]) -> bool:
+    return any(arg.startswith("query=") for arg in args)
+
+
+def _complete(args: Sequence[str]) -> None:
+    """Answer the shell's `kdist -sc query=bash`: the words that may come next.
+
+    `COMP_LINE` holds the line typed so far (`kdist train strategy=mi`). Before a
+    subcommand is complete, the subcommands; after `train` or `tune`, that app's answer.
+    """
+    line = os.environ.get("COMP_LINE", "")
+    words = line.split()
+    if len(words) < 2 or (len(words) == 2 and not line.endswith(" ")):
+        prefix = words[1] if len(words) == 2 else ""
+        print(" ".join(name for name in COMMANDS if name.startswith(prefix)))
+        return
+    command = COMMANDS.get(words[1])
+    if command is None or not command.hydra:
+        print("")  # the shell falls back to file names
+        return
+    _query(words[1], args)
+
+
+def _query(name: str, args: Sequence[str]) -> None:
+    """Hydra's completion for `kdist <name> ...`, without schema entries (`base_mirrored`).
+
+    Hydra drops the first word of `COMP_LINE` (the program) and reads the rest as
+    overrides, so the subcommand's name is dropped too.
+    """
+    line = os.environ.get("COMP_LINE", "")
+    words = line.split()
+    if len(words) >= 2 and words[1] == name:
+        os.environ["COMP_LINE"] = f"{PROG}{line.split(name, 1)[1]}"
+    answer = io.StringIO()
+    with contextlib.redirect_stdout(answer), contextlib.suppress(SystemExit):
+        _run(name, list(args))
+    kept = [word for word in answer.getvalue().split() if not _is_schema_choice(word)]
+    print(" ".join(kept))
+
+
+def _is_schema_choice(word: str) -> bool:
+    from kdist.config.groups import is_schema_option
+
+    _, sep, option = word.partition("=")
+    return bool(sep) and is_schema_option(option)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the `kdist` command (and of `python -m kdist`).
+
+    Args:
+        argv: the arguments after `kdist`. Defaults to `None`: `sys.argv[1:]`.
+
+    Raises:
+        SystemExit: 0 after `--help` or `--version`; 2 (`EXIT_CONFIG_ERROR`) for a
+            missing or unknown subcommand, with one line naming the valid ones; a
+            subcommand's own status otherwise.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        print(usage(), file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG_ERROR)
+    first, rest = args[0], args[1:]
+    if first in ("-h", "--help"):
+        print(usage())
+        raise SystemExit(EXIT_OK)
+    if first in ("-V", "--version"):
+        print(version_text())
+        raise SystemExit(EXIT_OK)
+    if first in _SHELL_COMPLETION:
+        if _completion_query(rest):
+            _complete(args)
+            return
+        # The completion script is the same for every Hydra app: train's prints it.
+        _run("train", args)
+        return
+    if first not in COMMANDS:
+        print(_unknown(first), file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG_ERROR)
+    if COMMANDS[first].hydra and _completion_query(rest):
+        _query(first, rest)
+        return
+    _run(first, rest)
+
+
+if __name__ == "__main__":
+    main()
