@@ -126,7 +126,6 @@ def test_without_a_terminal_the_bar_is_one_plain_line_per_epoch(monkeypatch, cap
     ]
 
 
-@pytest.mark.slow  # ~15 s: a kdist.train process
 def test_a_train_log_redirected_to_a_file_holds_no_terminal_code(tmp_path: Path):
     log = tmp_path / "train.out"
     with log.open("w") as handle:
