@@ -43,7 +43,7 @@ def task_overrides() -> list[str] | None:
     if not HydraConfig.initialized():
         return None
     hydra_cfg = HydraConfig.get()
-    if hydra_cfg.job.get("name") != "train":
+    if hydra_cfg.job.name != "train":
         return None
     return [str(o) for o in hydra_cfg.overrides.task]
 
