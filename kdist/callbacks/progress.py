@@ -192,7 +192,7 @@ class ProgressBar(keras.callbacks.ProgbarLogger):
         if not self._lines:
             super().on_epoch_begin(epoch, logs)
             return
-        self._reset_progbar()
+        self.seen, self.progbar = 0, None
         self._epoch_start = time.perf_counter()
         self._window = self._last = None
         self._steady = False
