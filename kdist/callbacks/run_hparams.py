@@ -3,7 +3,7 @@
 Every `kdist.train` run with TensorBoard on records the keys its command overrode (Hydra's
 task overrides: the swept ones in a multirun) and its final metrics, the objective among
 them, in `tensorboard/` of its run folder, with the tuner's writer
-(`kdist.tuning.hparams.write_session`). Then
+(`kdist.runs.hparams.write_session`). Then
 
 ```bash
 python -m kdist.train -m optimizer.learning_rate=1e-3,3e-3 model=mlp,cnn
@@ -24,6 +24,8 @@ from typing import Any
 
 import keras
 from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from kdist.runs.hparams import write_session
 
 __all__ = ["RunHParams", "overridden_values", "task_overrides"]
 
@@ -113,9 +115,6 @@ class RunHParams(keras.callbacks.Callback):
         self._logs.update(logs or {})
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
-        # Imported here: the tuning package imports the experiment, which imports this.
-        from kdist.tuning.hparams import write_session
-
         metrics = {}
         for name, value in {**self._logs, **(logs or {})}.items():
             try:
