@@ -1,7 +1,9 @@
-"""Progress bar (steps/s, examples/s) and TensorFlow's start-up noise. Cost: ~5 s (+10 s slow)."""
+"""Progress bar and epoch lines (steps/s, examples/s), plain logs, batch hooks, TensorFlow's
+start-up noise. Cost: ~8 s (+25 s slow)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -14,7 +16,8 @@ import pytest
 from helpers import compose
 
 import kdist
-from kdist.callbacks.progress import ProgressBar
+from kdist.callbacks import batch_hooks
+from kdist.callbacks.progress import ProgressBar, epoch_line
 from kdist.process import quiet
 
 
@@ -27,7 +30,7 @@ def _bar_list(bar: ProgressBar, *, steps: int, verbose: int = 1) -> keras.callba
 def test_progress_bar_shows_throughput_excluding_the_first_call(monkeypatch, capsys):
     now = [100.0]
     monkeypatch.setattr(time, "time", lambda: now[0])
-    bar = ProgressBar(examples_per_step=32)
+    bar = ProgressBar(examples_per_step=32, terminal=True)
     callbacks = _bar_list(bar, steps=24)
     # Keras adds no second bar when one is in the list.
     assert sum(isinstance(c, keras.callbacks.ProgbarLogger) for c in callbacks.callbacks) == 1
@@ -41,7 +44,7 @@ def test_progress_bar_shows_throughput_excluding_the_first_call(monkeypatch, cap
     now[0] = 115.0  # validation time does not count
     callbacks.on_epoch_end(0, {"loss": 0.8, "val_loss": 0.7})
     final = capsys.readouterr().out.replace("\b", "").split("\r")[-1]
-    assert "8.00 steps/s - 256 examples/s" in final
+    assert "steady 8.00 steps/s, 256 examples/s" in final
     assert "loss: 0.8000" in final and "val_loss: 0.7000" in final
 
 
@@ -54,7 +57,8 @@ def test_progress_bar_one_line_per_epoch_at_verbose_2(capsys):
         callbacks.on_train_batch_end(step, {"loss": 1.0})
     callbacks.on_epoch_end(0, {"loss": 1.0})
     lines = [line for line in capsys.readouterr().out.splitlines() if line]
-    assert len(lines) == 1 and re.search(r"steps/s - [\d,]+ examples/s - loss", lines[0])
+    assert len(lines) == 1
+    assert re.search(r"steady [\d.,]+ steps/s, [\d.,]+ examples/s - loss", lines[0])
 
 
 def test_progress_bar_checks_its_argument():
@@ -62,12 +66,172 @@ def test_progress_bar_checks_its_argument():
         ProgressBar(examples_per_step=0)
 
 
-def test_fit_prints_one_bar_per_epoch_with_examples_per_second(tmp_path: Path, capsys):
-    cfg = compose(["trainer=fast_dev", "trainer.verbose=1", f"run_dir={tmp_path}"])
-    kdist.Experiment(cfg).fit()
+TERMINAL_CODES = re.compile(r"[\x1b\r\b]")
+
+
+def test_epoch_line_is_keras_verbose_2_in_one_plain_line():
+    line = epoch_line(
+        epoch=1,
+        epochs=3,
+        step=10,
+        steps=10,
+        seconds=0.42,
+        steps_per_second=250.0,
+        examples_per_step=64,
+        steady=True,
+        logs={"loss": 0.45213, "val_loss": 0.0001234, "note": "text"},
+    )
+    assert line == (
+        "Epoch 2/3 - 10/10 steps - 0.4s - steady 250 steps/s, 16,000 examples/s"
+        " - loss: 0.4521 - val_loss: 1.2340e-04"
+    )
+    tracing = epoch_line(
+        epoch=0,
+        epochs=1,
+        step=5,
+        steps=5,
+        seconds=12.3,
+        steps_per_second=0.5,
+        examples_per_step=32,
+        steady=False,
+        logs=None,
+    )
+    assert tracing == "Epoch 1/1 - 5/5 steps - 12s - 0.50 steps/s, 16.0 examples/s incl. first call"
+
+
+def test_without_a_terminal_the_bar_is_one_plain_line_per_epoch(monkeypatch, capsys):
+    now = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+    bar = ProgressBar(examples_per_step=32, terminal=False)
+    callbacks = _bar_list(bar, steps=16, verbose=1)
+    callbacks.set_params({"verbose": 1, "epochs": 2, "steps": 16})
+    callbacks.on_train_begin()
+    # Epoch 1: the first call (8 steps) traces for 10 s, the second takes 1 s; then 3 s
+    # of validation. Epoch 2: two calls of 0.5 s.
+    for epoch, calls, end in ((0, ((0, 10.0), (8, 11.0)), 14.0), (1, ((0, 14.5), (8, 15.0)), 15.0)):
+        callbacks.on_epoch_begin(epoch)
+        for first_step, done_at in calls:
+            callbacks.on_train_batch_begin(first_step)
+            now[0] = done_at
+            callbacks.on_train_batch_end(first_step + 7, {"loss": 1.0})
+        now[0] = end
+        callbacks.on_epoch_end(epoch, {"loss": 0.5, "val_loss": 0.25})
     out = capsys.readouterr().out
-    assert out.count("Epoch ") == 2
-    assert out.count("examples/s") >= 2
+    assert not TERMINAL_CODES.search(out)
+    assert out.splitlines() == [
+        "Epoch 1/2 - 16/16 steps - 14s - steady 8.00 steps/s, 256 examples/s"
+        " - loss: 0.5000 - val_loss: 0.2500",
+        "Epoch 2/2 - 16/16 steps - 1.0s - steady 16.0 steps/s, 512 examples/s"
+        " - loss: 0.5000 - val_loss: 0.2500",
+    ]
+
+
+def test_a_train_log_redirected_to_a_file_holds_no_terminal_code(tmp_path: Path):
+    log = tmp_path / "train.out"
+    with log.open("w") as handle:
+        done = subprocess.run(
+            [sys.executable, "-m", "kdist.train", "trainer=fast_dev", "trainer.epochs=3"],
+            cwd=tmp_path,
+            stdout=handle,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=600,
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = log.read_text()
+    assert not TERMINAL_CODES.search(text), repr(text)
+    epochs = [line for line in text.splitlines() if line.startswith("Epoch ")]
+    assert [line.split(" - ")[0] for line in epochs] == ["Epoch 1/3", "Epoch 2/3", "Epoch 3/3"]
+    assert all(re.search(r" - steady [\d.,]+ steps/s, [\d,.]+ examples/s - ", e) for e in epochs)
+
+
+def test_the_launcher_relays_worker_lines_without_terminal_codes():
+    import io
+    import threading
+    from types import SimpleNamespace
+
+    from kdist.launcher.tasks import Task, _pump, plain
+
+    assert plain("\x1b[1m3/10\x1b[0m \x1b[32m━━\x1b[0m\b\b \x1b]0;title\x07ok\tdone") == (
+        "3/10 ━━ ok\tdone"
+    )
+    # A bar drawn for a terminal: redraws end with carriage returns, codes everywhere.
+    raw = b"\x1b[1m1/2\x1b[0m 1s\r\b\b\b\x1b[1m2/2\x1b[0m 2s\n\nEpoch 2/2 - ok\n"
+    task = Task("worker", 1, [], {}, trains=True)
+    task.process = SimpleNamespace(stdout=io.TextIOWrapper(io.BytesIO(raw), newline=None))
+    output = io.StringIO()
+    _pump(task, output, threading.Lock())
+    assert output.getvalue().splitlines() == [
+        "[worker 1] 1/2 1s",
+        "[worker 1] 2/2 2s",
+        "[worker 1] ",
+        "[worker 1] Epoch 2/2 - ok",
+    ]
+
+
+def test_cluster_recipes_log_one_line_per_epoch():
+    recipes = sorted((Path(__file__).parents[1] / "recipes" / "cluster").iterdir())
+    trainers = [p for p in recipes if "kdist.train strategy=" in p.read_text()]
+    assert len(trainers) == 7
+    for path in trainers:
+        assert "trainer.verbose=2" in path.read_text(), path.name
+
+
+class _EveryBatch(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.calls += 1
+
+
+def test_batch_hooks_note_names_the_hooks_and_the_fix():
+    lam = keras.callbacks.LambdaCallback(on_batch_end=lambda batch, logs: None)
+    note = batch_hooks.batch_hook_note(
+        [_EveryBatch(), lam, keras.callbacks.EarlyStopping()], steps_per_execution=8
+    )
+    assert note is not None
+    assert note.startswith("_EveryBatch.on_train_batch_end, LambdaCallback.on_batch_end run once ")
+    assert "every 8 steps" in note and "set trainer.steps_per_execution=1" in note
+    assert batch_hooks.batch_hook_note([_EveryBatch()], steps_per_execution=1) is None
+    assert batch_hooks.batch_hook_note([keras.callbacks.History()], steps_per_execution=8) is None
+
+    class _Validation(keras.callbacks.Callback):
+        def on_test_batch_end(self, batch, logs=None):
+            pass
+
+    only_test = batch_hooks.batch_hook_note([_Validation()], steps_per_execution=1)
+    assert only_test == (
+        "_Validation.on_test_batch_end are not called during fit: kdist validates the whole "
+        "split in one call"
+    )
+
+
+def test_fit_into_a_pipe_prints_plain_lines_and_says_once_how_batch_hooks_run(
+    tmp_path: Path, caplog, capsys
+):
+    # capsys's stdout is no terminal, as a file or a pod's log.
+    overrides = ["trainer=fast_dev", "trainer.verbose=1", "trainer.steps_per_execution=5"]
+    cfg = compose([*overrides, f"run_dir={tmp_path}"])
+    exp = kdist.Experiment(cfg)
+    batch_hooks._said.clear()
+    first, second = _EveryBatch(), _EveryBatch()
+    with caplog.at_level(logging.WARNING, logger="kdist.callbacks.batch_hooks"):
+        exp.fit(callbacks=[first])
+        exp.fit(epochs=1, callbacks=[second])
+    out = capsys.readouterr().out
+    assert not TERMINAL_CODES.search(out)
+    epochs = [line for line in out.splitlines() if line.startswith("Epoch ")]
+    assert [line.split(" - ")[0] for line in epochs] == ["Epoch 1/2", "Epoch 2/2", "Epoch 3/3"]
+    assert all(" examples/s" in line and " val_loss: " in line for line in epochs)
+    # 5 steps an epoch in one call: each fit's first call is a whole epoch.
+    assert "examples/s incl. first call - " in epochs[0]
+    assert " - steady " in epochs[1] and "examples/s incl. first call - " in epochs[2]
+    notes = [r.getMessage() for r in caplog.records if r.name == "kdist.callbacks.batch_hooks"]
+    assert len(notes) == 1, notes
+    assert "_EveryBatch.on_train_batch_end run once every 5 steps" in notes[0]
+    assert (first.calls, second.calls) == (2, 1)
 
 
 def test_filtered_stderr_drops_only_matching_lines(capfd):

@@ -57,6 +57,47 @@ def test_multirun_writes_a_folder_per_job_and_summary_csv(tmp_path: Path):
         assert row["overrides"].startswith("optimizer.learning_rate=")
 
 
+def test_a_two_job_multirun_compares_in_tensorboard_and_plots_the_swept_value(tmp_path: Path):
+    from hparams_events import sessions
+
+    from kdist.runs import plots
+
+    sweep = tmp_path / "sweep"
+    done = run_module(
+        "kdist.train",
+        [
+            "-m",
+            "optimizer.learning_rate=1e-3,3e-3",
+            *FAST,
+            "callbacks.tensorboard.enabled=true",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for job, rate in (("0", 1e-3), ("1", 3e-3)):
+        (session,) = sessions(sweep / job / "tensorboard")
+        assert session["group"] == job
+        assert session["hparams"]["optimizer.learning_rate"] == pytest.approx(rate)
+        assert session["hparams"]["callbacks"] == "minimal"
+        objective = json.loads((sweep / job / "metrics.json").read_text())["objective"]
+        assert objective["name"] == "val_accuracy"
+        assert session["scalars"]["val_accuracy"] == pytest.approx(objective["value"])
+    # The plot: the objective against the swept value, the objective's own direction.
+    (ax,) = plots.sweep_figure(sweep / "summary.csv").axes
+    assert ax.get_xlabel() == "optimizer.learning_rate"
+    points = next(line for line in ax.get_lines() if line.get_label() == "val_accuracy")
+    assert list(points.get_xdata()) == pytest.approx([0.001, 0.003])
+    assert ax.get_ylabel() == "val_accuracy (max)"
+    assert (sweep / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The multirun's last line says where its files are.
+    assert (
+        f"summary {sweep / 'summary.csv'}, plot {sweep / 'summary.png'}; "
+        f"compare the jobs: tensorboard --logdir {sweep} (HParams tab)"
+    ) in done.stdout
+
+
 def test_a_mirrored_sweep_runs_every_job_on_both_replicas(tmp_path: Path):
     # The jobs of a multirun share one process: each builds its own MirroredStrategy on
     # the 2 logical CPUs the first one set up.

@@ -372,7 +372,8 @@ def test_digits_on_two_workers_and_one_ps(tmp_path: Path):
     assert (run_dir / "checkpoints" / "checkpoint").is_file()
     assert re.search(r"\[chief 0\] validation accuracy: 0\.9\d+", text)
     # The progress bar (one line per epoch at verbose=2) follows the scheduled steps.
-    assert len(re.findall(r"\[chief 0\] 22/22 - .* steps/s - .* val_accuracy", text)) == 10
+    epochs = r"\[chief 0\] Epoch \d+/10 - 22/22 steps - .* steps/s, .* val_accuracy"
+    assert len(re.findall(epochs, text)) == 10
     assert "[launch] every task finished" in text
     assert not any(alive(pid) for pid in launch_pids(text).values())
     # The exported model, evaluated on one device here, gives the run's metrics.

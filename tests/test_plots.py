@@ -222,3 +222,94 @@ def test_summary_csv_objective_named_by_objective_name():
     assert ax.get_ylabel() == "val_loss (min)"
     best = next(line for line in ax.get_lines() if line.get_label() == "best")
     assert list(best.get_ydata()) == [0.3]
+
+
+def _summary(rows: list[dict]) -> list[dict]:
+    """summary.csv rows: `overrides` holds each job's command-line overrides."""
+    return [
+        {
+            **row,
+            "status": "COMPLETED",
+            "overrides": " ".join(f"{k}={row[k]}" for k in ("optimizer.learning_rate", "model")),
+        }
+        for row in rows
+    ]
+
+
+MULTIRUN = _summary(
+    [
+        {"job": "0", "optimizer.learning_rate": "0.001", "model": "mlp", "objective": "0.30"},
+        {"job": "1", "optimizer.learning_rate": "0.001", "model": "cnn", "objective": "0.20"},
+        {"job": "2", "optimizer.learning_rate": "0.003", "model": "mlp", "objective": "0.25"},
+        {"job": "3", "optimizer.learning_rate": "0.003", "model": "cnn", "objective": ""},
+    ]
+)
+for _row in MULTIRUN:
+    _row.update(objective_name="val_mae", objective_direction="min", trainer="fast_dev")
+
+
+def test_a_multirun_plot_has_a_panel_per_swept_key_against_its_values():
+    assert plots.swept_keys(MULTIRUN) == ["optimizer.learning_rate", "model"]
+    figure = plots.sweep_figure(MULTIRUN)
+    rate, model = (ax for ax in figure.axes if ax.get_visible())
+    assert (rate.get_xlabel(), model.get_xlabel()) == ("optimizer.learning_rate", "model")
+    points = {line.get_label(): line for line in rate.get_lines()}
+    # The job without a value is left out; the x axis holds the swept values.
+    assert list(points["val_mae"].get_xdata()) == [0.001, 0.001, 0.003]
+    assert list(points["val_mae"].get_ydata()) == [0.30, 0.20, 0.25]
+    # val_mae with direction min: the minimum is best, in every panel.
+    assert list(points["best"].get_xdata()) == [0.001] and list(points["best"].get_ydata()) == [0.2]
+    assert rate.get_ylabel() == "val_mae (min)"
+    # A categorical key: categories at 0, 1 in the sweep's order, named on the axis.
+    categories = {line.get_label(): line for line in model.get_lines()}
+    assert list(categories["val_mae"].get_xdata()) == [0.0, 1.0, 0.0]
+    assert [t.get_text() for t in model.get_xticklabels()] == ["mlp", "cnn"]
+    assert list(categories["best"].get_xdata()) == [1.0]
+    assert "(1 without a value)" in figure.get_suptitle()
+
+
+def test_the_direction_is_the_objectives_not_a_guess_from_its_name():
+    # A metric named like a score but minimised: the recorded direction wins.
+    rows = [
+        {"job": "0", "objective": "0.9", "objective_name": "score", "objective_direction": "min"},
+        {"job": "1", "objective": "0.5", "objective_name": "score", "objective_direction": "min"},
+    ]
+    (ax,) = plots.sweep_figure(rows).axes
+    best = next(line for line in ax.get_lines() if line.get_label() == "best")
+    assert list(best.get_ydata()) == [0.5]
+    # Without a recorded direction, kdist's rule for the name: val_mae is an error.
+    rows = [{k: v for k, v in r.items() if k != "objective_direction"} for r in MULTIRUN]
+    (ax, _) = (a for a in plots.sweep_figure(rows).axes if a.get_visible())
+    assert ax.get_ylabel() == "val_mae (min)"
+
+
+def test_one_swept_key_gives_one_panel_titled_with_it():
+    rows = _summary(
+        [
+            {"job": "0", "optimizer.learning_rate": "0.001", "model": "mlp", "objective": "0.9"},
+            {"job": "1", "optimizer.learning_rate": "0.003", "model": "mlp", "objective": "0.8"},
+        ]
+    )
+    (ax,) = plots.sweep_figure(rows).axes
+    assert ax.get_xlabel() == "optimizer.learning_rate"
+    assert ax.get_title() == "objective (max) vs optimizer.learning_rate"
+    assert ax.get_xscale() == "linear"  # not two decades apart
+
+
+def test_the_multirun_end_says_where_the_summary_and_plot_are(tmp_path: Path):
+    from kdist.runs.sweep import where_message
+
+    table = _write_csv(tmp_path / "summary.csv", MULTIRUN)
+    rows = [dict(r) for r in MULTIRUN]
+    assert where_message(table, rows) == (
+        f"kdist: multirun done, 4 of 4 job(s) completed; summary {table} "
+        "(no plot: no job has a value to draw)"
+    )
+    plots.write_sweep(table)
+    (tmp_path / "0" / "tensorboard").mkdir(parents=True)
+    rows[0]["run_dir"] = "0"
+    assert where_message(table, rows) == (
+        f"kdist: multirun done, 4 of 4 job(s) completed; summary {table}, "
+        f"plot {tmp_path / 'summary.png'}; compare the jobs: tensorboard --logdir {tmp_path} "
+        "(HParams tab)"
+    )

@@ -1,9 +1,10 @@
 """Every callback of a run, built in one place: configured, fault tolerance and display.
 
 `build` makes what the `callbacks` node configures (TensorBoard, speed scalars, profile,
-CSV log, early stopping, extra callbacks); `build_run` adds the NaN guard, the savers of
-`checkpoints/` and `backup/`, the best-model export, the preemption save, `curves.png` and
-the progress bar, in the order they run.
+CSV log, early stopping, extra callbacks); `build_run` adds the NaN guard, the run's
+TensorBoard HParams, the savers of `checkpoints/` and `backup/`, the best-model export,
+the preemption save, `curves.png` and the progress bar, in the order they run, and says
+once when a user's callback has batch hooks that run less often than in `fit`.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ import keras
 import tensorflow as tf
 
 from kdist.callbacks import cluster_speed
+from kdist.callbacks.batch_hooks import say_batch_hooks
 from kdist.callbacks.best_model import BestModelExport
 from kdist.callbacks.curves import Curves
 from kdist.callbacks.guards import NonFiniteGuard
 from kdist.callbacks.preemption import PreemptionSave
 from kdist.callbacks.profile import ProfileSteps, profile_range
 from kdist.callbacks.progress import ProgressBar
+from kdist.callbacks.run_hparams import RunHParams, overridden_values, task_overrides
 from kdist.callbacks.speed import TrainingSpeed
 from kdist.callbacks.tensorboard import EpochTensorBoard
 from kdist.config.build import instantiate
@@ -178,7 +181,8 @@ def build_run(
         is_chief: this process writes the run's files.
         directions: metric name -> `min` or `max`, for monitored metrics.
         extra: the caller's callbacks, after the configured ones. Defaults to `()`.
-        verbose: 0 silent, 1 progress bar, 2 one line per epoch. Defaults to `0`.
+        verbose: 0 silent, 1 progress bar (one line per epoch when standard output is
+            not a terminal), 2 one line per epoch. Defaults to `0`.
 
     Returns:
         The callbacks in the order they run, the savers, and the best-model export.
@@ -189,14 +193,23 @@ def build_run(
     if node.nan_guard:
         run.callbacks.append(NonFiniteGuard())
     with strategy.scope():
-        run.callbacks += build(
+        configured = build(
             node,
             output_dir=output_dir,
             directions=directions,
             resuming=resuming,
             examples_per_step=int(cfg.trainer.global_batch_size),
         )
-    run.callbacks += list(extra)
+    run.callbacks += configured + list(extra)
+    # `build` puts the `callbacks.extra` ones last: with the caller's, the user's callbacks.
+    users = configured[len(configured) - len(node.extra or []) :] + list(extra)
+    if is_chief:
+        say_batch_hooks(users, steps_per_execution=int(cfg.trainer.steps_per_execution))
+    overrides = task_overrides()
+    if is_chief and node.tensorboard.enabled and overrides is not None:
+        # The command's overrides with the final metrics: TensorBoard's HParams tab.
+        hparams = overridden_values(overrides, cfg)
+        run.callbacks.append(RunHParams(log_dir=output_dir / layout.TENSORBOARD, hparams=hparams))
     savers = _savers(
         node,
         model=controller.model,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -36,6 +37,7 @@ __all__ = [
     "exit_status",
     "free_ports",
     "given_run_dir",
+    "plain",
     "plan_tasks",
     "port_race",
     "signal_group",
@@ -284,12 +286,33 @@ def port_race(task: Task) -> bool:
     return any(marker in text for marker in _PORT_RACE_MARKERS)
 
 
+# Terminal codes a task may still print (a program's colours, a bar drawn for a
+# terminal): ANSI escape sequences (CSI and OSC), backspaces and other control
+# characters but the tab. A carriage return already ends a line here (text mode).
+_TERMINAL_CODES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC: window titles, links
+    r"|\x1b[@-Z\\-_]"  # other two-character escapes
+    r"|[\x00-\x08\x0b-\x1f\x7f]"
+)
+
+
+def plain(line: str) -> str:
+    """`line` without terminal codes: what a log file or `[worker N]` line should hold."""
+    return _TERMINAL_CODES.sub("", line)
+
+
 def _pump(task: Task, output: IO[str], lock: threading.Lock) -> None:
     assert task.process is not None and task.process.stdout is not None
-    for line in task.process.stdout:
-        task.tail.append(line)
+    # Text mode reads a carriage return as a line end: a redrawn bar arrives as lines.
+    for raw in task.process.stdout:
+        task.tail.append(raw)
+        text = raw.rstrip("\n")
+        line = plain(text)
+        if text and not line.strip():
+            continue  # nothing but codes: what is left of a redraw
         with lock:
-            output.write(f"[{task.name}] {line}")
+            output.write(f"[{task.name}] {line}\n")
             output.flush()
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "OBJECTIVE_COLUMNS",
     "history_figure",
     "sweep_figure",
+    "swept_keys",
     "write_curves",
     "write_figure",
     "write_sweep",
@@ -218,27 +219,79 @@ def _pick(columns: Sequence[str], wanted: str | None, candidates: Sequence[str],
     )
 
 
+def swept_keys(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The keys a multirun swept: overrides whose value differs between its jobs.
+
+    Read from `summary.csv`'s `overrides` column (each job's `key=value` overrides), in
+    the order the command gave them; a table without that column (a tuner's
+    `trials.csv`) has none.
+    """
+    keys: list[str] = []
+    for row in rows:
+        for word in str(row.get("overrides") or "").split():
+            key, sep, _ = word.partition("=")
+            key = key.lstrip("+")
+            if sep and key in row and key not in keys:
+                keys.append(key)
+    swept = []
+    for key in keys:
+        values = {str(row.get(key, "")).strip() for row in rows}
+        if len(values) > 1:
+            swept.append(key)
+    return swept
+
+
+def _direction(rows: Sequence[Mapping[str, Any]], objective: str, label: str) -> str:
+    """The objective's direction: the one `summary.csv` recorded, else kdist's rule."""
+    from kdist.config.objective import direction_of
+
+    if objective == "objective":
+        recorded = {str(r.get("objective_direction") or "") for r in rows} - {""}
+        if len(recorded) == 1:
+            return recorded.pop()
+    return direction_of(label)
+
+
+def _axis_values(rows: Sequence[Mapping[str, Any]], key: str) -> tuple[list[float], list[str]]:
+    """A panel's x values: numbers as they are, else categories at 0, 1, ... (named)."""
+    texts = [str(r.get(key, "")).strip() for r in rows]
+    numbers = [_number(t) for t in texts]
+    given = [n for n, t in zip(numbers, texts, strict=True) if t.lower() not in _MISSING]
+    if given and not any(math.isnan(n) for n in given):
+        return numbers, []
+    categories = list(dict.fromkeys(t for t in texts if t.lower() not in _MISSING))
+    positions = [float(categories.index(t)) if t in categories else math.nan for t in texts]
+    return positions, categories
+
+
 def sweep_figure(
     table: str | Path | Sequence[Mapping[str, Any]],
     *,
     objective: str | None = None,
     direction: str | None = None,
-    x: str | None = None,
+    x: str | Sequence[str] | None = None,
     title: str | None = None,
 ) -> Figure:
-    """The objective of each trial or job of a sweep, with the best so far.
+    """The objective of each job or trial of a sweep, against the swept values.
+
+    A multirun's `summary.csv` gets one panel per swept key (an override whose value
+    differs between jobs): the objective against that key's values, numbers on a number
+    axis (a log axis when they span two decades), other values as categories. A table
+    with no swept key (a tuner's `trials.csv`, one job) shows the objective per trial or
+    job with the best so far. The best job or trial is starred in every panel.
 
     Args:
         table: the path of a `summary.csv` (one row per multirun job) or `trials.csv`
             (one row per tuner trial), or the rows as dicts.
         objective: the column to plot. Defaults to `None`: the first of
             `OBJECTIVE_COLUMNS` present (for `objective`, the metric named in an
-            `objective_name` column labels the plot and sets the direction).
-        direction: `"max"` or `"min"`: which value is best. Defaults to `None`: `"min"`
-            for a loss or error, else `"max"`.
-        x: a column to plot the objective against (e.g. `optimizer.learning_rate`,
-            on a log axis when it spans two decades). Defaults to `None`: the trial or
-            job order, with the best so far as a step line.
+            `objective_name` column labels the plot).
+        direction: `"max"` or `"min"`: which value is best. Defaults to `None`: the
+            `objective_direction` column of `summary.csv` (the run's `objective.direction`),
+            else kdist's rule for the name (`kdist.config.objective.direction_of`: `min`
+            for losses and errors such as `val_mae`).
+        x: a column, or several (one panel each), to plot the objective against.
+            Defaults to `None`: the swept keys (`swept_keys`), else the trial or job order.
         title: the figure's title. Defaults to `None`: the objective's name.
 
     Returns:
@@ -258,22 +311,31 @@ def sweep_figure(
     names = {str(r.get("objective_name") or "") for r in rows} - {""}
     label = names.pop() if objective == "objective" and len(names) == 1 else objective
     if direction is None:
-        lowered = label.lower()
-        direction = "min" if "loss" in lowered or "error" in lowered else "max"
+        direction = _direction(rows, objective, label)
     if direction not in ("min", "max"):
         raise ValueError(f"`direction` ({direction!r}) must be 'min' or 'max'.")
+    if x is None:
+        keys = swept_keys(rows)
+    else:
+        keys = [x] if isinstance(x, str) else list(x)
+        keys = [_pick(columns, key, (), "x") for key in keys]
     id_column = next((c for c in _ID_COLUMNS if c in columns), None)
     ids = [str(r.get(id_column, i)) if id_column else str(i) for i, r in enumerate(rows)]
     values = [_number(r.get(objective)) for r in rows]
     done = [i for i, v in enumerate(values) if not math.isnan(v)]
     failed = len(rows) - len(done)
-
-    figure = _Figure(figsize=(6.4, 4.0), layout="constrained")
-    ax = figure.subplots()
     pick = max if direction == "max" else min
     best = pick(done, key=lambda i: values[i]) if done else None
-    if x is None:
-        positions = list(range(len(rows)))
+
+    panels = max(len(keys), 1)
+    grid = (math.ceil(panels / 3), min(panels, 3))
+    figure = _Figure(figsize=(grid[1] * 5.2, grid[0] * 4.0), layout="constrained")
+    axes = figure.subplots(*grid, squeeze=False).ravel()
+    for ax in axes[panels:]:
+        ax.set_visible(False)
+    if not keys:
+        ax = axes[0]
+        positions = [float(p) for p in range(len(rows))]
         ax.plot([positions[i] for i in done], [values[i] for i in done], "o", label=label)
         running: list[float] = []
         for i in done:
@@ -285,35 +347,53 @@ def sweep_figure(
         ax.set_xlabel(id_column or "job")
         if len(rows) <= 30:
             ax.set_xticks(positions, ids, rotation=90 if len(rows) > 12 else 0)
-        xs = [float(p) for p in positions]
+        _mark_best(ax, best, positions, values, ids)
+        _finish(ax, label, direction)
+    for ax, key in zip(axes, keys, strict=False):
+        xs, categories = _axis_values(rows, key)
+        shown = [i for i in done if not math.isnan(xs[i])]
+        ax.plot([xs[i] for i in shown], [values[i] for i in shown], "o", label=label)
+        if categories:
+            ax.set_xticks(range(len(categories)), categories)
+            ax.set_xlim(-0.5, len(categories) - 0.5)
+        else:
+            positive = [xs[i] for i in shown if xs[i] > 0]
+            if len(positive) == len(shown) and positive and max(positive) / min(positive) >= 100:
+                ax.set_xscale("log")
+        ax.set_xlabel(key)
+        _mark_best(ax, best if best in shown else None, xs, values, ids)
+        _finish(ax, label, direction)
+    against = f" vs {', '.join(keys)}" if keys else f" per {id_column or 'job'}"
+    heading = title or f"{label} ({direction}){against}"
+    if failed:
+        heading += f" ({failed} without a value)"
+    if len(keys) > 1:
+        figure.suptitle(heading)
     else:
-        x = _pick(columns, x, (), "x")
-        xs_values = [_number(r.get(x)) for r in rows]
-        done = [i for i in done if not math.isnan(xs_values[i])]
-        ax.plot([xs_values[i] for i in done], [values[i] for i in done], "o", label=label)
-        positive = [xs_values[i] for i in done if xs_values[i] > 0]
-        if len(positive) == len(done) and positive and max(positive) / min(positive) >= 100:
-            ax.set_xscale("log")
-        ax.set_xlabel(x)
-        xs = xs_values
-    if best is not None and (x is None or best in done):
-        ax.plot([xs[best]], [values[best]], "*", markersize=14, color="tab:red", label="best")
-        ax.annotate(
-            f"{ids[best]}: {values[best]:.4g}",
-            (xs[best], values[best]),
-            textcoords="offset points",
-            xytext=(6, 6),
-            fontsize="small",
-        )
+        axes[0].set_title(heading)
+    return figure
+
+
+def _mark_best(
+    ax: Any, best: int | None, xs: Sequence[float], values: Sequence[float], ids: Sequence[str]
+) -> None:
+    if best is None:
+        return
+    ax.plot([xs[best]], [values[best]], "*", markersize=14, color="tab:red", label="best")
+    ax.annotate(
+        f"{ids[best]}: {values[best]:.4g}",
+        (xs[best], values[best]),
+        textcoords="offset points",
+        xytext=(6, 6),
+        fontsize="small",
+    )
+
+
+def _finish(ax: Any, label: str, direction: str) -> None:
     ax.set_ylabel(f"{label} ({direction})")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     ax.margins(y=0.12)  # room for the best point's label
-    heading = title or (f"{label} vs {x}" if x else f"{label} per {id_column or 'job'}")
-    if failed:
-        heading += f" ({failed} without a value)"
-    ax.set_title(heading)
-    return figure
 
 
 def write_sweep(

@@ -7,8 +7,10 @@ python -m kdist.train -m optimizer.learning_rate=1e-3,3e-3 model=mlp,cnn
 ```
 
 leaves `multirun/<date>/<time>/summary.csv` beside the 4 job folders, with each job's
-swept values, status, objective and final metrics. The file is rewritten after every job
-(so a sweep that stops half-way still has one) and once more when the sweep ends.
+swept values, status, objective and final metrics, and `summary.png`, the objective
+against each swept key (`kdist.runs.plots.sweep_figure`). The files are rewritten after
+every job (so a sweep that stops half-way still has them) and once more when the sweep
+ends, which prints where they are.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from kdist.compat.tools_private import job_return_value
 from kdist.runs.fileio import write_csv_atomic
-from kdist.runs.layout import METRICS, SUMMARY
+from kdist.runs.layout import METRICS, SUMMARY, TENSORBOARD
 
 __all__ = [
     "SummaryCallback",
     "plot_table",
     "summary_row",
+    "where_message",
 ]
 
 log = logging.getLogger(__name__)
@@ -68,6 +71,8 @@ def _metrics_columns(metrics: Mapping[str, Any]) -> dict[str, Any]:
     if objective:
         columns["objective"] = objective.get("value")
         columns["objective_name"] = objective.get("name")
+        # The objective's own direction (`objective.direction`): what the plot calls best.
+        columns["objective_direction"] = objective.get("direction")
     for name, value in (metrics.get("validation") or {}).items():
         columns[f"val_{name}"] = value
     for name, value in (metrics.get("train") or {}).items():
@@ -214,9 +219,11 @@ class SummaryCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         if sweep_dir.is_dir():
-            self._write(sweep_dir)
+            rows = self._write(sweep_dir)
+            # Printed, not logged: the logging set up by the last job writes to its train.log.
+            print(where_message(sweep_dir / self.filename, rows), flush=True)
 
-    def _write(self, sweep_dir: Path) -> None:
+    def _write(self, sweep_dir: Path) -> list[dict[str, Any]]:
         rows = {**_scan(sweep_dir), **self._rows}
         ordered = sorted(
             rows.values(), key=lambda r: (r["job"] is None, r["job"] or 0, r["run_dir"])
@@ -225,3 +232,23 @@ class SummaryCallback(Callback):
         write_csv_atomic(path, ordered, _columns(ordered))
         log.debug("wrote %s (%d rows)", path, len(ordered))
         plot_table(path)
+        return ordered
+
+
+def where_message(path: Path, rows: Sequence[Mapping[str, Any]]) -> str:
+    """The line a multirun ends with: its jobs, where `summary.csv` and its plot are.
+
+    Args:
+        path: the summary table.
+        rows: its rows.
+    """
+    finished = sum(1 for row in rows if row.get("status") == "COMPLETED")
+    plot = path.with_suffix(".png")
+    shown = f", plot {plot}" if plot.is_file() else " (no plot: no job has a value to draw)"
+    message = (
+        f"kdist: multirun done, {finished} of {len(rows)} job(s) completed; summary {path}{shown}"
+    )
+    boards = [path.parent / str(row.get("run_dir")) / TENSORBOARD for row in rows]
+    if any(board.is_dir() for board in boards):
+        message += f"; compare the jobs: tensorboard --logdir {path.parent} (HParams tab)"
+    return message

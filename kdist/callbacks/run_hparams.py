@@ -1,0 +1,134 @@
+"""`RunHParams`: a run's TensorBoard HParams session, so runs compare as tuner trials do.
+
+Every `kdist.train` run with TensorBoard on records the keys its command overrode (Hydra's
+task overrides: the swept ones in a multirun) and its final metrics, the objective among
+them, in `tensorboard/` of its run folder, with the tuner's writer
+(`kdist.runs.hparams.write_session`). Then
+
+```bash
+python -m kdist.train -m optimizer.learning_rate=1e-3,3e-3 model=mlp,cnn
+tensorboard --logdir multirun/<date>/<time>      # the HParams tab: one row per job
+```
+
+compares the jobs as `tensorboard --logdir <run_dir>/trials` compares a search's trials.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import keras
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from kdist.runs.hparams import write_session
+
+__all__ = ["RunHParams", "overridden_values", "task_overrides"]
+
+log = logging.getLogger(__name__)
+
+Scalar = bool | int | float | str
+
+
+def task_overrides() -> list[str] | None:
+    """The overrides of a `kdist.train` command (`hydra.overrides.task`), else `None`.
+
+    `None` outside a Hydra app (a notebook) and in `kdist.tune`, whose trials the tuner
+    records itself (`kdist.tuning.tuner`).
+    """
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.job.name != "train":
+        return None
+    return [str(o) for o in hydra_cfg.overrides.task]
+
+
+def overridden_values(overrides: Sequence[str], cfg: Any) -> dict[str, Scalar]:
+    """The keys `overrides` set, each with its value in the run's config `cfg`.
+
+    A key that holds a number, a string or a bool in `cfg` shows that value (so
+    `optimizer.learning_rate=1e-3` is the float `0.001`); a config group choice
+    (`model=cnn`), a list or a deleted key shows the override's text. `hydra.*` keys
+    and deletions (`~key`) are left out.
+
+    Args:
+        overrides: Hydra's task overrides, e.g. `["model=cnn", "trainer.epochs=3"]`.
+        cfg: the run's config.
+
+    Returns:
+        Key -> value, in the overrides' order.
+    """
+    values: dict[str, Scalar] = {}
+    for text in overrides:
+        key, sep, value = str(text).partition("=")
+        key = key.lstrip("+")
+        if not sep or key.startswith("~") or key.startswith("hydra."):
+            continue
+        try:
+            found = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+        except Exception:  # an interpolation that does not resolve, a bad key
+            found = None
+        if isinstance(found, (DictConfig, ListConfig)) or found is None:
+            values[key] = value  # a group's choice, a list, a key set to null
+        elif isinstance(found, float) and not math.isfinite(found):
+            values[key] = str(found)  # TensorBoard keeps no NaN or infinity
+        elif isinstance(found, (bool, int, float, str)):
+            values[key] = found
+        else:
+            values[key] = str(found)
+    return values
+
+
+class RunHParams(keras.callbacks.Callback):
+    """Write the run's HParams session (its overridden keys, its final metrics) at the end.
+
+    Args:
+        log_dir: the run's TensorBoard folder (`<run_dir>/tensorboard`).
+        hparams: key -> value (see `overridden_values`).
+        session: the session's name in TensorBoard. Defaults to `None`: `log_dir`'s
+            parent folder's name (a multirun job's number, a run's time).
+    """
+
+    def __init__(
+        self, *, log_dir: str | Path, hparams: Mapping[str, Scalar], session: str | None = None
+    ):
+        super().__init__()
+        self.log_dir = Path(log_dir)
+        self.hparams = dict(hparams)
+        self.session = session or self.log_dir.resolve().parent.name
+        self._started = time.time()
+        self._epochs = 0
+        self._logs: dict[str, Any] = {}
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        self._started = time.time()
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._epochs = epoch + 1
+        self._logs.update(logs or {})
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        metrics = {}
+        for name, value in {**self._logs, **(logs or {})}.items():
+            try:
+                metrics[name] = float(value)
+            except (TypeError, ValueError):
+                continue
+        try:
+            write_session(
+                self.log_dir,
+                trial_id=self.session,
+                hparams=self.hparams,
+                metrics=metrics,
+                step=self._epochs,
+                started=self._started,
+            )
+        except Exception as error:  # TensorBoard's record must not fail a finished run
+            log.warning("no TensorBoard HParams written in %s: %s", self.log_dir, error)
