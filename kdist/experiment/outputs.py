@@ -113,7 +113,8 @@ def write(
         callbacks.curves.draw_final()
     shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics["validation"].items()) or "none"
     log.info(
-        "trained %d steps in %.1f s (%.0f examples/s); validation: %s",
+        "trained %d steps in %.1f s (whole run %.0f examples/s, incl. first call and validation); "
+        "validation: %s",
         metrics["steps"],
         metrics["wall_seconds"],
         metrics["examples_per_sec"],
