@@ -282,8 +282,9 @@ class TrainerConfig:
     # global batch is then this times the replicas, growing with the cluster as
     # optimizer.lr_scaling assumes.
     per_replica_batch_size: int | None = None
-    # Optimizer steps run inside one tf.function call (Keras's `steps_per_execution`); callbacks'
-    # batch hooks run once per call.
+    # Optimizer steps run inside one tf.function call (Keras's `steps_per_execution`; the
+    # default trainer sets 8, Keras's fit uses 1). A callback's on_train_batch_begin/end run
+    # once per call, i.e. every K steps (kdist logs this once); set 1 to call them every step.
     steps_per_execution: int = 1
     # Validate every this many epochs (the last epoch always validates).
     validation_freq: int = 1
