@@ -440,6 +440,9 @@ class TunerConfig:
     seed: int | None = II("runtime.seed")
     max_retries_per_trial: int = 0
     max_consecutive_failed_trials: int = 3
+    # Seconds a trial may take (building its model and training); a trial over it ends as
+    # FAILED with its reason and the search goes on. null: no limit.
+    trial_timeout: float | None = None
     # Start afresh instead of resuming a search found in the run directory.
     overwrite: bool = False
     verbose: int = 1
