@@ -339,7 +339,9 @@ def test_accept_search_dir_refuses_what_a_search_may_not_own(tmp_path):
     run = tmp_path / "run"
     (run / ".hydra").mkdir(parents=True)
     (run / ".hydra" / "config.yaml").write_text("model: {}\n")
-    with pytest.raises(ConfigError, match=r"^hydra.run.dir='.*': holds a training run \(.hydra/config"):
+    with pytest.raises(
+        ConfigError, match=r"^hydra.run.dir='.*': holds a training run \(.hydra/config"
+    ):
         accept_search_dir(run)
     (run / "metrics.json").write_text("{}")
     with pytest.raises(ConfigError, match=r"holds a training run \(metrics.json\)"):
@@ -369,22 +371,64 @@ def test_a_second_search_is_refused_while_the_first_holds_the_folder(tmp_path):
     accept_search_dir(folder)  # the same search, resumed
 
 
+def _sleeping(search: Path) -> bool:
+    """Whether the search's trial with `delay=600` (600 s in build_model) is running."""
+    for record in search.glob("trials/*/result.json"):
+        try:
+            content = json.loads(record.read_text())
+        except ValueError:
+            continue
+        if content["status"] == "RUNNING" and content["hyperparameters"]["model.hp.delay"] == 600:
+            return True
+    return False
+
+
 def test_command_line_refuses_two_owners_for_one_folder(tmp_path):
-    """`kdist.tune` into a folder a search or a training run holds, into a finished
-    training run's folder; `kdist.train` into a search's folder: one line, status 2."""
+    """A second `kdist.tune` (and a `kdist.train`) into the folder a running search holds;
+    `kdist.tune` into a finished training run's folder; `kdist.train` into a finished
+    search's folder: one line, status 2, nothing in the folder changed."""
+    tests = str(Path(__file__).resolve().parent)
+    path = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p)
+    env = {"PYTHONPATH": path}
     busy = tmp_path / "busy"
-    holder = _holder(busy, "search")
+    # One trial sleeps 600 s in build_model: the search holds its folder meanwhile.
+    args = [
+        *TINY,
+        "model=custom",
+        "model._target_=hypermodels.build_slow",
+        "tuner.max_trials=2",
+        f"hydra.run.dir={busy}",
+    ]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "kdist.tune", *args],
+        cwd=tmp_path,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
-        done = run_module(
-            "kdist.tune", [f"hydra.run.dir={busy}", "tuner.max_trials=1"], cwd=tmp_path, timeout=120
+        ends = time.monotonic() + 300
+        while time.monotonic() < ends and first.poll() is None and not _sleeping(busy):
+            time.sleep(0.2)
+        assert first.poll() is None and _sleeping(busy), "the search did not reach its slow trial"
+        held = (busy / ".lock").read_text().split()
+        assert held[0] == str(first.pid) and held[-1] == "search"
+        trials = {p.name: (p / "result.json").read_text() for p in (busy / "trials").iterdir()}
+        second = run_module("kdist.tune", args, cwd=tmp_path, env=env, timeout=240)
+        train = run_module(
+            "kdist.train", [f"hydra.run.dir={busy}", *TINY[:3]], cwd=tmp_path, timeout=240
         )
+        assert first.poll() is None
     finally:
-        _stop(holder)
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode == 2, done.stderr[-2000:]
-    assert len(lines) == 1 and "': is in use by another kdist run (pid" in lines[0]
-    assert lines[0].startswith("kdist: config error: hydra.run.dir=")
-    assert not (busy / "trials").exists() and not (busy / ".hydra").exists()
+        _stop(first)
+    for done in (second, train):
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert len(lines) == 1 and f"': is in use by another kdist run (pid {first.pid}" in lines[0]
+        assert lines[0].startswith("kdist: config error: hydra.run.dir=")
+    # The second search ran no trial of the first's, nor touched a record.
+    assert {p.name: (p / "result.json").read_text() for p in (busy / "trials").iterdir()} == trials
 
     trained = tmp_path / "trained"
     trained.mkdir()

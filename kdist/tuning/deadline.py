@@ -123,7 +123,7 @@ def deadline(seconds: float | None, *, what: str = "building its model") -> Iter
         return
     previous = signal.signal(signal.SIGALRM, limit._on_alarm)
     limit.active = True
-    signal.setitimer(signal.ITIMER_REAL, float(seconds))  # type: ignore[arg-type]
+    signal.setitimer(signal.ITIMER_REAL, float(seconds or 0))
     try:
         yield limit
     finally:
