@@ -154,6 +154,39 @@ def test_command_line_search_calls_the_hypermodels_fit(tmp_path):
     assert result.best["objective"]["value"] == min(-1.0 - r["model.hp.units"] for r in rows)
 
 
+def test_python_m_kdist_tune_trains_through_hypermodel_fit(tmp_path):
+    """`python -m kdist.tune model._target_=<a HyperModel class with fit>`: each trial's
+    batch size is fit's `hp.Choice`; best.yaml's command trains with it."""
+    tests = str(Path(__file__).resolve().parent)
+    path = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p)
+    search = tmp_path / "search"
+    done = run_module(
+        "kdist.tune",
+        [
+            *TINY,
+            "trainer.steps_per_epoch=null",
+            "trainer.epochs=1",
+            "model=custom",
+            "model._target_=hypermodels.BatchSizeHyperModel",
+            "tuner.max_trials=2",
+            f"hydra.run.dir={search}",
+        ],
+        cwd=tmp_path,
+        env={"PYTHONPATH": path},
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(p.read_text()) for p in sorted(search.glob("trials/*/result.json"))]
+    assert sorted(r["hyperparameters"]["model.hp.batch_size"] for r in rows) == [16, 32]
+    for record in rows:
+        batch = record["hyperparameters"]["model.hp.batch_size"]
+        trial = search / "trials" / f"trial_{record['trial_id']}"
+        assert json.loads((trial / "metrics.json").read_text())["global_batch_size"] == batch
+        assert f"trainer.global_batch_size={batch}" in record["command"]
+    best = yaml.safe_load((search / "best.yaml").read_text())
+    assert f"trainer.global_batch_size={best['hp']['batch_size']}" in best["command"]
+
+
 @pytest.mark.parametrize(
     "target, words",
     [
