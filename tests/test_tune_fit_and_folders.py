@@ -402,6 +402,26 @@ def test_a_second_search_is_refused_while_the_first_holds_the_folder(tmp_path):
     with refused, run_lock.hold(folder):
         pass
     accept_search_dir(folder)  # the same search, resumed
+    # A folder a training run holds (running) is no search's either.
+    training = tmp_path / "training"
+    holder = _holder(training, "run")
+    try:
+        with pytest.raises(ConfigError, match=r"^hydra.run.dir='.*': is in use by another kdist"):
+            accept_search_dir(training)
+    finally:
+        _stop(holder)
+
+
+def test_a_notebook_search_refuses_a_training_runs_folder(tmp_path):
+    import kdist.tune
+
+    (x, y), _ = _digits(64)
+    trained = tmp_path / "trained"
+    trained.mkdir()
+    (trained / "model.keras").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"^directory='.*': holds a training run \(model.keras"):
+        kdist.tune.search(hypermodels.build_model, x, y, max_trials=1, directory=trained)
+    assert sorted(p.name for p in trained.iterdir()) == ["model.keras"]  # no data.npz
 
 
 def _sleeping(search: Path) -> bool:
