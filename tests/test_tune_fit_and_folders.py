@@ -505,3 +505,12 @@ def test_command_line_refuses_two_owners_for_one_folder(tmp_path):
     assert done.returncode == 2, done.stderr[-2000:]
     assert "holds a hyperparameter search (kdist.tune)" in done.stderr
     assert not (search / "checkpoints").exists() and not (search / ".hydra").exists()
+
+
+@pytest.mark.parametrize(
+    "content, kind",
+    [("search\n", "search"), ("12 host search\n", "search"), ("12 search\n", None), ("", None)],
+)
+def test_the_lock_file_records_a_searchs_kind(tmp_path, content, kind):
+    (tmp_path / ".lock").write_text(content)
+    assert run_lock.recorded_kind(tmp_path) == kind

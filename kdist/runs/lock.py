@@ -62,7 +62,9 @@ def recorded_kind(run_dir: str | os.PathLike[str]) -> str | None:
         fields = path.read_text(errors="replace").split()
     except OSError:
         return None
-    return _SEARCH if _SEARCH in fields[:3] else None
+    # `pid host search` while a search holds it, `search` once it is done.
+    held = len(fields) >= 3 and fields[0].isdigit() and fields[2] == _SEARCH
+    return _SEARCH if held or fields == [_SEARCH] else None
 
 
 def _holder_alive(fields: list[str]) -> bool:
