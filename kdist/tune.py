@@ -12,7 +12,13 @@ python -m kdist.tune model=custom model._target_=my.build_model    # a keras-tun
 ```
 
 From a notebook, `kdist.tune.search(build_model, x, y, validation_data=..., max_trials=4)`
-(`kdist.tuning.notebook`) returns a tuner with `get_best_hyperparameters()`.
+(`kdist.tuning.notebook`) returns a tuner with `get_best_hyperparameters()`;
+`kdist.tune.best_config(search_dir)` (`kdist.tuning.results.load_best`) reads a search's
+best trial back as a training config, through kdist's trust check.
+
+One owner per folder: a search holds its run folder's lock while it runs; a second search
+there, a training run's folder (running or finished) and `kdist.train` into a search's
+folder are refused in one line (`kdist.tuning.folder`).
 
 Exit status: 0 when the search finished with a best trial; 1 when it stopped early (too
 many failed trials in a row, the chief lost) or no trial completed; 2 for bad config.
@@ -27,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from kdist.cluster import resolve as resolve_cluster
 from kdist.command import prepare_command
@@ -38,22 +44,29 @@ from kdist.process.log_level import requested_log_level
 from kdist.process.runtime import quiet_tensorflow
 from kdist.runs.layout import CONFIG, HYDRA
 from kdist.train import non_chief_overrides, precheck
+from kdist.tuning.folder import accept_search_dir
 
 if TYPE_CHECKING:  # imported on first use, see `__getattr__`
     from kdist.tuning.notebook import Tuner, search
+    from kdist.tuning.results import load_best as best_config
 
-__all__ = ["Tuner", "main", "search"]
+__all__ = ["Tuner", "best_config", "main", "search"]
 
 log = logging.getLogger("kdist.tune")
 
 
 def __getattr__(name: str) -> Any:
-    """`kdist.tune.search` and `kdist.tune.Tuner` (`kdist.tuning.notebook`), imported on
-    first use: the command line checks its config before TensorFlow starts."""
+    """`kdist.tune.search` and `kdist.tune.Tuner` (`kdist.tuning.notebook`), and
+    `kdist.tune.best_config` (`kdist.tuning.results.load_best`), imported on first use:
+    the command line checks its config before TensorFlow starts."""
     if name in ("Tuner", "search"):
         from kdist.tuning import notebook
 
         return getattr(notebook, name)
+    if name == "best_config":
+        from kdist.tuning.results import load_best
+
+        return load_best
     raise AttributeError(f"module 'kdist.tune' has no attribute {name!r}")
 
 
@@ -155,17 +168,26 @@ def _check_space_overrides(argv: list[str]) -> None:
 
 
 def _precheck(argv: list[str]) -> DictConfig | None:
-    """`kdist.train.precheck` for the search's config, without its run-folder acceptance.
+    """`kdist.train.precheck` for the search's config, with a search's folder acceptance.
 
     A search folder holds the tuner's files (`trials/`, `trials.csv`, `keras_tuner/`, ...),
-    which a training run's folder may not; the search checks a resume itself
-    (`keras_tuner/search.yaml`, `kdist.tuning.driver`).
+    which a training run's folder may not: `kdist.tuning.folder.accept_search_dir` refuses
+    a folder another process holds or a training run's folder instead; the search checks
+    a resume itself (`keras_tuner/search.yaml`, `kdist.tuning.driver`).
     """
     run_dir = _shared_run_dir(argv)
     cfg = precheck([a for a in argv if not a.startswith("hydra.run.dir=")], config_name="tune")
     if cfg is not None and run_dir is not None:
         try:
             check_run_dir("hydra.run.dir", run_dir)
+            if resolve_cluster().is_chief:
+                # Before Hydra opens the folder's tune.log: one owner per folder.
+                accept_search_dir(
+                    run_dir,
+                    allow_foreign_files=bool(
+                        OmegaConf.select(cfg, "trainer.allow_foreign_files", default=False)
+                    ),
+                )
         except ConfigError as error:
             exit_with(error)
     return cfg
@@ -177,7 +199,6 @@ def _write_hydra_files(run_dir: Path, cfg: DictConfig) -> None:
     kdist's configs set `hydra.output_subdir: null`, so that a refused command changes
     nothing in the folder (`kdist.train.accept_run_dir`).
     """
-    from omegaconf import OmegaConf
 
     from kdist.runs.fileio import write_text_atomic
 

@@ -114,3 +114,60 @@ class DigitsHyperModel(keras_tuner.HyperModel):
 
 # keras-tuner's instance form: `model._target_=hypermodels.digits_hypermodel`.
 digits_hypermodel = DigitsHyperModel(width=4)
+
+
+class BatchSizeHyperModel(keras_tuner.HyperModel):
+    """keras-tuner's guide to tuning `fit`: `batch_size` is declared in `fit` (`build`
+    declares nothing, so the search's two trials take both batch sizes)."""
+
+    def build(self, hp: keras_tuner.HyperParameters) -> keras.Model:
+        model = keras.Sequential(
+            [
+                keras.Input(INPUT_SHAPE),
+                keras.layers.Flatten(),
+                keras.layers.Dense(CLASSES, activation="softmax"),
+            ]
+        )
+        return _compile(model)
+
+    def fit(self, hp: keras_tuner.HyperParameters, model: keras.Model, *args, **kwargs):
+        return model.fit(*args, batch_size=hp.Choice("batch_size", [16, 32]), **kwargs)
+
+
+class FitReturnsFloat(keras_tuner.HyperModel):
+    """`fit` returns the objective's value itself (keras-tuner: a float is the objective)."""
+
+    def build(self, hp: keras_tuner.HyperParameters) -> keras.Model:
+        return build_model(hp)
+
+    def fit(self, hp: keras_tuner.HyperParameters, model: keras.Model, *args, **kwargs):
+        model.fit(*args, **kwargs)
+        return -1.0 - hp.get("units")  # lower is better: the most units win
+
+
+class FitWithoutModelFit(keras_tuner.HyperModel):
+    """A `fit` with a loop of its own, which never calls `model.fit`: refused."""
+
+    def build(self, hp: keras_tuner.HyperParameters) -> keras.Model:
+        return build_model(hp)
+
+    def fit(self, hp: keras_tuner.HyperParameters, model: keras.Model, *args, **kwargs):
+        hp.Int("rounds", 1, 3)
+        return 0.5
+
+
+class FitRaises(keras_tuner.HyperModel):
+    def build(self, hp: keras_tuner.HyperParameters) -> keras.Model:
+        return build_model(hp)
+
+    def fit(self, hp: keras_tuner.HyperParameters, model: keras.Model, *args, **kwargs):
+        raise RuntimeError("no fit today")
+
+
+def build_slow(hp: keras_tuner.HyperParameters) -> keras.Model:
+    """Sleeps `delay` seconds before building (a slow `build_model`); `delay` is its one
+    hyperparameter, so a search's two trials take both values."""
+    import time
+
+    time.sleep(hp.Choice("delay", [0, 600]))
+    return BatchSizeHyperModel().build(hp)

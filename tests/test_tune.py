@@ -792,11 +792,14 @@ def test_the_tuning_package_exports_what_users_call():
     """`kdist.tuning` re-exports the search and its result; the parts stay in their modules."""
     import kdist.tuning
 
-    assert kdist.tuning.__all__ == ["SearchResult", "Tuner", "run", "search"]
+    assert kdist.tuning.__all__ == ["SearchResult", "Tuner", "load_best", "run", "search"]
     assert kdist.tuning.run is run_search
     assert kdist.tuning.SearchResult.__module__ == "kdist.tuning.driver"
     # The notebook's search, also as kdist.tune.search (imported on first use).
     import kdist.tune
 
     assert kdist.tune.search is kdist.tuning.search
+    # The best trial read back through the trust check, also as kdist.tune.best_config.
+    assert kdist.tune.best_config is kdist.tuning.load_best
+    assert kdist.tuning.load_best.__module__ == "kdist.tuning.results"
     assert kdist.tuning.Tuner.__module__ == "kdist.tuning.notebook"

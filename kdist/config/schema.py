@@ -509,6 +509,9 @@ class TunerConfig:
     max_retries_per_trial: int = 0
     # The search stops after this many failed trials in a row.
     max_consecutive_failed_trials: int = 3
+    # Seconds a trial may take (building its model and training); a trial over it ends as
+    # FAILED with its reason and the search goes on. null: no limit.
+    trial_timeout: float | None = None
     # Start afresh instead of resuming a search found in the run directory.
     overwrite: bool = False
     # 0 silent, 1 a progress bar per trial, 2 a line per epoch.

@@ -9,6 +9,11 @@ stale by construction and the next run takes it over.
 `check_free` asks the same question without writing anything (a run checks its folder
 before it changes a byte of it), and the lock file is opened with `O_NOFOLLOW`: a
 symbolic link at `.lock` is refused, never written through.
+
+A folder has one kind of owner: a training run (`kind="run"`, `kdist.train`) or a
+hyperparameter search (`kind="search"`, `kdist.tune`). A search writes its kind into the
+lock file while it holds it and leaves it there when done (`recorded_kind`), so that a
+`check_free(..., kind="run")` refuses a search's folder even after the search ended.
 """
 
 from __future__ import annotations
@@ -25,11 +30,15 @@ from pathlib import Path
 from kdist.config.errors import ConfigError
 from kdist.runs.layout import LOCK
 
-__all__ = ["LOCK_NAME", "check_free", "hold", "holder"]
+__all__ = ["KINDS", "LOCK_NAME", "check_free", "hold", "holder", "recorded_kind"]
 
 log = logging.getLogger(__name__)
 
 LOCK_NAME = LOCK
+# The kinds of owner a run folder may have; only a search's is written down for good.
+KINDS = ("run", "search")
+_SEARCH = "search"
+_WHAT = {"run": "a training run (kdist.train)", "search": "a hyperparameter search (kdist.tune)"}
 
 
 def holder(run_dir: str | os.PathLike[str]) -> str:
@@ -41,6 +50,21 @@ def holder(run_dir: str | os.PathLike[str]) -> str:
     if len(fields) >= 2 and fields[0].isdigit():
         return f"pid {fields[0]} on {fields[1]}"
     return "unknown"
+
+
+def recorded_kind(run_dir: str | os.PathLike[str]) -> str | None:
+    """The kind of owner `run_dir`'s lock file records: `"search"`, or `None` when it says
+    nothing (a training run's folder, a new one, or a lock file kdist did not write)."""
+    path = Path(run_dir) / LOCK_NAME
+    if path.is_symlink():
+        return None
+    try:
+        fields = path.read_text(errors="replace").split()
+    except OSError:
+        return None
+    # `pid host search` while a search holds it, `search` once it is done.
+    held = len(fields) >= 3 and fields[0].isdigit() and fields[2] == _SEARCH
+    return _SEARCH if held or fields == [_SEARCH] else None
 
 
 def _holder_alive(fields: list[str]) -> bool:
@@ -96,18 +120,42 @@ def _lock_exclusive(fd: int, *, seconds: float = 0.5) -> None:
             time.sleep(0.02)
 
 
-def check_free(run_dir: str | os.PathLike[str], *, key: str = "hydra.run.dir") -> None:
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"`kind` ({kind!r}) must be one of {', '.join(KINDS)}.")
+
+
+def _other_kind(run_dir: str | os.PathLike[str], key: str, kind: str) -> ConfigError | None:
+    found = recorded_kind(run_dir)
+    if found is None or found == kind:
+        return None
+    return ConfigError(
+        key,
+        f"holds {_WHAT[found]}; {_WHAT[kind]} would mix its outputs into it",
+        value=str(run_dir),
+        hint="choose another hydra.run.dir",
+    )
+
+
+def check_free(
+    run_dir: str | os.PathLike[str], *, key: str = "hydra.run.dir", kind: str | None = None
+) -> None:
     """Refuse a run folder another process holds, without writing anything to it.
 
     Args:
         run_dir: the run folder (it may not exist yet).
         key: the config key that names the folder, for the message. Defaults to
             `"hydra.run.dir"`.
+        kind: the kind of owner asking (`"run"` or `"search"`): a folder whose lock file
+            records another kind is refused too, held or not. Defaults to `None`: any.
 
     Raises:
-        ConfigError: naming `key` when another process holds the lock, or when `.lock`
-            is a symbolic link.
+        ConfigError: naming `key` when another process holds the lock, when `.lock`
+            is a symbolic link, or when the folder belongs to another kind of owner.
+        ValueError: for an unknown `kind`.
     """
+    if kind is not None:
+        _check_kind(kind)
     path = Path(run_dir) / LOCK_NAME
     if path.is_symlink():
         raise _link_error(run_dir, key)
@@ -126,11 +174,19 @@ def check_free(run_dir: str | os.PathLike[str], *, key: str = "hydra.run.dir") -
                 raise _in_use(run_dir, key) from None
     finally:
         os.close(fd)
+    if kind is not None:
+        other = _other_kind(run_dir, key, kind)
+        if other is not None:
+            raise other
 
 
 @contextlib.contextmanager
 def hold(
-    run_dir: str | os.PathLike[str], *, key: str = "hydra.run.dir", enabled: bool = True
+    run_dir: str | os.PathLike[str],
+    *,
+    key: str = "hydra.run.dir",
+    enabled: bool = True,
+    kind: str = "run",
 ) -> Iterator[None]:
     """Hold the run folder's lock for the duration of the block.
 
@@ -139,11 +195,16 @@ def hold(
         key: the config key that names the folder, for the message. Defaults to
             `"hydra.run.dir"`.
         enabled: take the lock; `False` (a non-chief task) does nothing. Defaults to `True`.
+        kind: the kind of owner: `"run"`, or `"search"`, which is recorded in the lock
+            file for good (`recorded_kind`). Defaults to `"run"`.
 
     Raises:
         ConfigError: naming `key` and the holder's pid when another process holds it,
-            or when `.lock` is a symbolic link.
+            when `.lock` is a symbolic link, or when the folder belongs to another kind
+            of owner (a search's folder, for a run).
+        ValueError: for an unknown `kind`.
     """
+    _check_kind(kind)
     if not enabled:
         yield
         return
@@ -167,15 +228,23 @@ def hold(
             if _holder_alive(os.pread(fd, 200, 0).decode(errors="replace").split()):
                 raise in_use from None
         previous = os.pread(fd, 200, 0).decode(errors="replace").split()
-        if previous:
+        other = _other_kind(folder, key, kind)
+        if other is not None:
+            raise other
+        if previous and previous[0].isdigit():
             log.info("taking over the lock of a process that has exited (pid %s)", previous[0])
+        # A search's kind stays in the file after it ends; a run's lock file is left empty.
+        after = f"{_SEARCH}\n" if kind == _SEARCH else ""
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+        suffix = f" {_SEARCH}" if after else ""
+        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}{suffix}\n".encode(), 0)
         try:
             yield
         finally:
-            # Empty: a pid left in the file means its process died holding the lock.
+            # A pid left in the file means its process died holding the lock.
             os.ftruncate(fd, 0)
+            if after:
+                os.pwrite(fd, after.encode(), 0)
     finally:
         # Closing releases the flock; the file stays (removing it would race with a
         # process that has it open and is about to lock it).

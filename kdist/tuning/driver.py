@@ -12,6 +12,7 @@ result.best["command"]      # python -m kdist.train trainer.epochs=2 optimizer.l
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -27,7 +28,9 @@ from kdist.config.errors import ConfigError
 from kdist.config.objective import direction_of, resolve_objective
 from kdist.config.validate import validate
 from kdist.models import hypermodel
-from kdist.tuning import hparams, oracles, results
+from kdist.runs import lock as run_lock
+from kdist.tuning import fit_override, hparams, oracles, results
+from kdist.tuning.folder import SEARCH_SETTINGS, SEARCH_STATE, accept_search_dir
 from kdist.tuning.oracle_chief import OracleServer
 from kdist.tuning.oracle_client import DeadlineOracleClient
 from kdist.tuning.plan import TrialPlan, base_overrides, trial_config_name
@@ -39,7 +42,7 @@ __all__ = ["SearchResult", "check", "run", "uses_hypermodel"]
 
 log = logging.getLogger(__name__)
 
-_SEARCH_FILE = "search.yaml"
+_SEARCH_FILE = SEARCH_SETTINGS
 # Strategies whose trials span several processes; parallel tuning runs one trial per tuner.
 _MULTI_PROCESS = ("multi_worker", "parameter_server")
 
@@ -96,17 +99,28 @@ _COMPILE_KEYS = ("optimizer", "trainer.loss", "trainer.loss_weights", "trainer.m
 
 
 def _add_hypermodel(
-    space: Space, base_cfg: DictConfig, target: Any = None
-) -> tuple[Space, hypermodel.SpaceFound]:
+    space: Space,
+    base_cfg: DictConfig,
+    target: Any = None,
+    *,
+    timeout: float | None = None,
+    fit_kwargs: Mapping[str, Any] | None = None,
+) -> tuple[Space, hypermodel.SpaceFound, fit_override.FitHyperModel | None]:
     """The space with the hyperparameters `model._target_` declares (found by building it).
+
+    A `keras_tuner.HyperModel` whose class overrides `fit` adds those `fit` declares
+    (`kdist.tuning.fit_override.probe`); its `fit` is then what trains each trial.
 
     Raises:
         ConfigError: as `kdist.models.hypermodel.search_space`; naming `tuner.space.<key>`
             for a compile key tuned for a model its hypermodel compiles; naming
-            `tuner.space` when nothing is left to tune.
+            `tuner.space` when nothing is left to tune; naming `model._target_` for a
+            `fit` that raises or never calls `model.fit`; naming `tuner.trial_timeout`
+            when building with the defaults takes longer.
     """
     from kdist.data.pipeline import build_source
     from kdist.process import runtime
+    from kdist.tuning.deadline import TrialTimeout
 
     # Building the model starts TensorFlow: logical devices, seeds and precision first.
     runtime.setup(base_cfg.runtime)
@@ -115,7 +129,16 @@ def _add_hypermodel(
         source = build_source(base_cfg.data.source)
         return source.input_shape, source.num_classes
 
-    found = hypermodel.search_space(base_cfg.model, shapes=shapes, target=target)
+    try:
+        found, fitted = _discover(base_cfg, target, shapes, timeout, fit_kwargs)
+    except TrialTimeout as error:
+        raise ConfigError(
+            "tuner.trial_timeout",
+            "was exceeded building model._target_ with its default hyperparameters (the "
+            "search finds the space this way, before the first trial)",
+            value=error.seconds,
+            hint="raise tuner.trial_timeout, or make the default hyperparameters quicker to build",
+        ) from None
     if found.compiled:
         for d in space:
             if d.key.startswith(tuple(f"{k}." for k in _COMPILE_KEYS)) or d.key in _COMPILE_KEYS:
@@ -126,7 +149,8 @@ def _add_hypermodel(
                     hint="tune it in build_model with hp (e.g. hp.Float('learning_rate', "
                     "1e-4, 1e-2, sampling='log')), or remove it from tuner.space",
                 )
-    space = space.with_hypermodel(found.hyperparameters)
+    declared = found.hyperparameters if fitted is None else fitted.hyperparameters
+    space = space.with_hypermodel(declared, fit_names=fitted.names if fitted else ())
     if not len(space):
         raise ConfigError(
             "tuner.space",
@@ -135,10 +159,43 @@ def _add_hypermodel(
     log.info(
         "%s declares %d hyperparameter(s): %s",
         found.target,
-        len(found.hyperparameters.space),
-        ", ".join(p.name for p in found.hyperparameters.space) or "none",
+        len(declared.space),
+        ", ".join(p.name for p in declared.space) or "none",
     )
-    return space, found
+    if fitted is not None:
+        log.info(
+            "%s trains each trial; it declares %s",
+            fitted.label,
+            ", ".join(fitted.names) or "no hyperparameter of its own",
+        )
+    return space, found, fitted
+
+
+def _discover(
+    base_cfg: DictConfig,
+    target: Any,
+    shapes: Callable[[], tuple[Any, int]],
+    timeout: float | None,
+    fit_kwargs: Mapping[str, Any] | None,
+) -> tuple[hypermodel.SpaceFound, fit_override.FitHyperModel | None]:
+    """Build the hypermodel with its defaults (and probe its `fit`), within `timeout`."""
+    from kdist.models.hypermodel.build import builder, call_build
+    from kdist.tuning.deadline import deadline
+
+    located = hypermodel.locate(base_cfg.model) if target is None else target
+    with deadline(timeout, what="building model._target_ with its defaults"):
+        found = hypermodel.search_space(base_cfg.model, shapes=shapes, target=target)
+        if not fit_override.overrides_fit(located):
+            return found, None
+        build_fn = builder(located, base_cfg.model, key="model", shapes=shapes)
+        instance = getattr(build_fn, "__self__", located)
+        fitted = fit_override.probe(
+            instance,
+            found.hyperparameters,
+            build=lambda hp: call_build(build_fn, hp, target=located, key="model"),
+            fit_kwargs=fit_kwargs,
+        )
+    return found, fitted
 
 
 def _auto_objective(cfg: DictConfig, found: hypermodel.SpaceFound) -> None:
@@ -154,12 +211,25 @@ def _auto_objective(cfg: DictConfig, found: hypermodel.SpaceFound) -> None:
     )
 
 
+def _same_overrides(before: Any, now: Sequence[str]) -> bool:
+    """Whether two lists of overrides set the same config: in any order, unless a key is
+    set twice (the last one wins, so their order matters)."""
+    if not isinstance(before, list):
+        return False
+    if sorted(map(str, before)) != sorted(now):
+        return False
+    keys = [o.split("=", 1)[0].lstrip("~+") for o in now]
+    return len(set(keys)) == len(keys) or list(map(str, before)) == list(now)
+
+
 def _check_resume(project: Path, plan: TrialPlan, target: str) -> None:
     settings = {**plan.describe(), "tuner": target}
     path = project / _SEARCH_FILE
     if path.is_file():
         before = yaml.safe_load(path.read_text()) or {}
         for key, value in settings.items():
+            if key == "overrides" and _same_overrides(before.get(key), value):
+                continue
             if before.get(key) != value:
                 raise ConfigError(
                     "hydra.run.dir",
@@ -190,6 +260,7 @@ def run(
     hypermodel_object: Any = None,
     on_accepted: Callable[[], None] | None = None,
     fit_kwargs: Mapping[str, Any] | None = None,
+    folder_key: str = "hydra.run.dir",
 ) -> SearchResult:
     """Run (or resume) the search `cfg.tuner` describes.
 
@@ -208,12 +279,19 @@ def run(
             Defaults to `None`.
         fit_kwargs: `Experiment.fit` arguments of every trial (data in hand, in a
             search in one process). Defaults to `None`.
+        folder_key: the key or argument naming `run_dir`, for messages. Defaults to
+            `"hydra.run.dir"`.
 
     Returns:
         A `SearchResult`.
 
+    The chief holds the run folder's lock for the whole search (`kdist.runs.lock`,
+    `kind="search"`): a folder another process holds, or a training run's folder, is
+    refused in one line (`kdist.tuning.folder.accept_search_dir`).
+
     Raises:
-        ConfigError: for bad settings, before any trial runs.
+        ConfigError: for bad settings or a folder the search may not own, before any
+            trial runs.
         FatalConfigError: when the first trial finds a config error no trial value causes.
         OracleUnreachable: on a worker whose chief stopped answering.
     """
@@ -244,8 +322,15 @@ def run(
     validate(base_cfg)
     resolve_objective(base_cfg)
     space.check_keys(base_cfg)
+    fit_hypermodel = None
     if hypermodel_object is not None or uses_hypermodel(base_cfg):
-        space, found = _add_hypermodel(space, base_cfg, hypermodel_object)
+        space, found, fit_hypermodel = _add_hypermodel(
+            space,
+            base_cfg,
+            hypermodel_object,
+            timeout=tuner_cfg.get("trial_timeout"),
+            fit_kwargs=fit_kwargs,
+        )
         plan.space = space
         if auto_objective and found.compiled:
             _auto_objective(cfg, found)
@@ -265,21 +350,60 @@ def run(
     os.environ.update(role.environment())
 
     oracle = oracles.build(tuner_cfg, hyperparameters=space.hyperparameters())
-    project = run_dir / "keras_tuner"
-    if role.is_chief:
-        if tuner_cfg.overwrite:
-            for name in ("keras_tuner", "trials", "trials.csv", "best.yaml"):
-                path = run_dir / name
-                shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
-        _check_resume(project, plan, str(tuner_cfg._target_))
-        if on_accepted is not None:
-            on_accepted()
+    project = run_dir / SEARCH_STATE
+    with contextlib.ExitStack() as stack:
+        if role.is_chief:
+            # One owner per folder: refused (reads only) before anything in it changes,
+            # then held for the whole search, so no other process runs its trials.
+            allow_foreign = bool(
+                OmegaConf.select(base_cfg, "trainer.allow_foreign_files", default=False)
+            )
+            accept_search_dir(run_dir, key=folder_key, allow_foreign_files=allow_foreign)
+            stack.enter_context(run_lock.hold(run_dir, key=folder_key, kind="search"))
+            if tuner_cfg.overwrite:
+                for name in (SEARCH_STATE, "trials", "trials.csv", "best.yaml"):
+                    path = run_dir / name
+                    shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+            _check_resume(project, plan, str(tuner_cfg._target_))
+            if on_accepted is not None:
+                on_accepted()
+        return _search(
+            cfg,
+            plan=plan,
+            space=space,
+            oracle=oracle,
+            role=role,
+            run_dir=run_dir,
+            hypermodel_object=hypermodel_object,
+            fit_kwargs=fit_kwargs,
+            fit_hypermodel=fit_hypermodel,
+        )
+
+
+def _search(
+    cfg: DictConfig,
+    *,
+    plan: TrialPlan,
+    space: Space,
+    oracle: Any,
+    role: Role,
+    run_dir: Path,
+    hypermodel_object: Any,
+    fit_kwargs: Mapping[str, Any] | None,
+    fit_hypermodel: Any,
+) -> SearchResult:
+    """The search itself, once the folder is accepted (and held, on the chief)."""
+    tuner_cfg = cfg.tuner
+    distributed = tuner_cfg.distributed
+    timeout = tuner_cfg.get("trial_timeout")
     tuner = KdistTuner(
         oracle=oracle,
         plan=plan,
         run_dir=run_dir,
         heartbeat=float(distributed.heartbeat),
         hypermodel=hypermodel_object,
+        fit_hypermodel=fit_hypermodel,
+        trial_timeout=None if timeout is None else float(timeout),
     )
     if role.is_chief:
         oracle.trial_ended = lambda _: results.write_tables(oracle, plan=plan, run_dir=run_dir)

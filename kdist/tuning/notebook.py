@@ -16,8 +16,14 @@ Each trial is a kdist training job (`kdist.tuning.tuner.KdistTuner`) in
 `<run_dir>/trials/trial_<id>/`, under the strategy given, with `build_model` built in its
 `strategy.scope()` (its own compile kept). The arrays are written once to
 `<run_dir>/data.npz` and read by every trial through kdist's `npz` source (per-replica
-batching, seeded shuffling), so `best.yaml`'s overrides rerun the best trial with
-`kdist.compose(best["overrides"])` in the same notebook.
+batching, seeded shuffling), so `kdist.tune.best_config(directory)` reruns the best
+trial in the same notebook (`kdist.Experiment(kdist.tune.best_config(directory))`: the
+config composed from `best.yaml`, every `_target_` checked by kdist's trust check).
+
+A `keras_tuner.HyperModel` whose class overrides `fit(self, hp, model, *args, **kwargs)`
+trains each trial through it, `model.fit` being the trial's `Experiment.fit`
+(`kdist.tuning.fit_override`). The search holds `directory` while it runs: a second search
+there is refused (`kdist.tuning.folder`).
 """
 
 from __future__ import annotations
@@ -230,13 +236,32 @@ class Tuner:
             every.append(f"trainer.global_batch_size={int(batch_size)}")
         every += self._objective(validates)
         every += self.overrides
+        cfg = kdist.compose(every, config_name="tune")
+        # Before the arrays are written into it: a folder another search holds is refused.
+        self._accept(cfg)
         self.directory.mkdir(parents=True, exist_ok=True)
         np.savez(self.directory / DATA_FILE, **arrays)
-        cfg = kdist.compose(every, config_name="tune")
         self.result = run(
-            cfg, run_dir=self.directory, overrides=every, hypermodel_object=self.hypermodel
+            cfg,
+            run_dir=self.directory,
+            overrides=every,
+            hypermodel_object=self.hypermodel,
+            folder_key="directory",
         )
         return self.result
+
+    def _accept(self, cfg: Any) -> None:
+        from omegaconf import OmegaConf
+
+        from kdist.tuning.folder import accept_search_dir
+
+        accept_search_dir(
+            self.directory,
+            key="directory",
+            allow_foreign_files=bool(
+                OmegaConf.select(cfg, "trainer.allow_foreign_files", default=False)
+            ),
+        )
 
     def _common(self, verbose: int) -> list[str]:
         return [
@@ -283,6 +308,7 @@ class Tuner:
             overrides=every,
             hypermodel_object=self.hypermodel,
             fit_kwargs={"x": x, "validation_data": validation_data},
+            folder_key="directory",
         )
         return self.result
 

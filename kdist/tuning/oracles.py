@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 # Keys of the `tuner` node that kdist consumes; the rest go to the oracle's constructor.
-KDIST_TUNER_KEYS = ("objective", "space", "distributed", "overwrite", "verbose")
+KDIST_TUNER_KEYS = ("objective", "space", "distributed", "overwrite", "verbose", "trial_timeout")
 # Oracle arguments kdist sets itself.
 _INJECTED = ("hyperparameters", "allow_new_entries", "tune_new_entries")
 
@@ -292,6 +292,7 @@ def check(tuner_cfg: DictConfig) -> None:
     for key in ("timeout", "connect_timeout", "heartbeat", "worker_timeout"):
         check_positive(f"tuner.distributed.{key}", distributed[key])
     check_positive("tuner.distributed.tuners", distributed.tuners, allow_none=True)
+    check_positive("tuner.trial_timeout", tuner_cfg.get("trial_timeout"), allow_none=True)
     if "factor" in tuner_cfg and int(tuner_cfg.factor) < 2:
         raise ConfigError("tuner.factor", "must be an integer >= 2", value=tuner_cfg.factor)
     if "max_epochs" in tuner_cfg:

@@ -105,12 +105,15 @@ class TrialPlan:
             ]
         return list(self._objective_overrides)
 
-    def trial_overrides(self, values: Mapping[str, Any]) -> list[str]:
+    def trial_overrides(self, values: Mapping[str, Any], fit: Sequence[str] = ()) -> list[str]:
         """Every override of a trial: the search's, then the trial's values (which replace
-        a search override of the same key) and Hyperband's epochs."""
+        a search override of the same key), Hyperband's epochs and `fit`: the config keys
+        a `HyperModel.fit` gave `model.fit` in the trial (`kdist.tuning.fit_override`)."""
         extra = [*self.objective_overrides(), *self.space.overrides(values)]
         if HYPERBAND_EPOCHS in values:
             extra.append(f"trainer.epochs={int(values[HYPERBAND_EPOCHS])}")
+        given = {_key(o) for o in fit}
+        extra = [*(o for o in extra if _key(o) not in given), *fit]
         # A key the search adds (`+model.width=8`) is still new to the config in a trial.
         added = {_key(o): o[: len(o) - len(o.lstrip("+"))] for o in self.base if o[:1] == "+"}
         extra = [o if o[:1] == "+" else added.get(_key(o), "") + o for o in extra]

@@ -4,25 +4,43 @@
   reason, tuned values, overrides, final metrics, times);
 - `trials.csv`: one row per trial, rewritten by the chief after every trial;
 - `best.yaml`: the best completed trial's overrides and the command reproducing it.
+
+`load_best` reads a search's `best.yaml` back as a composed training config, every
+`_target_` of which has passed kdist's trust check (`kdist.config.trust`): a `best.yaml`
+is a file in a folder, and anyone who can write the folder can plant a `_target_` in it.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
+from omegaconf import DictConfig
 
+from kdist.config.errors import ConfigError
 from kdist.runs.fileio import write_csv_atomic, write_text_atomic
 from kdist.runs.sweep import plot_table
 from kdist.tuning.oracles import TrialStatus, reason
 from kdist.tuning.plan import TrialPlan
 
-__all__ = ["best_trial", "read_record", "trial_rows", "write_best", "write_record", "write_tables"]
+__all__ = [
+    "BEST",
+    "best_trial",
+    "load_best",
+    "read_record",
+    "trial_rows",
+    "write_best",
+    "write_record",
+    "write_tables",
+]
 
 RECORD = "result.json"
+BEST = "best.yaml"
 
 
 def write_record(trial_dir: Path, record: Mapping[str, Any]) -> None:
@@ -95,7 +113,9 @@ def write_best(path: Path, oracle: Any, *, plan: TrialPlan, run_dir: Path) -> di
     if trial is None:
         return None
     values = trial.hyperparameters.values
-    overrides = plan.trial_overrides(values)
+    # A `HyperModel.fit`'s arguments that are config keys (`kdist.tuning.fit_override`).
+    fit = read_record(run_dir / "trials" / f"trial_{trial.trial_id}").get("fit") or {}
+    overrides = plan.trial_overrides(values, fit=fit.get("overrides") or ())
     command = plan.command(overrides)
     content: dict[str, Any] = {
         "trial_id": trial.trial_id,
@@ -113,6 +133,14 @@ def write_best(path: Path, oracle: Any, *, plan: TrialPlan, run_dir: Path) -> di
         "command": command,
         "run_dir": str(run_dir / "trials" / f"trial_{trial.trial_id}"),
     }
+    if plan.space.fit_names:
+        # What `HyperModel.fit` gave `model.fit` that no config key says (data in hand,
+        # ...): the command trains the best trial without it.
+        content["fit"] = {
+            "hp": sorted(plan.space.fit_names),
+            "overrides": list(fit.get("overrides") or []),
+            "not_config_keys": list(fit.get("not_config_keys") or []),
+        }
     header = f"# The best trial of the search in {run_dir}.\n# Reproduce it with:\n#   {command}\n"
     write_text_atomic(path, header + yaml.safe_dump(content, sort_keys=False, width=1000))
     return content
@@ -140,3 +168,119 @@ def write_tables(oracle: Any, *, plan: TrialPlan, run_dir: Path) -> list[dict[st
     plot_table(run_dir / "trials.csv", direction=direction)
     write_best(run_dir / "best.yaml", oracle, plan=plan, run_dir=run_dir)
     return rows
+
+
+# `best.yaml` is a small file; a bigger one is not kdist's.
+_MAX_BEST_BYTES = 1 << 20
+# An interpolation through a resolver (`${oc.decode:...}`, `${oc.env:...}`): it computes
+# a value, or builds a node, when the config is resolved.
+_RESOLVER_CALL = re.compile(r"\$\{\s*[\w.\-]+\s*:")
+
+
+def _best_file(search_dir: str | os.PathLike[str], key: str) -> dict[str, Any]:
+    path = Path(search_dir)
+    path = path if path.name == BEST and not path.is_dir() else path / BEST
+    if path.is_symlink():
+        raise ConfigError(key, f"holds a symbolic link at {BEST}", value=str(path))
+    try:
+        size = path.stat().st_size
+    except OSError:
+        raise ConfigError(
+            key, f"holds no {BEST} (no trial of the search has completed)", value=str(path)
+        ) from None
+    if size > _MAX_BEST_BYTES:
+        raise ConfigError(key, f"holds a {BEST} of {size} bytes, not a search's", value=str(path))
+    try:
+        content = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        text = " ".join(str(error).split())
+        raise ConfigError(
+            key, f"holds a {BEST} that does not read: {text}", value=str(path)
+        ) from None
+    if not isinstance(content, dict) or not isinstance(content.get("overrides"), list):
+        raise ConfigError(key, f"holds a {BEST} without its list of overrides", value=str(path))
+    return content
+
+
+def load_best(
+    search_dir: str | os.PathLike[str],
+    *,
+    overrides: Sequence[str] = (),
+    exempt: Sequence[str] = (),
+    trust: bool = False,
+) -> DictConfig:
+    """The best trial of a search as a training config, checked before anything runs it.
+
+    Reads `<search_dir>/best.yaml`, composes its overrides (with its `config_name` and
+    `config_dir`) and `overrides`, and checks every `_target_` of the composed config with
+    kdist's trust check (`kdist.config.trust.check_trusted_targets`), as `kdist.evaluate`
+    checks a run folder's config: a `best.yaml` someone else could write cannot make
+    `kdist.Experiment` run code of theirs. Interpolations through a resolver
+    (`${oc.decode:...}`) in its overrides are refused too.
+
+    Args:
+        search_dir: the search's run folder (or its `best.yaml`).
+        overrides: more overrides after the best trial's, e.g. `["run_dir=outputs/best"]`.
+            They are yours: trusted. Defaults to `()`.
+        exempt: dotted keys whose `_target_` you wrote yourself, e.g. `["model"]` for a
+            search over your own `model._target_=my.build_model`. Defaults to `()`.
+        trust: skip the trust check, for a folder only you could have written.
+            Defaults to `False`.
+
+    Returns:
+        The composed config: `kdist.Experiment(load_best(dir))` trains the best trial again.
+
+    Raises:
+        ConfigError: naming `search_dir` for a missing or unreadable `best.yaml`; naming
+            the key whose `_target_` is not trusted (or the override through a resolver).
+
+    Example:
+
+    ```python
+    cfg = kdist.tune.best_config("outputs/2026-11-21/10-00-00", overrides=["run_dir=outputs/best"])
+    exp = kdist.Experiment(cfg)
+    exp.fit()
+    ```
+    """
+    from kdist.config.compose import compose, format_hydra_error
+    from kdist.config.trust import check_trusted_targets
+
+    key = "search_dir"
+    content = _best_file(search_dir, key)
+    where = str(Path(search_dir))
+    best = [str(o) for o in content["overrides"]]
+    config_name = str(content.get("config_name") or "train")
+    config_dir = content.get("config_dir")
+    if not trust:
+        for override in best:
+            if _RESOLVER_CALL.search(override):
+                raise ConfigError(
+                    override.split("=", 1)[0].lstrip("~+"),
+                    f"in {where}/{BEST} is an interpolation through a resolver, which "
+                    "reading a search back does not resolve",
+                    value=override,
+                    hint=f"pass trust=True if you trust whoever wrote {where}",
+                )
+    try:
+        cfg = compose([*best, *overrides], config_name=config_name, config_dir=config_dir)
+    except ConfigError:
+        raise
+    except Exception as error:  # Hydra and OmegaConf raise many types
+        raise ConfigError(
+            key, f"{BEST}'s overrides do not compose: {format_hydra_error(error)}", value=where
+        ) from None
+    if not trust:
+        mine = {o.split("=", 1)[0].lstrip("~+") for o in overrides if "=" in o}
+        try:
+            check_trusted_targets(
+                cfg, source=f"{where}/{BEST}", exempt=tuple(sorted({*exempt, *mine}))
+            )
+        except ConfigError as error:
+            raise ConfigError(
+                error.key,
+                error.problem,
+                value=error.value,
+                hint=f"pass trust=True if you trust whoever wrote {where} (or exempt=[...] "
+                "the keys whose targets you wrote yourself)",
+            ) from None
+    return cfg

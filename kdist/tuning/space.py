@@ -239,6 +239,9 @@ class Space:
         dimensions: the tuned keys.
         hypermodel: the hypermodel's `keras_tuner.HyperParameters` (with its conditional
             scopes), whose hyperparameters are among `dimensions`. Defaults to `None`.
+        fit_names: the hypermodel's hyperparameters that only its `HyperModel.fit`
+            declares: searched and recorded like the others, but no config override sets
+            them (`kdist.tuning.fit_override`). Defaults to `()`.
 
     Raises:
         ValueError: when two dimensions share a key.
@@ -252,13 +255,20 @@ class Space:
     ```
     """
 
-    def __init__(self, dimensions: Sequence[Dimension], *, hypermodel: Any = None):
+    def __init__(
+        self,
+        dimensions: Sequence[Dimension],
+        *,
+        hypermodel: Any = None,
+        fit_names: Sequence[str] = (),
+    ):
         keys = [d.key for d in dimensions]
         duplicates = sorted({k for k in keys if keys.count(k) > 1})
         if duplicates:
             raise ValueError(f"`dimensions` repeat the key(s) {', '.join(duplicates)}.")
         self.dimensions: tuple[Dimension, ...] = tuple(dimensions)
         self.hypermodel = hypermodel
+        self.fit_names = frozenset(fit_names)
 
     @classmethod
     def from_config(cls, node: Any, *, allow_empty: bool = False) -> Space:
@@ -284,12 +294,15 @@ class Space:
             )
         return cls([_dimension(key, raw) for key, raw in flat.items()])
 
-    def with_hypermodel(self, hyperparameters: Any, *, key: str = "model") -> Space:
+    def with_hypermodel(
+        self, hyperparameters: Any, *, key: str = "model", fit_names: Sequence[str] = ()
+    ) -> Space:
         """This space and the hyperparameters a hypermodel declares.
 
         Args:
             hyperparameters: `kdist.models.hypermodel.search_space(...).hyperparameters`.
             key: the model node's config path. Defaults to `"model"`.
+            fit_names: those of them only its `HyperModel.fit` declares. Defaults to `()`.
 
         Raises:
             ConfigError: naming `tuner.space.<key>.hp.<name>` for a config key that tunes
@@ -307,7 +320,9 @@ class Space:
                     hint=f"remove it from tuner.space (the search tunes it), or fix it with "
                     f"++{key}.hp.{name}=<value>",
                 )
-        return Space([*self.dimensions, *found.values()], hypermodel=hyperparameters)
+        return Space(
+            [*self.dimensions, *found.values()], hypermodel=hyperparameters, fit_names=fit_names
+        )
 
     def __iter__(self) -> Iterator[Dimension]:
         return iter(self.dimensions)
@@ -327,7 +342,10 @@ class Space:
 
     def describe(self) -> dict[str, str]:
         """Key -> expression, as written (recorded with the search to check a resume)."""
-        return {d.key: d.expression for d in self.dimensions}
+        return {
+            d.key: f"{d.expression} in fit" if d.hp_name in self.fit_names else d.expression
+            for d in self.dimensions
+        }
 
     def hyperparameters(self) -> Any:
         """The space as `keras_tuner.HyperParameters`, one hyperparameter per key."""
@@ -361,9 +379,14 @@ class Space:
         """Hydra overrides setting each tuned key to its value in `values`.
 
         A hypermodel's hyperparameter that is inactive in a trial (a conditional scope
-        not taken) has no value, and no override.
+        not taken) has no value, and no override; nor has one that only its
+        `HyperModel.fit` declares (`fit_names`: what `fit` does with it is no config key).
         """
-        return [d.override(values[d.name]) for d in self.dimensions if d.name in values]
+        return [
+            d.override(values[d.name])
+            for d in self.dimensions
+            if d.name in values and not (d.hp_name and d.hp_name in self.fit_names)
+        ]
 
     def display(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """Tuned key -> scalar value, for `trials.csv` and TensorBoard HParams."""

@@ -23,7 +23,8 @@ from kdist.config.compose import format_hydra_error
 from kdist.config.errors import ConfigError
 from kdist.models import hypermodel
 from kdist.runs.layout import CONFIG, MODEL, TENSORBOARD
-from kdist.tuning import hparams, results
+from kdist.tuning import fit_override, hparams, results
+from kdist.tuning.deadline import Deadline, StopAtDeadline, TrialTimeout, deadline
 from kdist.tuning.oracle_client import DeadlineOracleClient, Heartbeat, OracleUnreachable
 from kdist.tuning.oracles import is_finite, reason
 from kdist.tuning.plan import TrialPlan
@@ -67,9 +68,14 @@ class KdistTuner(keras_tuner.Tuner):
         hypermodel: a keras-tuner hypermodel that each trial builds with its values
             (a notebook's `build_model`), instead of the config's `model`.
             Defaults to `None`.
+        fit_hypermodel: a `HyperModel` whose `fit` trains each trial, with `model.fit`
+            redirected to the trial's `Experiment.fit` (`kdist.tuning.fit_override`).
+            Defaults to `None`.
+        trial_timeout: seconds a trial may take (`tuner.trial_timeout`); a trial over it
+            fails with its reason. Defaults to `None`: no limit.
 
     Raises:
-        ValueError: for a non-positive `heartbeat`.
+        ValueError: for a non-positive `heartbeat` or `trial_timeout`.
     """
 
     def __init__(
@@ -80,9 +86,15 @@ class KdistTuner(keras_tuner.Tuner):
         run_dir: str | Path,
         heartbeat: float = 5.0,
         hypermodel: Any = None,
+        fit_hypermodel: fit_override.FitHyperModel | None = None,
+        trial_timeout: float | None = None,
     ):
         if heartbeat <= 0:
             raise ValueError(f"`heartbeat` ({heartbeat}) must be positive.")
+        if trial_timeout is not None and not trial_timeout > 0:
+            raise ValueError(f"`trial_timeout` ({trial_timeout}) must be positive or None.")
+        self.fit_hypermodel = fit_hypermodel
+        self.trial_timeout = trial_timeout
         self.plan = plan
         self.run_dir = Path(run_dir)
         self.trials_dir = self.run_dir / "trials"
@@ -157,14 +169,26 @@ class KdistTuner(keras_tuner.Tuner):
         """Train the trial's config with the kdist engine; return its final logs.
 
         `args` and `kwargs` (from `search`) go to `Experiment.fit`: data in hand, e.g. a
-        notebook's `tf.data.Dataset` (`kdist.tuning.notebook`).
+        notebook's `tf.data.Dataset` (`kdist.tuning.notebook`); with a `HyperModel` that
+        overrides `fit`, they go to its `fit(hp, model, *args, **kwargs)`, whose
+        `model.fit` is the trial's `Experiment.fit`. `tuner.trial_timeout` bounds the
+        whole trial.
 
         Raises:
             keras_tuner.errors.FailedTrialError: for a config error caused by the trial's
-                values, or a loss or metric that is not finite.
+                values, a loss or metric that is not finite, or a trial over its time.
             FatalConfigError: for a config error no trial value causes.
             OracleUnreachable: when the chief stopped answering during the trial.
         """
+        try:
+            with deadline(self.trial_timeout) as limit:
+                return self._run_trial(trial, limit, *args, **kwargs)
+        except TrialTimeout as error:
+            raise kt_errors.FailedTrialError(str(error)) from None
+
+    def _run_trial(
+        self, trial: Any, limit: Deadline, *args: Any, **kwargs: Any
+    ) -> dict[str, float]:
         from kdist.experiment import Experiment
 
         record = self._records[trial.trial_id]
@@ -183,32 +207,44 @@ class KdistTuner(keras_tuner.Tuner):
         # Layer names and other global Keras state start afresh in every trial (without
         # the forced garbage collection, which takes seconds once TensorFlow is loaded).
         keras.backend.clear_session(free_memory=False)
+        hp = None
         try:
             experiment = Experiment(cfg, run_dir=folder)
-            experiment.build_model(model=self._model(experiment))
+            if self.fit_hypermodel is not None:
+                hp = keras_tuner.HyperParameters()
+                hp.values.update(self.plan.space.hp_values(trial.hyperparameters.values))
+                model = self._fit_model(experiment, hp)
+            else:
+                model = self._model(experiment)
+            model = experiment.build_model(model=model)
         except ConfigError as error:
             if self.plan.space.owns(error.key):
                 # Chained: `error.txt` keeps the traceback (of `build_model(hp)`, say).
                 raise kt_errors.FailedTrialError(str(error)) from error
             raise FatalConfigError(error) from None
+        limit.check()
         callbacks: list[keras.callbacks.Callback] = [keras.callbacks.TerminateOnNaN()]
+        if limit.seconds is not None:
+            callbacks.append(StopAtDeadline(limit))
         heartbeat = None
         if isinstance(self.oracle, DeadlineOracleClient):
             heartbeat = Heartbeat(self.oracle, trial.trial_id, interval=self.heartbeat_seconds)
             callbacks.append(_StopWhenChiefLost(heartbeat))
+        train = self._trainer(experiment, model, hp, record, limit, trial.hyperparameters.values)
         try:
             if heartbeat is not None:
                 with heartbeat:
-                    experiment.fit(*args, callbacks=callbacks, **kwargs)
+                    logs = train(callbacks, *args, **kwargs)
             else:
-                experiment.fit(*args, callbacks=callbacks, **kwargs)
+                logs = train(callbacks, *args, **kwargs)
         except FloatingPointError as error:
             # kdist's NaN guard: deterministic for these values, so no retry.
             raise kt_errors.FailedTrialError(str(error)) from None
         if heartbeat is not None and heartbeat.lost.is_set():
             raise OracleUnreachable(str(heartbeat.error)) from None
-        assert experiment.result is not None
-        logs = {k: float(v) for k, v in experiment.result.final_logs.items()}
+        if limit.expired():
+            limit.what = "training"
+            raise limit.error()
         objective = str(self.oracle.objective.name)
         if objective not in logs:
             raise FatalConfigError(
@@ -220,14 +256,80 @@ class KdistTuner(keras_tuner.Tuner):
                 )
             )
         record["metrics"] = logs
-        record["epochs"] = experiment.result.epochs_run
+        if experiment.result is not None:
+            record["epochs"] = experiment.result.epochs_run
         bad = {k: v for k, v in logs.items() if not is_finite(v)}
         if bad:
             shown = ", ".join(f"{k}={v}" for k, v in bad.items())
             raise kt_errors.FailedTrialError(
-                f"not finite after {experiment.result.epochs_run} epoch(s): {shown}"
+                f"not finite after {record['epochs']} epoch(s): {shown}"
             )
         return logs
+
+    def _trainer(
+        self,
+        experiment: Any,
+        model: keras.Model,
+        hp: Any,
+        record: dict[str, Any],
+        limit: Deadline,
+        values: Any,
+    ) -> Any:
+        """The function that trains the trial: `Experiment.fit`, or the hypermodel's `fit`
+        with `model.fit` redirected to it. It returns the trial's metrics."""
+
+        def kdist_fit(callbacks: list[keras.callbacks.Callback], *args: Any, **kwargs: Any) -> Any:
+            with limit.training():
+                return experiment.fit(*args, callbacks=callbacks, **kwargs)
+
+        if self.fit_hypermodel is None:
+
+            def train(callbacks: list[keras.callbacks.Callback], *args: Any, **kwargs: Any) -> Any:
+                kdist_fit(callbacks, *args, **kwargs)
+                assert experiment.result is not None
+                return {k: float(v) for k, v in experiment.result.final_logs.items()}
+
+            return train
+
+        fitted = self.fit_hypermodel
+
+        def train_fit(callbacks: list[keras.callbacks.Callback], *args: Any, **kwargs: Any) -> Any:
+            calls: list[dict[str, Any]] = []
+
+            def model_fit(*fit_args: Any, **fit_kwargs: Any) -> Any:
+                given = list(fit_kwargs.pop("callbacks", None) or [])
+                # kdist's own callbacks even when `fit` dropped the ones it was given.
+                every = [*given, *(c for c in callbacks if all(c is not g for g in given))]
+                calls.append({**({"x": None} if fit_args else {}), **fit_kwargs})
+                return kdist_fit(every, *fit_args, **fit_kwargs)
+
+            with fit_override.redirect_fit(model, model_fit):
+                results = fitted.instance.fit(hp, model, *args, callbacks=list(callbacks), **kwargs)
+            if not calls:
+                raise kt_errors.FailedTrialError(
+                    f"{fitted.label} returned without calling model.fit: kdist trains a trial "
+                    "through model.fit"
+                )
+            fit_overrides, other = fit_override.config_overrides(calls)
+            record["fit"] = {"overrides": fit_overrides, "not_config_keys": other}
+            record["overrides"] = self.plan.trial_overrides(values, fit=fit_overrides)
+            record["command"] = self.plan.command(record["overrides"])
+            try:
+                return fit_override.to_metrics(results, self.oracle.objective, label=fitted.label)
+            except ConfigError as error:
+                raise FatalConfigError(error) from None
+
+        return train_fit
+
+    def _fit_model(self, experiment: Any, hp: Any) -> keras.Model:
+        """The model of a hypermodel whose `fit` trains the trial, built with `hp` (the
+        trial's values, read again by its `fit`) in the strategy's scope."""
+        from kdist.models.hypermodel.build import call_build
+
+        assert self.fit_hypermodel is not None
+        instance = self.fit_hypermodel.instance
+        with experiment.strategy.scope():
+            return call_build(instance.build, hp, target=instance, key="model")
 
     def _model(self, experiment: Any) -> keras.Model | None:
         """The trial's model from `hypermodel` (`None`: the experiment builds `cfg.model`)."""
