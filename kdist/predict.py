@@ -40,6 +40,7 @@ from kdist.config.errors import ConfigError, exit_with
 from kdist.config.trust import TRUST_FLAG
 from kdist.evaluation.reopen import experiment_with_run_model, in_one_process, load_trusted_config
 from kdist.process.runtime import quiet_tensorflow
+from kdist.runs import lock as run_lock
 from kdist.runs.fileio import atomic_path
 from kdist.runs.layout import PREDICTIONS
 
@@ -76,6 +77,20 @@ def predict_run(
     """
     cfg = load_trusted_config(run_dir, overrides, trust_run_dir=trust_run_dir)
     in_one_process(cfg, why="predicting in one process")
+    # One owner per folder: writing into the run folder, it holds the folder's lock as
+    # `kdist.train` does (refused while a run trains there; a run waits for it).
+    owns = output_path is None
+    with run_lock.hold(run_dir, key="run_dir", enabled=owns):
+        return _predict_into(run_dir, cfg, split, input_path, output_path)
+
+
+def _predict_into(
+    run_dir: str | os.PathLike[str],
+    cfg: Any,
+    split: str,
+    input_path: str | None,
+    output_path: str | None,
+) -> Path:
     experiment = experiment_with_run_model(run_dir, cfg)
     x = _features(cfg, input_path) if input_path else None
     if x is not None:

@@ -27,6 +27,7 @@ __all__ = [
     "CURVES",
     "DATE_FORMAT",
     "EVAL",
+    "EVAL_LOCK",
     "HISTORY",
     "HYDRA",
     "HYDRA_RUN_DIR",
@@ -83,7 +84,8 @@ def default_run_dir(*, microseconds: bool = False, now: datetime | None = None) 
 # -- the names kdist writes at the top of a run folder (`DESIGN.md`'s run directory) ------
 
 HYDRA = ".hydra"  # the composed config Hydra (or kdist, once the run is accepted) writes
-LOCK = ".lock"  # held by the chief while it trains (`kdist.runs.lock`)
+LOCK = ".lock"  # held by the chief while it trains, by kdist.predict while it writes
+EVAL_LOCK = ".eval.lock"  # held by the sidecar evaluator while it writes eval.csv
 TRAIN_LOG = "train.log"
 CONFIG = "config.yaml"  # the resolved config; also `.hydra/config.yaml`
 METRICS = "metrics.json"
@@ -104,6 +106,7 @@ RUN_FILES = frozenset(
     {
         HYDRA,
         LOCK,
+        EVAL_LOCK,
         TRAIN_LOG,
         CONFIG,
         METRICS,
