@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from kdist.config.errors import ConfigError
 
@@ -36,6 +37,7 @@ __all__ = [
     "check_config_folder",
     "check_yaml_file",
     "check_yaml_text",
+    "config_folder",
     "load_config",
     "load_yaml",
 ]
@@ -134,16 +136,36 @@ def check_yaml_file(path: str | os.PathLike[str], *, key: str) -> None:
     check_yaml_text(data, key=key, where=str(file))
 
 
+def _unreadable(key: str, path: str | os.PathLike[str], error: Exception) -> ConfigError:
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return ConfigError(key, f"{path} does not read as a config ({first})")
+
+
 def load_config(path: str | os.PathLike[str], *, key: str) -> DictConfig | ListConfig:
-    """`OmegaConf.load(path)` once the file is within the limits."""
+    """`OmegaConf.load(path)` once the file is within the limits.
+
+    Raises:
+        ConfigError: naming `key` and the file when it is over the limits, is not YAML,
+            or holds an interpolation OmegaConf cannot parse.
+    """
     check_yaml_file(path, key=key)
-    return OmegaConf.load(path)
+    try:
+        return OmegaConf.load(path)
+    except (yaml.YAMLError, OmegaConfBaseException, UnicodeDecodeError) as error:
+        raise _unreadable(key, path, error) from None
 
 
 def load_yaml(path: str | os.PathLike[str], *, key: str) -> Any:
-    """`yaml.safe_load` of the file once it is within the limits."""
+    """`yaml.safe_load` of the file once it is within the limits.
+
+    Raises:
+        ConfigError: naming `key` and the file when it is over the limits or not YAML.
+    """
     check_yaml_file(path, key=key)
-    return yaml.safe_load(Path(path).read_bytes())
+    try:
+        return yaml.safe_load(Path(path).read_bytes())
+    except yaml.YAMLError as error:
+        raise _unreadable(key, path, error) from None
 
 
 def check_config_folder(folder: str | os.PathLike[str], *, key: str) -> None:
@@ -170,3 +192,10 @@ def check_config_folder(folder: str | os.PathLike[str], *, key: str) -> None:
             if checked > MAX_FILES:
                 return
             check_yaml_file(Path(current) / name, key=key)
+
+
+def config_folder(config_path: str | None) -> str | None:
+    """The folder of `--config-path`, when it is absolute (a relative one is Hydra's, relative
+    to the app's module): composed and checked as `-cd` is, so that its files are within the
+    limits and an error's search path names it."""
+    return config_path if config_path and os.path.isabs(config_path) else None

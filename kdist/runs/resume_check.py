@@ -33,7 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 from kdist.compat.keras_private import learning_rate_variable
 from kdist.config.errors import ConfigError
 from kdist.config.trust import safe_resolvers
-from kdist.config.yaml_limits import load_config
+from kdist.config.yaml_limits import check_yaml_file
 from kdist.runs.fileio import write_text_atomic
 from kdist.runs.layout import CONFIG, SAVE_FOLDERS, saved_configs
 
@@ -137,10 +137,9 @@ def _has_checkpoints(folder: Path) -> bool:
 
 
 def _load(path: Path) -> DictConfig:
+    check_yaml_file(path, key="hydra.run.dir")  # within the size and alias limits
     try:
-        saved = load_config(path, key="hydra.run.dir")  # within the size and alias limits
-    except ConfigError:
-        raise
+        saved = OmegaConf.load(path)
     except Exception as error:  # YAML errors of many types
         raise ConfigError(
             "hydra.run.dir",
