@@ -105,11 +105,25 @@ def check_yaml_text(text: str | bytes, *, key: str, where: str) -> None:
     """
     if len(text) > MAX_BYTES:
         raise _refuse(key, where, f"is larger than {MAX_BYTES // 2**20} MiB")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's when built with it
+    try:
+        # The events first: a deep nesting is refused as soon as it is seen (composing
+        # thousands of levels takes seconds).
+        depth = 0
+        for event in yaml.parse(text, Loader=loader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise _refuse(key, where, f"nests deeper than {MAX_DEPTH} levels")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.YAMLError:
+        return  # not YAML: the reader says where
     limit = sys.getrecursionlimit()
     # The composer recurses once per level: room for MAX_DEPTH levels and the caller's stack.
     sys.setrecursionlimit(max(limit, 20 * MAX_DEPTH + 1000))
     try:
-        for document in yaml.compose_all(text, Loader=yaml.SafeLoader):
+        for document in yaml.compose_all(text, Loader=loader):
             if document is not None:
                 _expanded_size(document, key=key, where=where)
     except yaml.YAMLError:
