@@ -49,7 +49,12 @@ from pathlib import Path
 from typing import IO
 
 from kdist.config.errors import ConfigError, exit_with
-from kdist.launcher.checks import check_elastic_batch, check_strategy, elastic_policy
+from kdist.launcher.checks import (
+    check_cluster_size,
+    check_elastic_batch,
+    check_strategy,
+    elastic_policy,
+)
 from kdist.launcher.gpus import ALLOW_GROWTH, detect_gpus, plan_gpus
 from kdist.launcher.sandbox import Guardian
 from kdist.launcher.supervisor import Launch, supervise
@@ -181,6 +186,13 @@ def run(
         )
 
     devices_for(workers)  # GPUs asked that are not there: one line, before any check
+    check_cluster_size(
+        overrides if module == "kdist.train" else None,
+        workers=workers,
+        ps=ps,
+        evaluator=evaluator,
+        replicas_per_worker=gpus_per_worker or 1,
+    )
     if module == "kdist.train":
         check_strategy(overrides, workers=workers, ps=ps)
         if policy.elastic and ps == 0:

@@ -1,0 +1,68 @@
+"""Issue 38's POOR cases of this part: each a one-line refusal naming the key (or an error
+that no longer happens), before training, nothing written."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import compose
+
+from kdist.config.errors import ConfigError
+from kdist.config.validate import validate
+
+
+def test_bfloat16_all_reduce_sums_sparse_and_integer_gradients():
+    """`trainer.allreduce_dtype=bfloat16` with an embedding (`model=wide_deep
+    data=categorical`): a TypeError at the first step before (no bfloat16 sparse sum)."""
+    import keras
+    import tensorflow as tf
+
+    from kdist.strategies import mirrored
+    from kdist.strategies.compression import compress_all_reduce
+
+    strategy = mirrored(devices=["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        table = keras.Variable(np.zeros((4, 2), np.float32))
+        optimizer = keras.optimizers.SGD(learning_rate=1.0)
+        optimizer.build([table])
+        compress_all_reduce(optimizer, "bfloat16")
+
+    @tf.function
+    def step():
+        def replica_fn():
+            index = tf.distribute.get_replica_context().replica_id_in_sync_group
+            rows = tf.stack([index, index + 2])
+            values = tf.ones((2, 2)) * tf.cast(index + 1, tf.float32)
+            gradient = tf.IndexedSlices(values, rows, tf.constant([4, 2]))
+            optimizer.apply_gradients([(gradient, table)])
+
+        strategy.run(replica_fn)
+
+    step()
+    np.testing.assert_allclose(table.numpy(), -np.array([[1, 1], [2, 2], [1, 1], [2, 2]]))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "line"),
+    [
+        (["optimizer.learning_rate=inf"], "optimizer.learning_rate=inf: must be a finite number"),
+        (["optimizer.learning_rate=nan"], "optimizer.learning_rate=nan: must be a finite number"),
+        (["+trainer.epoch=3"], "trainer.epoch: is not a key of trainer"),
+        (["+runtime.sed=1"], "runtime.sed: is not a key of runtime"),
+        (
+            ["runtime.seed=99999999999999999999"],
+            "runtime.seed=99999999999999999999: must be an integer from 0 to 4294967295",
+        ),
+        (["runtime.seed=-1"], "runtime.seed=-1: must be an integer"),
+    ],
+)
+def test_bad_values_are_refused_before_training_naming_the_key(overrides, line):
+    with pytest.raises(ConfigError) as refused:
+        validate(compose(overrides))
+    assert str(refused.value).startswith(line), refused.value
+    assert "\n" not in str(refused.value)
+
+
+def test_a_plus_typo_names_the_close_key():
+    with pytest.raises(ConfigError, match=r"did you mean trainer\.epochs\?"):
+        validate(compose(["+trainer.epoch=3"]))
