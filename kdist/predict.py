@@ -130,6 +130,23 @@ def _check_shapes(model: Any, x: Any, path: str | None) -> None:
             )
 
 
+def _check_rows(name: str, array: np.ndarray, path: str) -> None:
+    """Refuse features the model cannot predict on: no rows, or not numbers."""
+    if array.dtype.kind not in "biuf":
+        raise ConfigError(
+            "input",
+            f"has features {name!r} of type {array.dtype} (not numbers); the model takes numbers",
+            value=path,
+            hint="encode text and categories as the run's data source did",
+        )
+    if array.ndim == 0 or array.shape[0] == 0:
+        raise ConfigError(
+            "input",
+            f"has no rows in {name!r} (shape {array.shape}): nothing to predict",
+            value=path,
+        )
+
+
 def _features(cfg: Any, path: str) -> Any:
     from kdist.data.files import model_array
     from kdist.data.npz_source import load_arrays
@@ -138,6 +155,8 @@ def _features(cfg: Any, path: str) -> Any:
     x_key = source.get("x_key", "x") if str(source.get("_target_")) == "kdist.data.npz" else "x"
     names = [str(k) for k in x_key] if not isinstance(x_key, str) else [x_key]
     arrays = load_arrays("input", path, tuple(names))
+    for name, array in zip(names, arrays, strict=True):
+        _check_rows(name, np.asarray(array), path)
     scale = source.get("scale")
     arrays = [model_array(a, scale) for a in arrays]
     return dict(zip(names, arrays, strict=True)) if not isinstance(x_key, str) else arrays[0]

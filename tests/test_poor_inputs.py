@@ -66,3 +66,51 @@ def test_bad_values_are_refused_before_training_naming_the_key(overrides, line):
 def test_a_plus_typo_names_the_close_key():
     with pytest.raises(ConfigError, match=r"did you mean trainer\.epochs\?"):
         validate(compose(["+trainer.epoch=3"]))
+
+
+def test_a_run_folder_inside_another_runs_folders_is_refused(tmp_path):
+    from kdist.config.validate import check_run_dir
+
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("a: 1\n")
+    for name in ("checkpoints", "backup", "tensorboard"):
+        inner = run / name / "nested"
+        with pytest.raises(ConfigError) as refused:
+            check_run_dir("hydra.run.dir", inner)
+        assert str(refused.value).startswith(f"hydra.run.dir='{inner}': is inside the {name}/")
+        assert not (run / name).exists()  # nothing written
+    # A folder named checkpoints that is not a run's own is fine.
+    check_run_dir("hydra.run.dir", tmp_path / "checkpoints" / "run")
+
+
+def test_a_file_as_run_dir_is_one_line(tmp_path):
+    from kdist.cluster.chief import writable_dir
+
+    file = tmp_path / "passwd"
+    file.write_text("root:x:0:0\n")
+    with pytest.raises(ConfigError, match=r"^run_dir='.*passwd': is not a folder"):
+        writable_dir(file)
+    with pytest.raises(ConfigError, match=r"^run_dir='.*passwd/run': is not a folder"):
+        writable_dir(file / "run")
+    assert file.read_text() == "root:x:0:0\n"
+
+
+@pytest.mark.parametrize(
+    ("x", "problem"),
+    [
+        (np.zeros((0, 64), np.float32), "has no rows in 'x' (shape (0, 64)): nothing to predict"),
+        (np.array([["a", "b"], ["c", "d"]]), "has features 'x' of type <U1 (not numbers)"),
+    ],
+)
+def test_predict_input_without_rows_or_numbers_is_one_line(tmp_path, x, problem):
+    from omegaconf import OmegaConf
+
+    from kdist import predict
+
+    path = tmp_path / "new.npz"
+    np.savez(path, x=x)
+    cfg = OmegaConf.create({"data": {"source": {"_target_": "kdist.data.digits"}}})
+    with pytest.raises(ConfigError) as refused:
+        predict._features(cfg, str(path))
+    assert str(refused.value).startswith(f"input='{path}': {problem}"), refused.value

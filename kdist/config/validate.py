@@ -179,10 +179,22 @@ def check_run_dir(key: str, path: str | os.PathLike[str]) -> None:
         path: the folder; it may not exist yet.
 
     Raises:
-        ConfigError: naming `key` when a part of `path` is a file, or the nearest
-            existing folder is not writable.
+        ConfigError: naming `key` when a part of `path` is a file, the nearest existing
+            folder is not writable, or `path` is inside another run's own folders
+            (`kdist.runs.layout.enclosing_run`).
     """
+    from kdist.runs.layout import enclosing_run
+
     folder = Path(path).absolute()
+    inside = enclosing_run(folder)
+    if inside is not None:
+        run, name = inside
+        raise ConfigError(
+            key,
+            f"is inside the {name}/ folder of the run {run}; its files would mix with that run's",
+            value=str(path),
+            hint="choose a folder outside every run's checkpoints/, backup/, tensorboard/",
+        )
     for candidate in (folder, *folder.parents):
         if not candidate.exists():
             continue

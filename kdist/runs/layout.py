@@ -39,6 +39,7 @@ __all__ = [
     "PREDICTIONS",
     "RUN_FILES",
     "RUN_ROOT",
+    "RUN_SUBFOLDERS",
     "SAVED_MODEL",
     "SAVE_FOLDERS",
     "SUMMARY",
@@ -47,6 +48,7 @@ __all__ = [
     "TRAIN_LOG",
     "clean_leftovers",
     "default_run_dir",
+    "enclosing_run",
     "foreign_entries",
     "is_run_file",
     "linked_entries",
@@ -121,6 +123,28 @@ RUN_FILES = frozenset(
         PREDICTIONS,
     }
 )
+
+
+# A run's own folders: another run inside one would mix its files with that run's (a
+# restore would read them as checkpoints, TensorBoard would show them as the run's).
+RUN_SUBFOLDERS = (CHECKPOINTS, BACKUP, TENSORBOARD, SAVED_MODEL, HYDRA)
+
+
+def _looks_like_run(folder: Path) -> bool:
+    return any((folder / name).exists() for name in (f"{HYDRA}/{CONFIG}", CONFIG, METRICS, LOCK))
+
+
+def enclosing_run(folder: str | Path) -> tuple[Path, str] | None:
+    """The run folder whose own subfolder (`checkpoints/`, `backup/`, ...) holds `folder`.
+
+    Returns:
+        `(run folder, subfolder name)`, or `None` when `folder` is in no run's subfolder.
+    """
+    path = Path(folder).absolute()
+    for node in (path, *path.parents):
+        if node.name in RUN_SUBFOLDERS and _looks_like_run(node.parent):
+            return node.parent, node.name
+    return None
 
 
 def saved_configs(run_dir: str | Path) -> tuple[Path, Path]:
