@@ -114,3 +114,23 @@ def test_predict_input_without_rows_or_numbers_is_one_line(tmp_path, x, problem)
     with pytest.raises(ConfigError) as refused:
         predict._features(cfg, str(path))
     assert str(refused.value).startswith(f"input='{path}': {problem}"), refused.value
+
+
+def test_a_keras_callable_refusing_a_bogus_config_is_one_line():
+    from omegaconf import OmegaConf
+
+    from kdist.config.build import instantiate
+
+    node = OmegaConf.create(
+        {"model": {"_target_": "keras.layers.deserialize", "config": {"class_name": "Nope"}}}
+    )
+    with pytest.raises(ConfigError) as refused:
+        instantiate(node.model)
+    line = str(refused.value)
+    assert line.startswith("model._target_: keras.src.layers.deserialize refused its arguments")
+    assert "'Nope'" in line and "\n" not in line
+    # A user's own callable failing stays an error to see whole.
+    own = OmegaConf.create({"_target_": "helpers.not_a_model", "input_shape": [1], "x": 1})
+    with pytest.raises(Exception) as failed:
+        instantiate(own)
+    assert not isinstance(failed.value, ConfigError)
