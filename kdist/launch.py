@@ -59,6 +59,7 @@ from kdist.launcher.gpus import ALLOW_GROWTH, detect_gpus, plan_gpus
 from kdist.launcher.sandbox import Guardian
 from kdist.launcher.supervisor import Launch, supervise
 from kdist.launcher.tasks import free_ports, given_run_dir
+from kdist.process.exit_codes import EXIT_INTERRUPTED
 from kdist.runs.layout import default_run_dir
 
 __all__ = ["main", "run"]
@@ -356,7 +357,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = run(options.pop("workers"), rest, isolate=isolate, **options)
     except ConfigError as error:
         exit_with(error)
+    except KeyboardInterrupt:
+        # Ctrl-C: `supervise` has stopped every task (each saves on SIGTERM); one line.
+        print(_INTERRUPTED, file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_INTERRUPTED) from None
     raise SystemExit(code)
+
+
+_INTERRUPTED = (
+    "kdist.launch: interrupted (Ctrl-C); every task was stopped (a training task saves "
+    "its backup first): run the same command again to resume"
+)
 
 
 if __name__ == "__main__":

@@ -59,3 +59,16 @@ def test_the_launcher_refuses_before_starting_any_task(capsys, monkeypatch):
     assert len(err) == 1, err
     assert err[0].startswith("kdist: config error: --workers=100000: starts 100000"), err
     assert started == []
+
+
+def test_ctrl_c_to_the_launcher_is_one_line_and_status_130(capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(launch, "supervise", interrupted)
+    monkeypatch.setattr(launch, "_guardian", lambda *a: type("G", (), {"close": lambda s: None})())
+    with pytest.raises(SystemExit) as stopped:
+        launch.main(["--workers", "1", "--", "trainer.epochs=1"])
+    assert stopped.value.code == 130  # EXIT_INTERRUPTED
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [launch._INTERRUPTED], err
