@@ -134,3 +134,48 @@ def test_a_keras_callable_refusing_a_bogus_config_is_one_line():
     with pytest.raises(Exception) as failed:
         instantiate(own)
     assert not isinstance(failed.value, ConfigError)
+
+
+def test_a_taken_port_names_tf_config_and_the_address():
+    from kdist.cluster.info import ClusterInfo
+    from kdist.strategies.multi_worker import _port_taken
+
+    info = ClusterInfo(
+        source="tf_config",
+        cluster={"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+        task_type="worker",
+        task_index=1,
+    )
+    line = str(_port_taken(info))
+    assert line.startswith("TF_CONFIG: cluster.worker[1]='127.0.0.1:2': this task cannot listen")
+    assert "address in use" in line  # what kdist.launch reads as a port race, and retries
+
+
+def test_a_taken_port_in_tf_config_is_one_line_exit_2(tmp_path):
+    import json
+    import socket
+
+    from helpers import REPO, free_port, run_module
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        port = taken.getsockname()[1]
+        tf_config = {
+            "cluster": {"worker": [f"127.0.0.1:{port}", f"127.0.0.1:{free_port()}"]},
+            "task": {"type": "worker", "index": 0},
+        }
+        result = run_module(
+            "kdist.train",
+            ["strategy=multi_worker_mirrored", f"hydra.run.dir={tmp_path / 'run'}"],
+            cwd=tmp_path,
+            env={"PYTHONPATH": str(REPO), "TF_CONFIG": json.dumps(tf_config)},
+            timeout=300,
+        )
+    finally:
+        taken.close()
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("kdist:")]
+    assert len(errors) == 1 and "TF_CONFIG: cluster.worker[0]=" in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
