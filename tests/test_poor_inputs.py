@@ -179,3 +179,19 @@ def test_a_taken_port_in_tf_config_is_one_line_exit_2(tmp_path):
     errors = [line for line in result.stderr.splitlines() if line.startswith("kdist:")]
     assert len(errors) == 1 and "TF_CONFIG: cluster.worker[0]=" in errors[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("strategy", ["one_device", "auto"])
+def test_a_16_bit_all_reduce_on_one_device_is_refused_alike(strategy):
+    """`strategy=one_device` is refused before TensorFlow starts; `strategy=auto` that finds
+    one device (this machine: no GPUs) is refused by the same rule when it is built."""
+    from kdist.experiment import Experiment
+
+    cfg = compose([f"strategy={strategy}", "trainer.allreduce_dtype=float16"])
+    with pytest.raises(ConfigError) as refused:
+        Experiment(cfg).build_model()
+    line = str(refused.value)
+    # kdist.modeling.build.runner_for prefixes `model=...: ` to a ValueError of the runner
+    # (a ConfigError is one): the key named is in the line either way.
+    assert "trainer.allreduce_dtype='float16': compresses the all-reduce" in line, line
+    assert "use strategy=mirrored or multi_worker_mirrored" in line
