@@ -305,7 +305,7 @@ def _omegaconf_resolvers():
     saved = owner._resolvers
     owner._resolvers = {}
     try:
-        with pytest.raises(Exception, match="oc.select"):
+        with pytest.raises(Exception, match=r"oc\.select"):
             OmegaConf.to_container(cfg, resolve=True)
     finally:
         owner._resolvers = saved

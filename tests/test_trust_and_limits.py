@@ -234,3 +234,14 @@ def test_one_sidecar_per_folder(tmp_path: Path, monkeypatch):
     # A training run's own lock does not keep its sidecar out.
     with run_lock.hold(run_dir):
         assert sidecar.watch(run_dir, poll_seconds=0.05, timeout=1) == []
+
+
+def test_a_huge_recipe_is_refused_by_its_size_before_it_is_read(tmp_path: Path, capsys):
+    from kdist.train import precheck
+
+    with (tmp_path / "huge.yaml").open("wb") as handle:  # sparse: nothing to write
+        handle.truncate(2 * 2**30)  # the 2 GB string
+    started = time.monotonic()
+    line = _one_line_exit_2(capsys, lambda: precheck(["-cd", str(tmp_path), "-cn", "huge"]))
+    assert time.monotonic() - started < 10
+    assert "huge.yaml is larger than 8 MiB" in line, line
