@@ -231,7 +231,7 @@ def _walk(node: Any, key: str, exempt: tuple[str, ...], found: list[tuple[str, A
         return
     if isinstance(node, DictConfig):
         for name in node:
-            path = f"{key}.{name}" if key else str(name)
+            path = f"{key}.{name!s}" if key else str(name)
             if OmegaConf.is_missing(node, name):
                 continue
             value = node[name]

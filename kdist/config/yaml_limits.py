@@ -164,7 +164,7 @@ def load_config(path: str | os.PathLike[str], *, key: str) -> DictConfig | ListC
     """
     check_yaml_file(path, key=key)
     try:
-        return OmegaConf.load(path)
+        return OmegaConf.load(Path(path))
     except (yaml.YAMLError, OmegaConfBaseException, UnicodeDecodeError) as error:
         raise _unreadable(key, path, error) from None
 
