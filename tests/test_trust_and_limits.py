@@ -245,3 +245,30 @@ def test_a_huge_recipe_is_refused_by_its_size_before_it_is_read(tmp_path: Path, 
     line = _one_line_exit_2(capsys, lambda: precheck(["-cd", str(tmp_path), "-cn", "huge"]))
     assert time.monotonic() - started < 10
     assert "huge.yaml is larger than 8 MiB" in line, line
+
+
+def test_a_resumed_run_reads_its_saved_config_within_limits_and_safe_resolvers(tmp_path: Path):
+    from omegaconf import OmegaConf
+
+    from kdist.runs import resume_check
+
+    run_dir = tmp_path / "run"
+    (run_dir / "backup").mkdir(parents=True)
+    (run_dir / "backup" / "ckpt-1.index").write_bytes(b"")
+    saved = run_dir / "backup" / "config.yaml"
+    new = OmegaConf.create({"trainer": {"epochs": 1}, "secret": "${oc.env:HOME}"})
+    saved.write_text("trainer: {epochs: 1}\n" + _bomb())
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=r"^hydra\.run\.dir: .*alias bomb"):
+        resume_check.check_resume(run_dir, new)
+    assert time.monotonic() - started < 5
+    # oc.env is not resolved for the comparison: compared as written, so it matches.
+    saved.write_text("trainer: {epochs: 1}\nsecret: ${oc.env:HOME}\n")
+    resume_check.check_resume(run_dir, new)
+
+
+def test_evaluate_names_a_file_given_as_run_dir(tmp_path: Path, capsys):
+    file = tmp_path / "passwd"
+    file.write_text("root:x:0:0\n")
+    line = _one_line_exit_2(capsys, lambda: evaluate.main([f"run_dir={file}"]))
+    assert line.startswith(f"kdist: config error: run_dir='{file}': is a file, not a run folder")
