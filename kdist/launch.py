@@ -187,8 +187,10 @@ def run(
         )
 
     devices_for(workers)  # GPUs asked that are not there: one line, before any check
+    # An elastic run's batch is checked over every worker count it may use, just below.
+    batch_checked_below = policy.elastic and ps == 0
     check_cluster_size(
-        overrides if module == "kdist.train" else None,
+        overrides if module == "kdist.train" and not batch_checked_below else None,
         workers=workers,
         ps=ps,
         evaluator=evaluator,
