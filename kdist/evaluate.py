@@ -9,10 +9,13 @@ Further arguments override the run's config: `key=value` for any key, and
 `group=option` replaces a whole group (e.g. `strategy=one_device` to evaluate a
 multi-worker run in one process).
 
-A run folder may come from someone else: its config is rebuilt only when every
-`_target_` names a kdist or Keras building block (`kdist.config.trust`), else the command
-stops with status 2 naming the key. `trust_run_dir=true` lifts that check for a folder
-you trust (its config can then run any importable code, as a training config can).
+A run folder may come from someone else: its config is read within size and alias
+limits, its interpolations are resolved by resolvers that build no object (`oc.env`,
+`hydra:` and resolvers other code registered are refused), and it is rebuilt only when
+every `_target_` of the resolved config names a kdist or Keras building block
+(`kdist.config.trust`), else the command stops with status 2 naming the key.
+`trust_run_dir=true` lifts that check for a folder you trust (its config can then run
+any importable code, as a training config can).
 
 With `watch=true` it is a sidecar evaluator (`kdist.evaluation.sidecar`): it evaluates every
 checkpoint of a run that is still training, as each appears, into `eval.csv` and

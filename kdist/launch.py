@@ -50,11 +50,17 @@ from typing import IO
 
 from kdist.command import program
 from kdist.config.errors import ConfigError, exit_with
-from kdist.launcher.checks import check_elastic_batch, check_strategy, elastic_policy
+from kdist.launcher.checks import (
+    check_cluster_size,
+    check_elastic_batch,
+    check_strategy,
+    elastic_policy,
+)
 from kdist.launcher.gpus import ALLOW_GROWTH, detect_gpus, plan_gpus
 from kdist.launcher.sandbox import Guardian
 from kdist.launcher.supervisor import Launch, supervise
 from kdist.launcher.tasks import free_ports, given_run_dir
+from kdist.process.exit_codes import EXIT_INTERRUPTED
 from kdist.runs.layout import default_run_dir
 
 __all__ = ["main", "run"]
@@ -182,6 +188,15 @@ def run(
         )
 
     devices_for(workers)  # GPUs asked that are not there: one line, before any check
+    # An elastic run's batch is checked over every worker count it may use, just below.
+    batch_checked_below = policy.elastic and ps == 0
+    check_cluster_size(
+        overrides if module == "kdist.train" and not batch_checked_below else None,
+        workers=workers,
+        ps=ps,
+        evaluator=evaluator,
+        replicas_per_worker=gpus_per_worker or 1,
+    )
     if module == "kdist.train":
         check_strategy(overrides, workers=workers, ps=ps)
         if policy.elastic and ps == 0:
@@ -357,7 +372,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = run(options.pop("workers"), rest, isolate=isolate, **options)
     except ConfigError as error:
         exit_with(error)
+    except KeyboardInterrupt:
+        # Ctrl-C: `supervise` has stopped every task (each saves on SIGTERM); one line.
+        print(_INTERRUPTED, file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_INTERRUPTED) from None
     raise SystemExit(code)
+
+
+_INTERRUPTED = (
+    "kdist.launch: interrupted (Ctrl-C); every task was stopped (a training task saves "
+    "its backup first): run the same command again to resume"
+)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from kdist.config.errors import ConfigError, exit_with
 from kdist.config.trust import TRUST_FLAG
 from kdist.evaluation.reopen import experiment_with_run_model, in_one_process, load_trusted_config
 from kdist.process.runtime import quiet_tensorflow
+from kdist.runs import lock as run_lock
 from kdist.runs.fileio import atomic_path
 from kdist.runs.layout import PREDICTIONS
 
@@ -77,6 +78,20 @@ def predict_run(
     """
     cfg = load_trusted_config(run_dir, overrides, trust_run_dir=trust_run_dir)
     in_one_process(cfg, why="predicting in one process")
+    # One owner per folder: writing into the run folder, it holds the folder's lock as
+    # `kdist.train` does (refused while a run trains there; a run waits for it).
+    owns = output_path is None
+    with run_lock.hold(run_dir, key="run_dir", enabled=owns):
+        return _predict_into(run_dir, cfg, split, input_path, output_path)
+
+
+def _predict_into(
+    run_dir: str | os.PathLike[str],
+    cfg: Any,
+    split: str,
+    input_path: str | None,
+    output_path: str | None,
+) -> Path:
     experiment = experiment_with_run_model(run_dir, cfg)
     x = _features(cfg, input_path) if input_path else None
     if x is not None:
@@ -116,6 +131,23 @@ def _check_shapes(model: Any, x: Any, path: str | None) -> None:
             )
 
 
+def _check_rows(name: str, array: np.ndarray, path: str) -> None:
+    """Refuse features the model cannot predict on: no rows, or not numbers."""
+    if array.dtype.kind not in "biuf":
+        raise ConfigError(
+            "input",
+            f"has features {name!r} of type {array.dtype} (not numbers); the model takes numbers",
+            value=path,
+            hint="encode text and categories as the run's data source did",
+        )
+    if array.ndim == 0 or array.shape[0] == 0:
+        raise ConfigError(
+            "input",
+            f"has no rows in {name!r} (shape {array.shape}): nothing to predict",
+            value=path,
+        )
+
+
 def _features(cfg: Any, path: str) -> Any:
     from kdist.data.files import model_array
     from kdist.data.npz_source import load_arrays
@@ -124,6 +156,8 @@ def _features(cfg: Any, path: str) -> Any:
     x_key = source.get("x_key", "x") if str(source.get("_target_")) == "kdist.data.npz" else "x"
     names = [str(k) for k in x_key] if not isinstance(x_key, str) else [x_key]
     arrays = load_arrays("input", path, tuple(names))
+    for name, array in zip(names, arrays, strict=True):
+        _check_rows(name, np.asarray(array), path)
     scale = source.get("scale")
     arrays = [model_array(a, scale) for a in arrays]
     return dict(zip(names, arrays, strict=True)) if not isinstance(x_key, str) else arrays[0]

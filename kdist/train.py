@@ -34,6 +34,7 @@ from kdist.config.compose import compose, format_hydra_error
 from kdist.config.groups import check_choices
 from kdist.config.objective import resolve_objective
 from kdist.config.validate import check_run_dir, validate
+from kdist.config.yaml_limits import config_folder
 from kdist.process.exit_codes import (
     EXIT_CHECKPOINT,
     EXIT_CONFIG_ERROR,
@@ -94,7 +95,7 @@ def precheck(argv: list[str], *, config_name: str = "train") -> DictConfig | Non
         cfg = compose(
             args.overrides,
             config_name=args.config_name or config_name,
-            config_dir=args.config_dir,
+            config_dir=args.config_dir or config_folder(args.config_path),
         )
     except ConfigError as error:
         exit_with(error)

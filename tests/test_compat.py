@@ -296,6 +296,22 @@ def _hydra_return_value():
     assert tt.job_return_value(job) == 3
 
 
+def _omegaconf_resolvers():
+    from omegaconf import OmegaConf
+
+    owner = tt.resolver_registry()
+    assert "oc.env" in owner._resolvers
+    cfg = OmegaConf.create({"a": 1, "b": "${oc.select:a}"})
+    saved = owner._resolvers
+    owner._resolvers = {}
+    try:
+        with pytest.raises(Exception, match=r"oc\.select"):
+            OmegaConf.to_container(cfg, resolve=True)
+    finally:
+        owner._resolvers = saved
+    assert OmegaConf.to_container(cfg, resolve=True) == {"a": 1, "b": 1}
+
+
 PROBES = {
     "keras.src.backend.compute_output_spec": _keras_output_spec,
     "keras.Model._symbolic_build": _keras_symbolic_build,
@@ -342,6 +358,7 @@ PROBES = {
     "keras_tuner.Oracle._seed_state": _tuner_seed_state,
     "omegaconf.Node._get_root": _omegaconf_root,
     "hydra.core.utils.JobReturn._return_value": _hydra_return_value,
+    "omegaconf.basecontainer.BaseContainer._resolvers": _omegaconf_resolvers,
     "hydra._internal.hydra.Hydra, hydra._internal.utils.create_config_search_path": (
         _hydra_compose
     ),

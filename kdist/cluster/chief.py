@@ -119,7 +119,13 @@ def writable_dir(run_dir: str | Path, strategy: Any = None) -> Path:
     Remove the temporary one with `cleanup_dir`.
     """
     if is_chief(strategy):
+        from kdist.config.validate import check_run_dir
+
         path = Path(run_dir)
+        if not path.is_dir():
+            # A file, a folder it cannot create, or one inside another run's checkpoints/:
+            # one line naming run_dir (an existing folder is read from, even read-only).
+            check_run_dir("run_dir", path)
         path.mkdir(parents=True, exist_ok=True)
         return path
     return scratch_dir(run_dir, strategy, "outputs")

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from kdist.compat.upstream import private_attribute, private_import, private_module
+from kdist.compat.upstream import (
+    UpstreamMoved,
+    private_attribute,
+    private_import,
+    private_module,
+)
 
 __all__ = [
     "KERAS_TUNER_PRIVATE",
@@ -23,6 +28,7 @@ __all__ = [
     "job_return_value",
     "oracle_client_class",
     "oracle_servicer_class",
+    "resolver_registry",
     "set_oracle_seed",
     "space_has",
     "tuner_protos",
@@ -116,3 +122,23 @@ def job_return_value(job_return: Any) -> Any:
         "hydra.core.utils.JobReturn._return_value",
         "kdist.runs.sweep.SummaryCallback",
     )
+
+
+def resolver_registry() -> Any:
+    """OmegaConf's class whose `_resolvers` dict holds every registered resolver.
+
+    `kdist.config.trust` swaps that dict for a smaller one while it resolves a file it
+    reads back: OmegaConf has no public way to resolve with a chosen set of resolvers.
+    """
+    owner = private_import("omegaconf.basecontainer", "BaseContainer", "kdist.config.trust")
+    registry = private_attribute(
+        owner,
+        "_resolvers",
+        "omegaconf.basecontainer.BaseContainer._resolvers",
+        "kdist.config.trust.safe_resolvers",
+    )
+    if not isinstance(registry, dict):
+        raise UpstreamMoved(
+            "omegaconf.basecontainer.BaseContainer._resolvers", "kdist.config.trust"
+        )
+    return owner

@@ -290,4 +290,9 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "kdist.runs.sweep.SummaryCallback",
         "a failed job's exception, which JobReturn.return_value re-raises",
     ),
+    PrivateName(
+        "omegaconf.basecontainer.BaseContainer._resolvers",
+        "kdist.config.trust.safe_resolvers",
+        "the registered resolvers, narrowed while a file read back from a folder resolves",
+    ),
 )

@@ -22,6 +22,7 @@ from kdist.compat.tools_private import hydra_class, hydra_config_search_path
 from kdist.config.errors import ConfigError
 from kdist.config.groups import check_choices
 from kdist.config.schema import register
+from kdist.config.yaml_limits import check_config_folder
 
 __all__ = ["CONFIG_MODULE", "compose", "format_hydra_error"]
 
@@ -77,6 +78,8 @@ def _initialize_with_dir(config_dir: Path) -> Iterator[None]:
     """Hydra initialised as `-cd config_dir` does: that folder first, then kdist's configs."""
     if not config_dir.is_dir():
         raise ConfigError("config_dir", "is not a folder", value=str(config_dir))
+    # Before Hydra reads a file of it: no alias bomb, no 2 GB file (`yaml_limits`).
+    check_config_folder(config_dir, key="config_dir")
     backup = get_gh_backup()
     version.setbase("1.3")
     search_path = hydra_config_search_path(str(config_dir))
@@ -152,6 +155,15 @@ def format_hydra_error(error: BaseException) -> str:
     for cause in causes:
         if isinstance(cause, ConfigCompositionException):
             lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+            if "Config search path:" in lines:
+                # Every folder searched, the user's own (`-cd`, an absolute `--config-path`)
+                # included, on the one line.
+                searched = [
+                    p
+                    for p in re.findall(r"path=(\S+)", str(cause))
+                    if p not in ("pkg://hydra.conf", "structured://")
+                ]
+                return f"{lines[0]} Config search path: {', '.join(searched)}"
             return "; ".join(lines[:3])
     text = str(error).strip().splitlines()
     return text[0] if text else type(error).__name__

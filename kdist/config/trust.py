@@ -15,22 +15,51 @@ module reached as an attribute of another, such as `kdist.data.files.tf` or
 `TRUSTED_DEFINITIONS`). Only paths that start with a trusted prefix are imported at all.
 Every `_target_` of the tree is checked: nested ones, those under `_args_`, and
 `_partial_` ones.
+
+Trust is decided on the config as it will be instantiated, interpolations resolved: a
+resolver can build a whole node (`${oc.decode:'{_target_: ...}'}`, `${oc.create:...}`),
+so a tree checked as written (`resolve=False`) is not the tree that runs. A file read
+back from a folder is resolved with `SAFE_RESOLVERS` only (`safe_resolvers`), those that
+compute a value from the config itself and build no object, and every `_target_` of the
+resolved tree is checked. Refused, naming the key: `oc.env` (it copies the reader's
+environment, secrets included, into a config someone else wrote), `hydra:` (the reader's
+own Hydra state), and every resolver registered by other code (a user's `eval`, say).
+`trusted_config` does all of it for any file kdist reads back (`best.yaml`, a search's
+state); YAML files are read within `kdist.config.yaml_limits`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
+import os
+import threading
 import types
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException, UnsupportedInterpolationType
 
 from kdist.compat.keras_private import KERAS_DEFINITION_MODULES, KERAS_UNTRUSTED_DEFINITIONS
 from kdist.compat.moved import new_name
+from kdist.compat.tools_private import resolver_registry
 from kdist.config.errors import ConfigError
+from kdist.config.yaml_limits import load_config
 
-__all__ = ["TRUSTED_PREFIXES", "TRUST_FLAG", "check_trusted_targets", "trusted_target"]
+__all__ = [
+    "REFUSED_RESOLVERS",
+    "SAFE_RESOLVERS",
+    "TRUSTED_PREFIXES",
+    "TRUST_FLAG",
+    "check_trusted_targets",
+    "resolve_untrusted",
+    "safe_resolvers",
+    "trusted_config",
+    "trusted_target",
+]
 
 TRUST_FLAG = "trust_run_dir"
 
@@ -79,6 +108,26 @@ UNTRUSTED = (
     *KERAS_UNTRUSTED_DEFINITIONS,
     "kdist.callbacks.preemption.save_on_ctrl_c",
 )
+# The resolvers a file read back from a folder may use: each computes a value from the
+# config itself (`oc.select`, `oc.dict.*`, `oc.deprecated`: another key's value; `oc.decode`,
+# `oc.create`: a node parsed from a string, whose `_target_`s are checked once resolved) or
+# from the clock and Python (Hydra's `now`, `python_version`). None builds an object.
+SAFE_RESOLVERS = (
+    "oc.select",
+    "oc.dict.keys",
+    "oc.dict.values",
+    "oc.deprecated",
+    "oc.decode",
+    "oc.create",
+    "now",
+    "python_version",
+)
+# Registered by OmegaConf and Hydra and refused in such a file, with why (the message says
+# it); any other resolver (registered by user code) is refused as unknown.
+REFUSED_RESOLVERS = {
+    "oc.env": "copies the reader's environment variables (secrets included) into the config",
+    "hydra": "reads the reading process's own Hydra state",
+}
 # Nor callables that write or fetch files (`kdist.data.write_tfrecords`, ...).
 UNTRUSTED_VERBS = ("write", "save", "export", "remove", "delete", "download", "load_model")
 
@@ -137,6 +186,173 @@ def trusted_target(target: Any) -> bool:
     return qualified not in UNTRUSTED and not name.lower().startswith(UNTRUSTED_VERBS)
 
 
+_SWAP = threading.RLock()
+
+
+@contextlib.contextmanager
+def safe_resolvers() -> Iterator[None]:
+    """Within the block, OmegaConf resolves interpolations with `SAFE_RESOLVERS` only.
+
+    Every other resolver raises `UnsupportedInterpolationType` (turned into one line by
+    `resolve_untrusted` and `check_trusted_targets`). The registry is process-wide: the
+    block holds a lock, and the full registry is back when it ends, however it ends.
+    """
+    owner = resolver_registry()
+    with _SWAP:
+        saved = owner._resolvers
+        owner._resolvers = {name: f for name, f in saved.items() if name in SAFE_RESOLVERS}
+        try:
+            yield
+        finally:
+            owner._resolvers = saved
+
+
+def _resolver_error(key: str, error: OmegaConfBaseException, source: str) -> ConfigError:
+    full_key = getattr(error, "full_key", None) or key
+    if isinstance(error, UnsupportedInterpolationType):
+        text = str(error).splitlines()[0]
+        name = text.rsplit(" ", 1)[-1].strip("'\"") if "type" in text else text
+        why = REFUSED_RESOLVERS.get(name, "is not one kdist resolves in a file it reads back")
+        return ConfigError(
+            str(full_key),
+            f"in {source} uses the resolver '{name}', which {why}; "
+            f"allowed: {', '.join(SAFE_RESOLVERS)}",
+            hint=f"pass {TRUST_FLAG}=true if you trust whoever wrote this run folder",
+        )
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return ConfigError(
+        str(full_key), f"in {source} has an interpolation that does not resolve: {first}"
+    )
+
+
+def _walk(node: Any, key: str, exempt: tuple[str, ...], found: list[tuple[str, Any]]) -> None:
+    """Collect `(key, _target_)` of `node`, each interpolation resolved on the way."""
+    if any(key == e or key.startswith(f"{e}.") or key.startswith(f"{e}[") for e in exempt):
+        return
+    if isinstance(node, DictConfig):
+        for name in node:
+            path = f"{key}.{name!s}" if key else str(name)
+            if OmegaConf.is_missing(node, name):
+                continue
+            value = node[name]
+            if name == "_target_":
+                if not any(path == e or path.startswith(f"{e}.") for e in exempt):
+                    found.append((path, value))
+            else:
+                _walk(value, path, exempt, found)
+    elif isinstance(node, ListConfig):
+        for i in range(len(node)):
+            if OmegaConf.is_missing(node, i):
+                continue
+            _walk(node[i], f"{key}[{i}]", exempt, found)
+    elif isinstance(node, dict):
+        for name, value in node.items():
+            path = f"{key}.{name}" if key else str(name)
+            if name == "_target_":
+                found.append((path, value))
+            else:
+                _walk(value, path, exempt, found)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            _walk(value, f"{key}[{i}]", exempt, found)
+
+
+def _leftover_interpolation(node: Any, key: str = "") -> str | None:
+    """The first key whose resolved string would read as an interpolation again."""
+    if isinstance(node, dict):
+        for name, value in node.items():
+            hit = _leftover_interpolation(value, f"{key}.{name}" if key else str(name))
+            if hit:
+                return hit
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            hit = _leftover_interpolation(value, f"{key}[{i}]")
+            if hit:
+                return hit
+    elif isinstance(node, str) and "${" in node:
+        return key or "(root)"
+    return None
+
+
+def resolve_untrusted(cfg: DictConfig | ListConfig, *, source: str) -> DictConfig | ListConfig:
+    """`cfg` with every interpolation resolved by `SAFE_RESOLVERS`: a plain config.
+
+    What it returns holds no interpolation left for a later resolver (one that could
+    build an object) to compute: a resolved string that would read as an interpolation
+    again (an escaped `\\${...}`) is refused.
+
+    Args:
+        cfg: a config read from a file of an untrusted folder.
+        source: the file or folder, for the message.
+
+    Returns:
+        A new config with the same values, interpolations resolved.
+
+    Raises:
+        ConfigError: naming the key of an interpolation through another resolver, one
+            that does not resolve, or a resolved value that is an interpolation again.
+    """
+    with safe_resolvers():
+        try:
+            container = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+        except OmegaConfBaseException as error:
+            raise _resolver_error("", error, source) from None
+    leftover = _leftover_interpolation(container)
+    if leftover is not None:
+        raise ConfigError(
+            leftover,
+            f"in {source} resolves to a string holding an interpolation ('${{'), which kdist "
+            "does not resolve twice in a file it reads back",
+            hint=f"pass {TRUST_FLAG}=true if you trust whoever wrote this run folder",
+        )
+    return OmegaConf.create(container)
+
+
+def trusted_config(
+    path_or_cfg: str | os.PathLike[str] | DictConfig | ListConfig,
+    *,
+    source: str | None = None,
+    key: str = "run_dir",
+    exempt: tuple[str, ...] = (),
+) -> DictConfig | ListConfig:
+    """A config read back from a folder, as it will be instantiated, once trusted.
+
+    The one door for every YAML file kdist reads back from a folder someone else may have
+    written (a run's `.hydra/config.yaml`, `best.yaml`, a search's stored config): the file
+    is read within `kdist.config.yaml_limits`, its interpolations are resolved with
+    `SAFE_RESOLVERS` only (`resolve_untrusted`), and every `_target_` of the resolved tree
+    must name a building block (`check_trusted_targets`).
+
+    Args:
+        path_or_cfg: the file, or a config already read from one.
+        source: the file or folder, for messages. Defaults to `None`: the path.
+        key: the argument that named the file, for size and alias errors. Defaults to
+            `"run_dir"`.
+        exempt: dotted keys set by the user on their own command line (their targets
+            are theirs). Defaults to `()`.
+
+    Returns:
+        The resolved config: no interpolation left in it.
+
+    Raises:
+        ConfigError: naming the key at fault (or `key` for a file over the limits).
+
+    Example:
+
+    ```python
+    best = trusted_config("outputs/search/best.yaml")
+    ```
+    """
+    if isinstance(path_or_cfg, (DictConfig, ListConfig)):
+        cfg, where = path_or_cfg, source or "the config"
+    else:
+        where = source or str(path_or_cfg)
+        cfg = load_config(Path(path_or_cfg), key=key)
+    resolved = resolve_untrusted(cfg, source=where)
+    check_trusted_targets(resolved, source=where, exempt=exempt)
+    return resolved
+
+
 def _targets(node: Any, key: str = "") -> list[tuple[str, Any]]:
     found: list[tuple[str, Any]] = []
     if isinstance(node, dict):
@@ -157,6 +373,9 @@ def check_trusted_targets(
 ) -> None:
     """Refuse a config read from a file when a `_target_` names code outside the allow-list.
 
+    Interpolations are resolved with `SAFE_RESOLVERS` only, as they will be when the
+    config is instantiated; an interpolation through another resolver is refused too.
+
     Args:
         cfg: the config read from `source`.
         source: the file or folder it was read from, for the message.
@@ -165,16 +384,18 @@ def check_trusted_targets(
 
     Raises:
         ConfigError: naming the first key whose `_target_` is not trusted, its value and
-            the flag that allows it.
+            the flag that allows it; or the key of an interpolation through a resolver
+            outside `SAFE_RESOLVERS`.
     """
-    container = (
-        OmegaConf.to_container(cfg, resolve=False)
-        if isinstance(cfg, (DictConfig, ListConfig))
-        else cfg
-    )
-    for key, target in _targets(container):
-        if any(key == e or key.startswith(f"{e}.") or key.startswith(f"{e}[") for e in exempt):
-            continue
+    found: list[tuple[str, Any]] = []
+    # Resolved as they will be when instantiated, with the safe resolvers only: a
+    # resolver may build a node with a `_target_` (`oc.decode`, `oc.create`).
+    with safe_resolvers():
+        try:
+            _walk(cfg, "", exempt, found)
+        except OmegaConfBaseException as error:
+            raise _resolver_error("", error, source) from None
+    for key, target in found:
         if trusted_target(target):
             continue
         raise ConfigError(

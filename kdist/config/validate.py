@@ -7,6 +7,7 @@ nodes against the signature of the callable they name.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -71,6 +72,9 @@ def check_positive(key: str, value: Any, *, allow_none: bool = False, strict: bo
     if value is None and allow_none:
         return
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok and not math.isfinite(value):
+        # inf or nan: refused here (status 2) rather than by the NaN guard after steps.
+        raise ConfigError(key, "must be a finite number", value=value)
     ok = ok and (value > 0 if strict else value >= 0)
     if not ok:
         what = "a positive number" if strict else "a number >= 0"
@@ -175,10 +179,22 @@ def check_run_dir(key: str, path: str | os.PathLike[str]) -> None:
         path: the folder; it may not exist yet.
 
     Raises:
-        ConfigError: naming `key` when a part of `path` is a file, or the nearest
-            existing folder is not writable.
+        ConfigError: naming `key` when a part of `path` is a file, the nearest existing
+            folder is not writable, or `path` is inside another run's own folders
+            (`kdist.runs.layout.enclosing_run`).
     """
+    from kdist.runs.layout import enclosing_run
+
     folder = Path(path).absolute()
+    inside = enclosing_run(folder)
+    if inside is not None:
+        run, name = inside
+        raise ConfigError(
+            key,
+            f"is inside the {name}/ folder of the run {run}; its files would mix with that run's",
+            value=str(path),
+            hint="choose a folder outside every run's checkpoints/, backup/, tensorboard/",
+        )
     for candidate in (folder, *folder.parents):
         if not candidate.exists():
             continue
@@ -218,6 +234,47 @@ def check_allreduce_dtype(cfg: DictConfig) -> None:
         )
 
 
+# Groups whose schema lists every key: a key added to them (`+trainer.epoch=3`) is a typo.
+CLOSED_GROUPS = ("trainer", "runtime")
+# What numpy's and Keras's seeding accepts.
+SEED_RANGE = (0, 2**32 - 1)
+
+
+def check_closed_keys(cfg: DictConfig) -> None:
+    """Refuse a key added with `+` to a group whose schema has no such key, naming the
+    closest key (`+trainer.epoch=3`: did you mean `trainer.epochs`)."""
+    import difflib
+    from dataclasses import fields, is_dataclass
+
+    for group in CLOSED_GROUPS:
+        node = cfg.get(group)
+        schema = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
+        if not (isinstance(schema, type) and is_dataclass(schema)):
+            continue
+        known = [f.name for f in fields(schema)]
+        for name in node:
+            if str(name) in known:
+                continue
+            close = difflib.get_close_matches(str(name), known, n=1)
+            hint = (
+                f"did you mean {group}.{close[0]}?"
+                if close
+                else f"{group} keys: {', '.join(known)}"
+            )
+            raise ConfigError(
+                f"{group}.{name}",
+                f"is not a key of {group} (added with +?); kdist would ignore it",
+                hint=hint,
+            )
+
+
+def check_seed(value: Any) -> None:
+    """`runtime.seed`: an integer numpy and Keras can seed with."""
+    low, high = SEED_RANGE
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ConfigError("runtime.seed", f"must be an integer from {low} to {high}", value=value)
+
+
 def validate(cfg: DictConfig) -> None:
     """Check ranges, choices and `_target_` keys of a composed train config.
 
@@ -238,6 +295,8 @@ def validate(cfg: DictConfig) -> None:
 
     # First, so that no other message hides a request to load models unsafely.
     check_safe_loading(cfg)
+    check_closed_keys(cfg)
+    check_seed(cfg.runtime.get("seed"))
 
     trainer = cfg.trainer
     check_positive("trainer.epochs", trainer.epochs)

@@ -16,6 +16,7 @@ from kdist.compat.keras_private import (
     loss_tracker,
     unscale_loss_function,
 )
+from kdist.config.errors import ConfigError
 from kdist.data.pipeline import DatasetFn
 from kdist.engine.runner import Logs, Runner
 from kdist.engine.sharded import has_sharded_variables, training_variables
@@ -129,6 +130,17 @@ class StepRunner(Runner):
                 type(model).__name__,
             )
         self.variables = training_variables(model)
+        if allreduce_dtype != "float32" and isinstance(strategy, tf.distribute.OneDeviceStrategy):
+            # The rule `strategy=one_device` gets before TensorFlow starts
+            # (`kdist.config.validate.check_allreduce_dtype`), for `strategy=auto` that
+            # found one device: there is no all-reduce to compress.
+            raise ConfigError(
+                "trainer.allreduce_dtype",
+                "compresses the all-reduce, and the strategy (OneDeviceStrategy, what "
+                "strategy=auto chose on this machine) has none",
+                value=allreduce_dtype,
+                hint="use strategy=mirrored or multi_worker_mirrored, or allreduce_dtype=float32",
+            )
         if allreduce_dtype != "float32":
             # One set of residuals per optimizer: a new runner of the same model (new data
             # in a notebook) carries on with them, and the checkpoints hold them.

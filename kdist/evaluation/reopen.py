@@ -20,7 +20,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from kdist.config.errors import ConfigError
 from kdist.config.groups import TRAIN_GROUPS
-from kdist.config.trust import check_trusted_targets
+from kdist.config.trust import check_trusted_targets, resolve_untrusted
+from kdist.config.yaml_limits import load_config
 from kdist.runs.layout import MODEL, saved_configs
 
 __all__ = [
@@ -43,11 +44,17 @@ def load_run_config(run_dir: str | os.PathLike[str]) -> DictConfig:
     """
     folder = Path(run_dir)
     if not folder.is_dir():
-        raise ConfigError("run_dir", "is not a folder", value=str(run_dir))
+        what = "is a file, not a run folder" if folder.exists() else "does not exist"
+        raise ConfigError(
+            "run_dir", what, value=str(run_dir), hint="give the output folder of a kdist.train run"
+        )
     for candidate in saved_configs(folder):
         if candidate.is_file():
-            cfg = OmegaConf.load(candidate)
-            assert isinstance(cfg, DictConfig)
+            # Within the size and alias limits (`kdist.config.yaml_limits`): an alias bomb
+            # appended to it is refused before OmegaConf expands it.
+            cfg = load_config(candidate, key="run_dir")
+            if not isinstance(cfg, DictConfig):
+                raise ConfigError("run_dir", f"holds {candidate}, which is not a mapping")
             return cfg
     raise ConfigError(
         "run_dir",
@@ -81,6 +88,12 @@ def load_trusted_config(
             building blocks (unless `trust_run_dir`), or `run_dir`.
     """
     cfg = load_run_config(run_dir)
+    if not trust_run_dir:
+        # Trust is decided on what will run: the folder's interpolations resolved now, by
+        # resolvers that build no object (`kdist.config.trust.SAFE_RESOLVERS`).
+        resolved = resolve_untrusted(cfg, source=str(run_dir))
+        assert isinstance(resolved, DictConfig)
+        cfg = resolved
     apply_overrides(cfg, overrides)
     if not trust_run_dir:
         # Before anything imports or calls a target; the user's own overrides are theirs.

@@ -11,9 +11,10 @@ validation split, once. Its metrics go to `<run_dir>/eval.csv` (a row per checkp
 the step, the epoch and the metrics) and to TensorBoard under `<run_dir>/tensorboard/eval/`.
 The sidecar stops when training has finished (`metrics.json` names the last step and
 that checkpoint has been evaluated), or after `timeout` seconds. While the folder has no
-checkpoint it says so once, and it gives up (status 2, one line) when none has appeared
-after `IDLE_SECONDS` while no run holds the folder's lock, or at once when the run has
-finished without any.
+config (a mistyped or empty `run_dir`) or no checkpoint it says so at once, and it gives
+up (status 2, one line) when none has appeared after `IDLE_SECONDS` (or `timeout`) while
+no run holds the folder's lock, or at once when the run has finished without any. One
+sidecar per folder: it holds `.eval.lock` while it writes (`kdist.runs.lock`).
 """
 
 from __future__ import annotations
@@ -27,8 +28,17 @@ from pathlib import Path
 from typing import Any
 
 from kdist.config.errors import ConfigError
+from kdist.runs import lock as run_lock
 from kdist.runs.fileio import open_nofollow, read_csv
-from kdist.runs.layout import CHECKPOINTS, EVAL, METRICS, TENSORBOARD, linked_entries, saved_configs
+from kdist.runs.layout import (
+    CHECKPOINTS,
+    EVAL,
+    EVAL_LOCK,
+    METRICS,
+    TENSORBOARD,
+    linked_entries,
+    saved_configs,
+)
 
 __all__ = ["IDLE_SECONDS", "watch"]
 
@@ -39,8 +49,6 @@ IDLE_SECONDS = 120.0
 
 def _training(run_dir: Path) -> bool:
     """Whether a run holds `run_dir`'s lock (is training there now)."""
-    from kdist.runs import lock as run_lock
-
     try:
         run_lock.check_free(run_dir)
     except ConfigError:
@@ -72,10 +80,35 @@ def _finished_at(run_dir: Path) -> int | None:
 
 
 def _wait_for_config(run_dir: Path, deadline: float | None, poll_seconds: float) -> None:
+    """Wait for the run's config; say at once what is missing, give up when nothing comes.
+
+    A sidecar may start before its run (`kdist.launch --evaluator`): it waits, saying so
+    once, and gives up (one line) at `timeout` or after `IDLE_SECONDS` without a config
+    while no run holds the folder's lock: a mistyped `run_dir` ends, it does not hang.
+    """
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError("run_dir", "is a file, not a run folder", value=str(run_dir))
     names = saved_configs(run_dir)
+    started, announced = time.monotonic(), False
     while not any(p.is_file() for p in names):
-        if deadline is not None and time.monotonic() > deadline:
-            raise ConfigError("run_dir", "holds no run config yet", value=str(run_dir))
+        what = "is empty" if run_dir.is_dir() else "does not exist"
+        if not announced:
+            print(
+                f"[sidecar] {run_dir} {what}: no run config ({names[0].relative_to(run_dir)}) "
+                f"yet; waiting for a run to start there (giving up after {IDLE_SECONDS:.0f} s "
+                "without one)",
+                flush=True,
+            )
+            announced = True
+        idle = time.monotonic() - started > IDLE_SECONDS and not _training(run_dir)
+        if idle or (deadline is not None and time.monotonic() > deadline):
+            waited = time.monotonic() - started
+            raise ConfigError(
+                "run_dir",
+                f"{what}: no run config appeared in {waited:.0f} s and no run trains there",
+                value=str(run_dir),
+                hint="check the path, or start the training run first",
+            )
         time.sleep(poll_seconds)
 
 
@@ -106,10 +139,7 @@ def watch(
     Raises:
         ConfigError: naming the key or `run_dir`; or `timeout` reached.
     """
-    import tensorflow as tf
-
     from kdist.evaluation.reopen import in_one_process, load_trusted_config
-    from kdist.experiment import Experiment
 
     if poll_seconds <= 0:
         raise ConfigError("poll_seconds", "must be a positive number", value=poll_seconds)
@@ -127,6 +157,22 @@ def watch(
         )
     cfg = load_trusted_config(folder, overrides, trust_run_dir=trust_run_dir)
     in_one_process(cfg, why="sidecar evaluator")
+    # One sidecar per folder: two would append the same rows to eval.csv. Its own lock
+    # (the training run holds the folder's `.lock` while the sidecar watches it).
+    with run_lock.hold(folder, key="run_dir", name=EVAL_LOCK):
+        return _evaluate_checkpoints(
+            folder, cfg, poll_seconds=poll_seconds, deadline=deadline, timeout=timeout
+        )
+
+
+def _evaluate_checkpoints(
+    folder: Path, cfg: Any, *, poll_seconds: float, deadline: float | None, timeout: float | None
+) -> list[dict[str, Any]]:
+    """The sidecar's loop: each new complete checkpoint evaluated once, until the run ends."""
+    import tensorflow as tf
+
+    from kdist.experiment import Experiment
+
     experiment = Experiment(cfg, run_dir=folder)
     if experiment.source.size("validation") < 1:
         raise ConfigError("data.source", "has no validation examples to evaluate on")

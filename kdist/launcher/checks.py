@@ -3,13 +3,33 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from kdist.config.errors import ConfigError
 from kdist.launcher.elastic import ElasticPolicy
 
-__all__ = ["check_elastic_batch", "check_strategy", "elastic_policy"]
+__all__ = [
+    "MEMORY_PER_TASK",
+    "TASKS_PER_CORE",
+    "check_cluster_size",
+    "check_elastic_batch",
+    "check_strategy",
+    "elastic_policy",
+    "machine_bound",
+]
+
+# What one local task costs: a TensorFlow process with kdist loaded holds about 0.4 GiB
+# before it trains (measured on CPU); more tasks than cores x 4 only wait on each other.
+MEMORY_PER_TASK = 2**29  # 0.5 GiB
+TASKS_PER_CORE = 4
+# Where a container's memory limit is (cgroup v2, then v1).
+_CGROUP_LIMITS = (
+    Path("/sys/fs/cgroup/memory.max"),
+    Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+)
 
 # The strategies that train one model over several processes, by launcher shape.
 _CLUSTER_STRATEGIES = {False: "multi_worker_mirrored", True: "parameter_server"}
@@ -163,3 +183,90 @@ def elastic_policy(
         max_restarts=max_restarts,
         grow_after=grow_after,
     )
+
+
+def _memory_bytes() -> int:
+    """This machine's memory, or its container's limit when that is lower."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in _CGROUP_LIMITS:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
+
+
+def machine_bound(*, cores: int | None = None, memory: int | None = None) -> tuple[int, str]:
+    """How many local tasks this machine can hold, and why: `(count, reason)`.
+
+    The lower of `TASKS_PER_CORE` per core (the cores this process may use) and one task
+    per `MEMORY_PER_TASK` of memory (the container's limit when it has one).
+    """
+    cores = cores if cores is not None else len(os.sched_getaffinity(0))
+    memory = memory if memory is not None else _memory_bytes()
+    by_cores = cores * TASKS_PER_CORE
+    by_memory = max(1, memory // MEMORY_PER_TASK)
+    if by_memory < by_cores:
+        return by_memory, f"{memory / 2**30:.1f} GiB of memory at 0.5 GiB a TensorFlow task"
+    return by_cores, f"{cores} cores at {TASKS_PER_CORE} TensorFlow tasks a core"
+
+
+def check_cluster_size(
+    overrides: Sequence[str] | None,
+    *,
+    workers: int,
+    ps: int,
+    evaluator: bool = False,
+    replicas_per_worker: int = 1,
+    cores: int | None = None,
+    memory: int | None = None,
+) -> None:
+    """Refuse a local cluster this machine cannot hold, or whose batch cannot split.
+
+    Checked before any task starts: the tasks (`workers`, `ps`, the chief of a
+    parameter-server cluster, the sidecar evaluator) against `machine_bound`, then the
+    global batch of a multi-worker run against its replicas (`workers` x
+    `replicas_per_worker`).
+
+    Args:
+        overrides: the command line of `kdist.train`; `None` (another module) skips the
+            batch check.
+        workers: `--workers`.
+        ps: `--ps`.
+        evaluator: `--evaluator`. Defaults to `False`.
+        replicas_per_worker: replicas each worker holds (its GPUs, or 1). Defaults to `1`.
+        cores: the cores to count. Defaults to `None`: this process's.
+        memory: the bytes of memory to count. Defaults to `None`: this machine's.
+
+    Raises:
+        ConfigError: naming `--workers` and the bound, or `trainer.global_batch_size`.
+    """
+    tasks = workers + ps + (1 if ps else 0) + (1 if evaluator else 0)
+    bound, why = machine_bound(cores=cores, memory=memory)
+    if tasks > bound:
+        extra = tasks - workers
+        raise ConfigError(
+            "--workers",
+            f"starts {tasks} local tasks; this machine holds at most {bound} ({why})",
+            value=workers,
+            hint=f"use --workers {max(1, bound - extra)} or fewer, or run the cluster on "
+            "several machines (recipes/cluster/)",
+        )
+    if ps or overrides is None:
+        return  # parameter servers: each worker draws its own batches
+    cfg = _job_config(overrides)
+    if cfg is None or "trainer" not in cfg:
+        return
+    batch = cfg.trainer.get("global_batch_size")
+    replicas = workers * replicas_per_worker
+    if isinstance(batch, int) and not isinstance(batch, bool) and batch % replicas:
+        raise ConfigError(
+            "--workers",
+            f"gives {replicas} replicas, which trainer.global_batch_size={batch} cannot "
+            "split evenly",
+            value=workers,
+            hint=f"use a --workers that divides {batch}, or a global batch that is a "
+            f"multiple of {replicas}",
+        )

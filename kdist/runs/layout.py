@@ -27,6 +27,7 @@ __all__ = [
     "CURVES",
     "DATE_FORMAT",
     "EVAL",
+    "EVAL_LOCK",
     "HISTORY",
     "HYDRA",
     "HYDRA_RUN_DIR",
@@ -38,6 +39,7 @@ __all__ = [
     "PREDICTIONS",
     "RUN_FILES",
     "RUN_ROOT",
+    "RUN_SUBFOLDERS",
     "SAVED_MODEL",
     "SAVE_FOLDERS",
     "SUMMARY",
@@ -46,6 +48,7 @@ __all__ = [
     "TRAIN_LOG",
     "clean_leftovers",
     "default_run_dir",
+    "enclosing_run",
     "foreign_entries",
     "is_run_file",
     "linked_entries",
@@ -83,7 +86,8 @@ def default_run_dir(*, microseconds: bool = False, now: datetime | None = None) 
 # -- the names kdist writes at the top of a run folder (`DESIGN.md`'s run directory) ------
 
 HYDRA = ".hydra"  # the composed config Hydra (or kdist, once the run is accepted) writes
-LOCK = ".lock"  # held by the chief while it trains (`kdist.runs.lock`)
+LOCK = ".lock"  # held by the chief while it trains, by kdist.predict while it writes
+EVAL_LOCK = ".eval.lock"  # held by the sidecar evaluator while it writes eval.csv
 TRAIN_LOG = "train.log"
 CONFIG = "config.yaml"  # the resolved config; also `.hydra/config.yaml`
 METRICS = "metrics.json"
@@ -104,6 +108,7 @@ RUN_FILES = frozenset(
     {
         HYDRA,
         LOCK,
+        EVAL_LOCK,
         TRAIN_LOG,
         CONFIG,
         METRICS,
@@ -118,6 +123,28 @@ RUN_FILES = frozenset(
         PREDICTIONS,
     }
 )
+
+
+# A run's own folders: another run inside one would mix its files with that run's (a
+# restore would read them as checkpoints, TensorBoard would show them as the run's).
+RUN_SUBFOLDERS = (CHECKPOINTS, BACKUP, TENSORBOARD, SAVED_MODEL, HYDRA)
+
+
+def _looks_like_run(folder: Path) -> bool:
+    return any((folder / name).exists() for name in (f"{HYDRA}/{CONFIG}", CONFIG, METRICS, LOCK))
+
+
+def enclosing_run(folder: str | Path) -> tuple[Path, str] | None:
+    """The run folder whose own subfolder (`checkpoints/`, `backup/`, ...) holds `folder`.
+
+    Returns:
+        `(run folder, subfolder name)`, or `None` when `folder` is in no run's subfolder.
+    """
+    path = Path(folder).absolute()
+    for node in (path, *path.parents):
+        if node.name in RUN_SUBFOLDERS and _looks_like_run(node.parent):
+            return node.parent, node.name
+    return None
 
 
 def saved_configs(run_dir: str | Path) -> tuple[Path, Path]:

@@ -41,10 +41,10 @@ _SEARCH = "search"
 _WHAT = {"run": "a training run (kdist.train)", "search": "a hyperparameter search (kdist.tune)"}
 
 
-def holder(run_dir: str | os.PathLike[str]) -> str:
+def holder(run_dir: str | os.PathLike[str], *, name: str = LOCK_NAME) -> str:
     """Who the lock file of `run_dir` says holds it: `"pid N on HOST"` (or `"unknown"`)."""
     try:
-        fields = (Path(run_dir) / LOCK_NAME).read_text().split()
+        fields = (Path(run_dir) / name).read_text().split()
     except OSError:
         return "unknown"
     if len(fields) >= 2 and fields[0].isdigit():
@@ -88,21 +88,22 @@ def _holder_alive(fields: list[str]) -> bool:
     return True
 
 
-def _in_use(run_dir: str | os.PathLike[str], key: str) -> ConfigError:
+def _in_use(run_dir: str | os.PathLike[str], key: str, name: str = LOCK_NAME) -> ConfigError:
+    what = "kdist run" if name == LOCK_NAME else f"kdist process ({name})"
     return ConfigError(
         key,
-        f"is in use by another kdist run ({holder(run_dir)})",
+        f"is in use by another {what} ({holder(run_dir, name=name)})",
         value=str(run_dir),
         hint="wait for it to finish, stop it, or choose another hydra.run.dir",
     )
 
 
-def _link_error(run_dir: str | os.PathLike[str], key: str) -> ConfigError:
+def _link_error(run_dir: str | os.PathLike[str], key: str, name: str = LOCK_NAME) -> ConfigError:
     return ConfigError(
         key,
-        f"holds a symbolic link at {LOCK_NAME}; kdist does not write through links",
+        f"holds a symbolic link at {name}; kdist does not write through links",
         value=str(run_dir),
-        hint=f"remove {Path(run_dir) / LOCK_NAME} or choose another hydra.run.dir",
+        hint=f"remove {Path(run_dir) / name} or choose another hydra.run.dir",
     )
 
 
@@ -138,7 +139,11 @@ def _other_kind(run_dir: str | os.PathLike[str], key: str, kind: str) -> ConfigE
 
 
 def check_free(
-    run_dir: str | os.PathLike[str], *, key: str = "hydra.run.dir", kind: str | None = None
+    run_dir: str | os.PathLike[str],
+    *,
+    key: str = "hydra.run.dir",
+    kind: str | None = None,
+    name: str = LOCK_NAME,
 ) -> None:
     """Refuse a run folder another process holds, without writing anything to it.
 
@@ -148,6 +153,8 @@ def check_free(
             `"hydra.run.dir"`.
         kind: the kind of owner asking (`"run"` or `"search"`): a folder whose lock file
             records another kind is refused too, held or not. Defaults to `None`: any.
+        name: the lock file: the folder's owner's (`.lock`) or the sidecar evaluator's
+            (`kdist.runs.layout.EVAL_LOCK`). Defaults to `LOCK_NAME`.
 
     Raises:
         ConfigError: naming `key` when another process holds the lock, when `.lock`
@@ -156,9 +163,9 @@ def check_free(
     """
     if kind is not None:
         _check_kind(kind)
-    path = Path(run_dir) / LOCK_NAME
+    path = Path(run_dir) / name
     if path.is_symlink():
-        raise _link_error(run_dir, key)
+        raise _link_error(run_dir, key, name)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
@@ -168,10 +175,10 @@ def check_free(
             # A shared lock conflicts only with the holder's exclusive one; released below.
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise _in_use(run_dir, key) from None
+            raise _in_use(run_dir, key, name) from None
         except OSError:
             if _holder_alive(os.pread(fd, 200, 0).decode(errors="replace").split()):
-                raise _in_use(run_dir, key) from None
+                raise _in_use(run_dir, key, name) from None
     finally:
         os.close(fd)
     if kind is not None:
@@ -187,6 +194,7 @@ def hold(
     key: str = "hydra.run.dir",
     enabled: bool = True,
     kind: str = "run",
+    name: str = LOCK_NAME,
 ) -> Iterator[None]:
     """Hold the run folder's lock for the duration of the block.
 
@@ -197,6 +205,7 @@ def hold(
         enabled: take the lock; `False` (a non-chief task) does nothing. Defaults to `True`.
         kind: the kind of owner: `"run"`, or `"search"`, which is recorded in the lock
             file for good (`recorded_kind`). Defaults to `"run"`.
+        name: the lock file (`check_free`). Defaults to `LOCK_NAME`.
 
     Raises:
         ConfigError: naming `key` and the holder's pid when another process holds it,
@@ -211,20 +220,20 @@ def hold(
     folder = Path(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        fd = os.open(folder / name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError:
-        if (folder / LOCK_NAME).is_symlink():
-            raise _link_error(run_dir, key) from None
+        if (folder / name).is_symlink():
+            raise _link_error(run_dir, key, name) from None
         raise
     try:
-        in_use = _in_use(folder, key)
+        in_use = _in_use(folder, key, name)
         try:
             _lock_exclusive(fd)
         except BlockingIOError:
             raise in_use from None
         except OSError as error:
             # A file system without flock (some network mounts): the pid decides.
-            log.warning("cannot lock %s (%s): checking its pid instead", folder / LOCK_NAME, error)
+            log.warning("cannot lock %s (%s): checking its pid instead", folder / name, error)
             if _holder_alive(os.pread(fd, 200, 0).decode(errors="replace").split()):
                 raise in_use from None
         previous = os.pread(fd, 200, 0).decode(errors="replace").split()

@@ -32,6 +32,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from kdist.compat.keras_private import learning_rate_variable
 from kdist.config.errors import ConfigError
+from kdist.config.trust import safe_resolvers
+from kdist.config.yaml_limits import check_yaml_file
 from kdist.runs.fileio import write_text_atomic
 from kdist.runs.layout import CONFIG, SAVE_FOLDERS, saved_configs
 
@@ -92,8 +94,11 @@ def _may_change(key: str) -> bool:
 def _plain(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
     if isinstance(cfg, DictConfig):
         try:
-            container = OmegaConf.to_container(cfg, resolve=True)
-        except Exception:  # an interpolation only Hydra resolves: compare as written
+            # The saved config comes from the folder: only resolvers that build nothing
+            # (`kdist.config.trust.SAFE_RESOLVERS`), for it and the new one alike.
+            with safe_resolvers():
+                container = OmegaConf.to_container(cfg, resolve=True)
+        except Exception:  # an interpolation only Hydra (or `oc.env`) resolves: as written
             container = OmegaConf.to_container(cfg, resolve=False)
         assert isinstance(container, dict)
         return {str(k): v for k, v in container.items()}
@@ -132,6 +137,7 @@ def _has_checkpoints(folder: Path) -> bool:
 
 
 def _load(path: Path) -> DictConfig:
+    check_yaml_file(path, key="hydra.run.dir")  # within the size and alias limits
     try:
         saved = OmegaConf.load(path)
     except Exception as error:  # YAML errors of many types

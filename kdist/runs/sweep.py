@@ -24,9 +24,10 @@ from typing import Any
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from kdist.compat.tools_private import job_return_value
+from kdist.config.yaml_limits import load_yaml
 from kdist.runs.fileio import write_csv_atomic
 from kdist.runs.layout import METRICS, SUMMARY, TENSORBOARD
 
@@ -164,7 +165,8 @@ def _scan(sweep_dir: Path) -> dict[str, dict[str, Any]]:
     for overrides_file in sorted(sweep_dir.glob("*/.hydra/overrides.yaml")):
         run_dir = overrides_file.parent.parent
         try:
-            overrides = [str(o) for o in OmegaConf.load(overrides_file)]
+            # Plain YAML within the limits: an override is text, never resolved here.
+            overrides = [str(o) for o in load_yaml(overrides_file, key="hydra.sweep.dir") or []]
         except Exception:  # a half-written file of a job that is still starting
             continue
         job = int(run_dir.name) if run_dir.name.isdigit() else None

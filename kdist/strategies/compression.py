@@ -11,7 +11,9 @@ Keras's TensorFlow optimizer sums the replicas' gradients in `_all_reduce_sum_gr
 that method on the optimizer that applies the updates (the one a `LossScaleOptimizer`
 wraps, which receives unscaled gradients), so Keras's own `train_step`, a model's own
 `train_step` and kdist's accumulation all send the compressed gradients. Sparse
-gradients (`tf.IndexedSlices`, embedding rows) are cast too: their rows are gathered.
+gradients (`tf.IndexedSlices`, embedding rows) are cast to float16 too (their rows are
+gathered); with bfloat16 they travel in their own type, as integer gradients always do
+(TensorFlow sums sparse gradients with `unsorted_segment_sum`, which has no bfloat16 kernel).
 
 **Error feedback** (`trainer.allreduce_error_feedback`, on by default): each replica keeps
 what the cast dropped from each dense gradient (its residual, `g - float32(bfloat16(g))`)
@@ -129,8 +131,16 @@ def _nbytes(value: Any) -> int | None:
     return int(count) * tensor.dtype.size
 
 
+# Wire types TensorFlow cannot sum sparse gradients in: the all-reduce of an
+# `IndexedSlices` ends in `unsorted_segment_sum`, which has no bfloat16 kernel (a TypeError
+# at the first step of `model=wide_deep data=categorical`). Their rows travel unchanged.
+_NO_SPARSE_SUM = (tf.bfloat16,)
+
+
 def _cast(value: Any, dtype: tf.DType) -> Any:
     if not value.dtype.is_floating or value.dtype == dtype:
+        return value  # integer gradients (and ones already in `dtype`) travel as they are
+    if isinstance(value, tf.IndexedSlices) and dtype in _NO_SPARSE_SUM:
         return value
     return tf.cast(value, dtype)
 

@@ -113,9 +113,14 @@ def multi_worker_mirrored(
         timeout_seconds=timeout_seconds,
         bytes_per_pack=bytes_per_pack,
     )
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(
-        cluster_resolver=kdist_cluster.cluster_resolver(info), communication_options=options
-    )
+    try:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=kdist_cluster.cluster_resolver(info), communication_options=options
+        )
+    except tf.errors.UnknownError as error:
+        if "Could not start gRPC server" not in str(error):
+            raise
+        raise _port_taken(info) from None
     log.info(
         "MultiWorkerMirroredStrategy: %s of %d worker(s) from %s, %d replica(s) in sync",
         info.task_name,
@@ -125,3 +130,16 @@ def multi_worker_mirrored(
     )
     _built[key] = strategy
     return strategy
+
+
+def _port_taken(info: Any) -> ConfigError:
+    """This task's gRPC server could not listen: its port is taken (one line)."""
+    own = dict(info.addresses).get(info.task_type, ())
+    index = info.task_index or 0
+    address = own[index] if index < len(own) else "?"
+    return ConfigError(
+        "TF_CONFIG",
+        f"cluster.{info.task_type}[{index}]={address!r}: this task cannot listen there (address "
+        "in use by another process, or not this machine's)",
+        hint="free the port or give this task another one",
+    )
