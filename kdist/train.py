@@ -33,7 +33,7 @@ from kdist.config import ConfigError, exit_with, register
 from kdist.config.compose import compose, format_hydra_error
 from kdist.config.groups import check_choices
 from kdist.config.objective import resolve_objective
-from kdist.config.validate import check_run_dir, validate
+from kdist.config.validate import validate
 from kdist.config.yaml_limits import config_folder
 from kdist.process.exit_codes import (
     EXIT_CHECKPOINT,
@@ -54,6 +54,7 @@ from kdist.runs.layout import (
     HYDRA,
     SAVE_FOLDERS,
     TRAIN_LOG,
+    check_run_dir,
     clean_leftovers,
     foreign_entries,
     linked_entries,

@@ -38,11 +38,10 @@ from omegaconf import DictConfig, OmegaConf
 from kdist.cluster import resolve as resolve_cluster
 from kdist.command import prepare_command
 from kdist.config import ConfigError, exit_with, register
-from kdist.config.validate import check_run_dir
 from kdist.process.exit_codes import EXIT_FAILED
 from kdist.process.log_level import requested_log_level
 from kdist.process.runtime import quiet_tensorflow
-from kdist.runs.layout import CONFIG, HYDRA
+from kdist.runs.layout import CONFIG, HYDRA, check_run_dir
 from kdist.train import non_chief_overrides, precheck
 from kdist.tuning.folder import accept_search_dir
 

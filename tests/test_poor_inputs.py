@@ -69,7 +69,7 @@ def test_a_plus_typo_names_the_close_key():
 
 
 def test_a_run_folder_inside_another_runs_folders_is_refused(tmp_path):
-    from kdist.config.validate import check_run_dir
+    from kdist.runs.layout import check_run_dir
 
     run = tmp_path / "run"
     (run / ".hydra").mkdir(parents=True)

@@ -119,7 +119,7 @@ def writable_dir(run_dir: str | Path, strategy: Any = None) -> Path:
     Remove the temporary one with `cleanup_dir`.
     """
     if is_chief(strategy):
-        from kdist.config.validate import check_run_dir
+        from kdist.runs.layout import check_run_dir
 
         path = Path(run_dir)
         if not path.is_dir():

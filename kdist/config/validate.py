@@ -8,9 +8,7 @@ nodes against the signature of the callable they name.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -34,7 +32,6 @@ __all__ = [
     "check_batch_size",
     "check_choice",
     "check_positive",
-    "check_run_dir",
     "check_safe_loading",
     "check_target_keys",
     "parse_update_freq",
@@ -169,51 +166,6 @@ def _check_target_list(key: str, nodes: Any, *, base: type | None = None) -> Non
                 value=node.get("_target_"),
                 hint=f"name a subclass of keras.callbacks.{base.__qualname__}",
             )
-
-
-def check_run_dir(key: str, path: str | os.PathLike[str]) -> None:
-    """Refuse a run folder that cannot be created or written, before Hydra tries to.
-
-    Args:
-        key: the config key that names the folder (e.g. `hydra.run.dir`), for messages.
-        path: the folder; it may not exist yet.
-
-    Raises:
-        ConfigError: naming `key` when a part of `path` is a file, the nearest existing
-            folder is not writable, or `path` is inside another run's own folders
-            (`kdist.runs.layout.enclosing_run`).
-    """
-    from kdist.runs.layout import enclosing_run
-
-    folder = Path(path).absolute()
-    inside = enclosing_run(folder)
-    if inside is not None:
-        run, name = inside
-        raise ConfigError(
-            key,
-            f"is inside the {name}/ folder of the run {run}; its files would mix with that run's",
-            value=str(path),
-            hint="choose a folder outside every run's checkpoints/, backup/, tensorboard/",
-        )
-    for candidate in (folder, *folder.parents):
-        if not candidate.exists():
-            continue
-        if not candidate.is_dir():
-            where = "" if candidate == folder else f" ({candidate} is a file)"
-            raise ConfigError(
-                key,
-                f"is not a folder{where}",
-                value=str(path),
-                hint="give a folder path that is free or a kdist run folder",
-            )
-        if not os.access(candidate, os.W_OK | os.X_OK):
-            raise ConfigError(
-                key,
-                f"cannot be written ({candidate} is read-only)",
-                value=str(path),
-                hint="give a folder you can write to",
-            )
-        return
 
 
 # Strategies that all-reduce nothing (`trainer.allreduce_dtype` must stay float32).

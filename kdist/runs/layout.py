@@ -16,9 +16,12 @@ output names are symbolic links (`foreign_entries`, `linked_entries`).
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from datetime import datetime
 from pathlib import Path
+
+from kdist.config.errors import ConfigError
 
 __all__ = [
     "BACKUP",
@@ -223,3 +226,46 @@ def linked_entries(run_dir: str | Path) -> list[str]:
         elif path.is_dir() and name in (*SAVE_FOLDERS, HYDRA, TENSORBOARD):
             found.extend(f"{name}/{e.name}" for e in sorted(path.iterdir()) if e.is_symlink())
     return found
+
+
+def check_run_dir(key: str, path: str | os.PathLike[str]) -> None:
+    """Refuse a run folder that cannot be created or written, before Hydra tries to.
+
+    Args:
+        key: the config key that names the folder (e.g. `hydra.run.dir`), for messages.
+        path: the folder; it may not exist yet.
+
+    Raises:
+        ConfigError: naming `key` when a part of `path` is a file, the nearest existing
+            folder is not writable, or `path` is inside another run's own folders
+            (`enclosing_run`).
+    """
+    folder = Path(path).absolute()
+    inside = enclosing_run(folder)
+    if inside is not None:
+        run, name = inside
+        raise ConfigError(
+            key,
+            f"is inside the {name}/ folder of the run {run}; its files would mix with that run's",
+            value=str(path),
+            hint="choose a folder outside every run's checkpoints/, backup/, tensorboard/",
+        )
+    for candidate in (folder, *folder.parents):
+        if not candidate.exists():
+            continue
+        if not candidate.is_dir():
+            where = "" if candidate == folder else f" ({candidate} is a file)"
+            raise ConfigError(
+                key,
+                f"is not a folder{where}",
+                value=str(path),
+                hint="give a folder path that is free or a kdist run folder",
+            )
+        if not os.access(candidate, os.W_OK | os.X_OK):
+            raise ConfigError(
+                key,
+                f"cannot be written ({candidate} is read-only)",
+                value=str(path),
+                hint="give a folder you can write to",
+            )
+        return

@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from kdist.config.errors import ConfigError
 from kdist.config.objective import direction_of, resolve_objective
 from kdist.config.validate import validate
+from kdist.config.yaml_limits import load_yaml
 from kdist.models import hypermodel
 from kdist.runs import lock as run_lock
 from kdist.tuning import fit_override, hparams, oracles, results
@@ -226,7 +227,7 @@ def _check_resume(project: Path, plan: TrialPlan, target: str) -> None:
     settings = {**plan.describe(), "tuner": target}
     path = project / _SEARCH_FILE
     if path.is_file():
-        before = yaml.safe_load(path.read_text()) or {}
+        before = load_yaml(path, key="hydra.run.dir") or {}
         for key, value in settings.items():
             if key == "overrides" and _same_overrides(before.get(key), value):
                 continue

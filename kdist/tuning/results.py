@@ -23,6 +23,7 @@ import yaml
 from omegaconf import DictConfig
 
 from kdist.config.errors import ConfigError
+from kdist.config.yaml_limits import load_yaml
 from kdist.runs.fileio import write_csv_atomic, write_text_atomic
 from kdist.runs.sweep import plot_table
 from kdist.tuning.oracles import TrialStatus, reason
@@ -191,8 +192,8 @@ def _best_file(search_dir: str | os.PathLike[str], key: str) -> dict[str, Any]:
     if size > _MAX_BEST_BYTES:
         raise ConfigError(key, f"holds a {BEST} of {size} bytes, not a search's", value=str(path))
     try:
-        content = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        content = load_yaml(path, key=key)  # within kdist's size and alias limits
+    except (OSError, UnicodeDecodeError) as error:
         text = " ".join(str(error).split())
         raise ConfigError(
             key, f"holds a {BEST} that does not read: {text}", value=str(path)
