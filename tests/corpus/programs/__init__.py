@@ -1,0 +1,1 @@
+"""The corpus's programs, one module each (see `../harness.py` for their interface)."""

@@ -1,0 +1,89 @@
+"""The corpus: keras.io-style programs trained by `model.fit` and by kdist (tests/corpus/README.md).
+
+For each program: kdist under one_device equals `model.fit` (weights within 1e-5, or the
+loss per epoch within the program's stated tolerance; `evaluate`/`predict` too where the
+program uses them), and kdist under mirrored (2 logical CPUs) trains with finite logs.
+The fast suite runs a handful; the rest are in tests/slow_cases.txt. A session's summary
+prints the pass rate (conftest.py).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import harness
+import pytest
+
+PROGRAMS = harness.program_names()
+# Programs compared by their weights (the others state a loss tolerance, or check by hand).
+BY_WEIGHTS = [n for n in PROGRAMS if getattr(harness.load(n), "COMPARE", "weights") == "weights"]
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_equals_fit_under_one_device(name: str, tmp_path: Path):
+    program = harness.load(name)
+
+    def run() -> str:
+        with harness.program_warnings(program):
+            reference = harness.run_keras(program, tmp_path / "keras")
+            ours = harness.run_kdist(program, tmp_path / "kdist", "one_device")
+            return harness.compare(program, reference, ours)
+
+    harness.record(name, "one_device", run)
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_trains_under_mirrored(name: str, tmp_path: Path):
+    program = harness.load(name)
+
+    def run() -> str:
+        with harness.program_warnings(program):
+            ours = harness.run_kdist(program, tmp_path / "kdist", "mirrored")
+            return harness.check_trains(program, ours)
+
+    harness.record(name, "mirrored", run)
+
+
+@pytest.mark.parametrize("name", BY_WEIGHTS)
+def test_the_reference_is_reproducible(name: str, tmp_path: Path):
+    """The judge itself: `model.fit` twice gives the same weights (so a difference is
+    kdist's), and training moved them (so equal weights are not two untrained models)."""
+    program = harness.load(name)
+    with harness.program_warnings(program):
+        first = harness.run_keras(program, tmp_path / "first")
+        second = harness.run_keras(program, tmp_path / "second")
+        initial = program.make_model()
+    assert harness.max_weight_diff(first.model, second.model) == 0.0
+    if initial.built and len(initial.get_weights()) == len(first.model.get_weights()):
+        assert harness.max_weight_diff(first.model, initial) > 1e-3
+
+
+def test_a_generator_under_parameter_server_is_refused_in_one_line(tmp_path: Path, monkeypatch):
+    """A Python generator runs in the chief's process; parameter-server workers build their
+    own pipelines: kdist refuses it before training, in one line naming `x`."""
+    from kdist.launch import run
+
+    corpus = str(Path(__file__).parent)
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [corpus, os.environ.get("PYTHONPATH")]))
+    )
+    log = io.StringIO()
+    code = run(
+        2,
+        ["strategy=parameter_server", "callbacks=minimal", "trainer.verbose=0"],
+        ps=1,
+        module="ps_generator",
+        run_dir=tmp_path / "run",
+        timeout=240,
+        output=log,
+    )
+    text = log.getvalue()
+    lines = [line for line in text.splitlines() if "REFUSED" in line]
+    assert code == 0, text[-3000:]
+    assert len(lines) == 1, text[-3000:]
+    message = lines[0].split("REFUSED ", 1)[1]
+    assert message.startswith(("x: ", "x=")) and "\\n" not in message, message
+    assert "Traceback" not in text
+    assert "TRAINED" not in text
