@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from kdist.config.errors import ConfigError
@@ -19,6 +20,7 @@ from kdist.data.in_hand import Given, given_data
 __all__ = [
     "DATA_KEYS",
     "FitData",
+    "check_count",
     "check_needs_x",
     "data_keys",
     "fit_keys",
@@ -90,6 +92,12 @@ def read_fit_data(
         sample_weight=sample_weight,
         validation_split=validation_split,
     )
+    for name, value in (
+        ("batch_size", batch_size),
+        ("steps_per_epoch", steps_per_epoch),
+        ("validation_freq", validation_freq),
+    ):
+        check_count(name, value)
     args: tuple[Any, ...] = (x, y, validation_data, validation_split, sample_weight)
     args += (batch_size, shuffle, steps_per_epoch, validation_freq, class_weight)
     if all(a is None or (isinstance(a, float) and a == 0.0) for a in args):
@@ -107,6 +115,7 @@ def read_fit_data(
             batch_size=batch_size,
             steps_per_epoch=steps_per_epoch,
             shuffle=shuffle,
+            class_weight=class_weight,
             strategy=strategy,
         )
     keys = fit_keys(
@@ -128,6 +137,19 @@ def read_fit_data(
             hint="keep the batch, or make a new kdist.Experiment",
         )
     return FitData(given, keys, args)
+
+
+def check_count(name: str, value: Any) -> None:
+    """Refuse a count argument (`batch_size`, `steps_per_epoch`, `epochs`, ...) that is
+    not a positive integer, before any training.
+
+    Raises:
+        ConfigError: naming `name`.
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ConfigError(name, "must be a positive integer", value=value)
 
 
 def check_needs_x(
@@ -175,6 +197,7 @@ def fit_keys(
     """
     keys = dict(configured)
     if given is not None:
+        class_weight = given.class_weight  # arrays carry theirs in their sample weights
         size = given.source.size("train")
         keys |= {
             "data.shuffle": given.shuffle,

@@ -6,6 +6,7 @@ any training.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Iterator
 from typing import Any
@@ -53,6 +54,7 @@ def given_data(
     batch_size: int | None = None,
     steps_per_epoch: int | None = None,
     shuffle: bool | None = None,
+    class_weight: dict[int, float] | None = None,
     strategy: tf.distribute.Strategy,
 ) -> Given:
     """The source for `fit(x, y, ...)`'s data, checked against the strategy.
@@ -70,6 +72,9 @@ def given_data(
             brings its own). Defaults to `None`.
         steps_per_epoch: steps per epoch; required for a generator. Defaults to `None`.
         shuffle: shuffle arrays and unbatched datasets. Defaults to `None`: `True`.
+        class_weight: `{class id: weight}`; for arrays it becomes per-example sample
+            weights here (Keras's rule), for other data the pipeline weighs each batch
+            (`Given.class_weight`). Defaults to `None`.
         strategy: the run's strategy.
 
     Returns:
@@ -116,25 +121,37 @@ def given_data(
             "pipeline from a function, which cannot hold a dataset made here",
             hint="pass NumPy arrays, or a data.source (e.g. data=npz data.source.path=FILE)",
         )
+    if given_kind == "arrays" and not 0.0 <= float(validation_split) < 1.0:
+        raise ConfigError(
+            "validation_split", "must be in [0, 1)", value=validation_split, hint="e.g. 0.2"
+        )
+    _check_batch_size(batch_size)
     validation = _validation(validation_data)
+    # Parameter servers take steps in any order on any worker: full batches only.
+    partial = not isinstance(strategy, tf.distribute.ParameterServerStrategy)
 
     if given_kind == "arrays":
-        return from_arrays(
+        found = from_arrays(
             x,
             y,
             sample_weight=sample_weight,
             validation=validation,
             validation_split=validation_split,
             shuffle=True if shuffle is None else bool(shuffle),
+            class_weight=class_weight,
+            partial=partial,
         )
+        return dataclasses.replace(found, class_weight=None)  # in its sample weights
     if given_kind == "dataset":
-        return from_dataset(
+        found = from_dataset(
             x,
             validation=validation,
             batch_size=batch_size,
             steps_per_epoch=steps_per_epoch,
             shuffle=True if shuffle is None else bool(shuffle),
+            partial=partial,
         )
+        return dataclasses.replace(found, class_weight=class_weight)
     if batch_size is not None:
         raise ConfigError(
             "batch_size",
@@ -142,8 +159,23 @@ def given_data(
             value=batch_size,
         )
     if given_kind == "PyDataset":
-        return from_pydataset(x, validation=validation)
-    return from_generator(x, validation=validation, steps_per_epoch=steps_per_epoch)
+        found = from_pydataset(x, validation=validation)
+    else:
+        found = from_generator(x, validation=validation, steps_per_epoch=steps_per_epoch)
+    return dataclasses.replace(found, class_weight=class_weight)
+
+
+def _check_batch_size(batch_size: Any) -> None:
+    """Refuse a `batch_size` that is not a positive integer (Keras's `fit` would fail
+    in its arithmetic, or train on nothing)."""
+    if batch_size is None:
+        return
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
+        raise ConfigError("batch_size", "must be a positive integer", value=batch_size)
+    if batch_size < 1:
+        raise ConfigError(
+            "batch_size", "must be a positive integer", value=batch_size, hint="e.g. 32"
+        )
 
 
 def _validation(validation_data: Any) -> tuple[Any, ...] | tf.data.Dataset | None:

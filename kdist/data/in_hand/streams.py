@@ -2,7 +2,8 @@
 
 Both are read through `tf.data.Dataset.from_generator` in this process: one input
 pipeline (so the replicas share one stream, and `PyDataset.on_epoch_end` runs once a
-pass). Strategies whose workers build their own input pipeline (multi-worker, parameter
+pass). Their batches are the steps' global batches, a partial last one included, as in
+Keras's `fit` (`BatchedSource`). Strategies whose workers build their own input pipeline (multi-worker, parameter
 servers) cannot read them (`kdist.data.in_hand.fit_data` refuses them).
 """
 
@@ -19,8 +20,8 @@ import tensorflow as tf
 
 from kdist.config.errors import ConfigError
 from kdist.data.in_hand.arrays import as_tuple
-from kdist.data.in_hand.datasets import batch_size_of, validation_dataset
-from kdist.data.in_hand.source import DatasetSource, Given, count_classes
+from kdist.data.in_hand.datasets import BatchedSource, batch_size_of, validation_dataset
+from kdist.data.in_hand.source import Given, count_classes
 
 __all__ = ["from_generator", "from_pydataset", "structured"]
 
@@ -50,20 +51,34 @@ def _stream_dataset(make: Callable[[], Iterator[Any]], first: tuple[Any, ...]) -
                 lambda v, s: np.asarray(v, s.dtype.as_numpy_dtype), structured(batch), signature
             )
 
-    return tf.data.Dataset.from_generator(generate, output_signature=signature).unbatch()
+    return tf.data.Dataset.from_generator(generate, output_signature=signature)
+
+
+def _item(data: keras.utils.PyDataset, index: int) -> Any:
+    """`data[index]`, or one line naming `x`, the index and what it raised."""
+    try:
+        return data[index]
+    except Exception as error:
+        lines = str(error).strip().splitlines()
+        raise ConfigError(
+            "x",
+            f"{type(data).__name__}[{index}] raised {type(error).__name__}"
+            + (f": {lines[0]}" if lines else ""),
+            hint="fix its __getitem__",
+        ) from None
 
 
 def from_pydataset(data: keras.utils.PyDataset, *, validation: Any) -> Given:
     batches = len(data)
     if not batches:
         raise ConfigError("x", "is an empty keras.utils.PyDataset (len 0)")
-    first = structured(data[0])
+    first = structured(_item(data, 0))
     batch = batch_size_of(first, "x")
-    size = (batches - 1) * batch + batch_size_of(structured(data[batches - 1]), "x")
+    size = (batches - 1) * batch + batch_size_of(structured(_item(data, batches - 1)), "x")
 
     def one_pass() -> Iterator[Any]:
         for index in range(batches):
-            yield data[index]
+            yield _item(data, index)
         data.on_epoch_end()
 
     def classes() -> int:
@@ -75,8 +90,11 @@ def from_pydataset(data: keras.utils.PyDataset, *, validation: Any) -> Given:
         return count_classes(tf.data.Dataset.from_tensor_slices((labels, labels)))
 
     val_ds, val_size = validation_dataset(validation)
-    source = DatasetSource(
-        train=_stream_dataset(one_pass, first),
+    stream = _stream_dataset(one_pass, first)
+    source = BatchedSource(
+        batches=stream,
+        steps=batches,
+        train=stream.unbatch(),
         train_size=size,
         validation=val_ds,
         validation_size=val_size,
@@ -114,8 +132,11 @@ def from_generator(stream: Iterator[Any], *, validation: Any, steps_per_epoch: i
         return count
 
     val_ds, val_size = validation_dataset(validation)
-    source = DatasetSource(
-        train=_stream_dataset(once, first),
+    stream = _stream_dataset(once, first)
+    source = BatchedSource(
+        batches=stream,
+        steps=int(steps_per_epoch),
+        train=stream.unbatch(),
         train_size=int(steps_per_epoch) * batch,
         validation=val_ds,
         validation_size=val_size,
