@@ -9,6 +9,7 @@ Cost: ~3 s a case on one device; the mirrored ones (~10 s) are in slow_cases.txt
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import tensorflow as tf
 import kdist
 from kdist.config.errors import ConfigError
 from kdist.data.in_hand.arrays import FitArrays
-from kdist.experiment.fit_data import check_count
+from kdist.experiment.fit_arguments import FitArguments, check_count
 
 STRATEGIES = {
     "one_device": ["strategy=one_device"],
@@ -48,7 +49,9 @@ def _model(inputs: int = 1) -> keras.Model:
     return model
 
 
-def _experiment(tmp_path: Path, strategy: str, inputs: int = 1) -> tuple[kdist.Experiment, keras.Model]:
+def _experiment(
+    tmp_path: Path, strategy: str, inputs: int = 1
+) -> tuple[kdist.Experiment, keras.Model]:
     """An Experiment holding `_model()`, and the same model for `model.fit` (both in
     the Experiment's strategy's scope)."""
     exp = kdist.Experiment(kdist.compose([*BASE, *STRATEGIES[strategy]]), run_dir=tmp_path)
@@ -128,7 +131,9 @@ def test_a_resumed_stream_reads_the_same_batches_partial_one_included():
 
     whole = steps(0, 9)
     assert [len(b) for b in whole] == [4, 4, 2] * 3
-    assert sorted(sum(whole[:3], [])) == list(range(10))  # each pass: every example once
+    assert sorted(i for batch in whole[:3] for i in batch) == list(
+        range(10)
+    )  # each pass: every example once
     assert whole[:3] != whole[3:6]  # a new order each pass, drawn from the seed
     for first in (1, 2, 4, 5):
         assert steps(first, 9 - first) == whole[first:]
@@ -139,6 +144,7 @@ def test_fit_takes_keras_fit_arguments():
     keras_names = list(inspect.signature(keras.Model.fit).parameters)[1:]
     ours = list(inspect.signature(kdist.Experiment.fit).parameters)[1:]
     assert ours == keras_names
+    assert [field.name for field in dataclasses.fields(FitArguments)] == keras_names
     keras_eval = set(inspect.signature(keras.Model.evaluate).parameters) - {"self", "kwargs"}
     assert keras_eval <= set(inspect.signature(kdist.Experiment.evaluate).parameters)
     keras_predict = set(inspect.signature(keras.Model.predict).parameters) - {"self"}
@@ -203,10 +209,10 @@ def test_bad_data_is_one_line_naming_the_argument_before_training(tmp_path: Path
 def test_evaluate_and_predict_refuse_data_the_model_cannot_take(tmp_path: Path):
     exp, _ = _experiment(tmp_path, "one_device")
     exp.fit(X[:64], Y[:64], epochs=1)
-    with pytest.raises(ConfigError, match="^x: ") as error:
+    with pytest.raises(ConfigError, match=r"^x: ") as error:
         exp.evaluate(X[:, :5], Y)
     assert "\n" not in str(error.value)
-    with pytest.raises(ConfigError, match="^x: "):
+    with pytest.raises(ConfigError, match=r"^x: "):
         exp.predict(X[:, :5])
     with pytest.raises(ConfigError) as error:
         exp.predict(X, batch_size=0)

@@ -32,8 +32,7 @@ from kdist.config.objective import (
     resolve_objective,
 )
 from kdist.config.validate import validate
-from kdist.data.in_hand import Given, check_inputs
-from kdist.data.in_hand.batches import given_batches
+from kdist.data.in_hand import Given, check_inputs, given_batches
 from kdist.data.pipeline import build_source, run_dataset_fn
 from kdist.data.pipeline import steps_per_epoch as steps_per_epoch_of
 from kdist.data.source import Source
@@ -42,9 +41,9 @@ from kdist.engine.building import optimizer_steps
 from kdist.experiment import batch_plan, outputs
 from kdist.experiment.build import check_targets, compiled_model, runner_for
 from kdist.experiment.evaluating import evaluate_batches, keras_return
-from kdist.experiment.fit_data import (
+from kdist.experiment.fit_arguments import (
+    FitArguments,
     FitData,
-    check_count,
     data_keys,
     read_fit_data,
     set_key,
@@ -330,33 +329,27 @@ class Experiment:
             ConfigError: naming the argument (or key), for data that does not fit the
                 model or the strategy, before any training.
         """
-        check_count("epochs", epochs)
-        if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, int) or initial_epoch < 0:
-            raise ConfigError("initial_epoch", "must be an integer >= 0", value=initial_epoch)
-        for name, value in (
-            ("validation_steps", validation_steps),
-            ("validation_batch_size", validation_batch_size),
-        ):
-            if value is not None:
-                raise ConfigError(
-                    name,
-                    "is not supported: kdist validates on all of the validation data, in "
-                    "batches of the training batch size",
-                    value=value,
-                    hint="leave it out, or pass validation_data with fewer examples",
-                )
+        arguments = FitArguments(
+            x,
+            y,
+            batch_size=batch_size,
+            epochs=epochs,
+            verbose=verbose,
+            callbacks=callbacks,
+            validation_split=validation_split,
+            validation_data=validation_data,
+            shuffle=shuffle,
+            class_weight=class_weight,
+            sample_weight=sample_weight,
+            initial_epoch=initial_epoch,
+            steps_per_epoch=steps_per_epoch,
+            validation_steps=validation_steps,
+            validation_batch_size=validation_batch_size,
+            validation_freq=validation_freq,
+        )
         self._use_data(
             read_fit_data(
-                x,
-                y,
-                batch_size=batch_size,
-                validation_split=validation_split,
-                validation_data=validation_data,
-                shuffle=shuffle,
-                class_weight=class_weight,
-                sample_weight=sample_weight,
-                steps_per_epoch=steps_per_epoch,
-                validation_freq=validation_freq,
+                arguments,
                 strategy=self.strategy,
                 configured=self._configured,
                 previous=self._given_args,
@@ -453,7 +446,7 @@ class Experiment:
 
         Without `x`, the run's validation split (the config's data, or the data given
         to `fit`), returned as a dict (kdist's run-folder form). With `x`, the data as
-        `model.evaluate` reads it (`kdist.data.in_hand.batches`: arrays in batches of
+        `model.evaluate` reads it (`kdist.data.in_hand.given_batches`: arrays in batches of
         `batch_size`, the last one partial), each batch cut over the replicas as
         `tf.distribute` cuts it for Keras.
 
@@ -497,7 +490,9 @@ class Experiment:
             check_inputs(model, _unbatched_spec(batches), key="x")
             logs = evaluate_batches(self.strategy, controller.runner, batches)
         callback_list.on_test_end(logs)
-        return keras_return(model, logs, return_dict=x is None if return_dict is None else return_dict)
+        return keras_return(
+            model, logs, return_dict=x is None if return_dict is None else return_dict
+        )
 
     def predict(
         self,

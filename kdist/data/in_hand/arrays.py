@@ -154,10 +154,10 @@ def _class_weights(y: Any, class_weight: Any) -> np.ndarray:
         classes = 0
     beyond = sorted(k for k in weights if classes and k >= classes)
     if beyond:
+        holder = f"one-hot rows of {classes}" if one_hot else "binary labels"
         raise ConfigError(
             "class_weight",
-            f"names class {beyond[0]}, which {'one-hot rows of ' + str(classes) if one_hot else 'binary labels'} "
-            f"cannot hold (classes 0..{classes - 1})",
+            f"names class {beyond[0]}, which {holder} cannot hold (classes 0..{classes - 1})",
             value=dict(class_weight),
         )
     return np.asarray(class_weight_to_sample_weights(y, weights), np.float32)

@@ -109,7 +109,9 @@ class BatchedSource(DatasetSource):
             cardinality = int(self._batches.cardinality())
             if cardinality < 0:
                 log.info("x: counting the batches of one pass (steps_per_epoch skips it)")
-                cardinality = int(self._batches.reduce(tf.constant(0, tf.int64), lambda n, *_: n + 1))
+                cardinality = int(
+                    self._batches.reduce(tf.constant(0, tf.int64), lambda n, *_: n + 1)
+                )
             self._steps = cardinality
         return self._steps
 
