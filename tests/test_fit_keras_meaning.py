@@ -225,3 +225,39 @@ def test_check_count_refuses_what_is_not_a_positive_integer():
             check_count("epochs", value)
         assert error.value.key == "epochs"
     check_count("epochs", 3)
+
+
+def test_a_target_key_that_names_no_output_is_refused(tmp_path: Path):
+    exp = kdist.Experiment(kdist.compose([*BASE, "strategy=one_device"]), run_dir=tmp_path)
+    with exp.strategy.scope():
+        inputs = keras.Input((8,))
+        model = keras.Model(inputs, {"cls": keras.layers.Dense(3)(inputs)})
+        model.compile(optimizer="sgd", loss={"cls": "sparse_categorical_crossentropy"})
+    exp.build_model(model=model)
+    with pytest.raises(ConfigError) as error:
+        exp.fit(X, {"class": Y})
+    assert error.value.key == "y" and "['class']" in str(error.value)
+    assert "'cls'" in str(error.value)
+
+
+def test_a_generator_under_parameter_servers_is_told_what_they_take():
+    from unittest import mock
+
+    from kdist.data.in_hand import given_data
+
+    strategy = mock.create_autospec(tf.distribute.ParameterServerStrategy, instance=True)
+
+    def batches():
+        yield X[:32], Y[:32]
+
+    with pytest.raises(ConfigError) as error:
+        given_data(batches(), steps_per_epoch=1, strategy=strategy)
+    assert "tf.data.Dataset" not in str(error.value)  # which parameter servers refuse too
+    assert "NumPy arrays" in str(error.value)
+
+
+def test_kdist_fit_refuses_epochs_as_text_before_setting_up(tmp_path: Path):
+    with pytest.raises(ConfigError) as error:
+        kdist.fit(_model, X, Y, epochs="two", run_dir=tmp_path / "run")
+    assert error.value.key == "epochs"
+    assert not (tmp_path / "run").exists()

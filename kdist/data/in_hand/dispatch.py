@@ -122,8 +122,13 @@ def given_data(
                 "x",
                 f"a {given_kind} runs in this Python process, but under {refused} every "
                 "worker builds its own input pipeline",
-                hint="pass NumPy arrays or a tf.data.Dataset, or a data.source that each "
-                "worker reads (e.g. data=npz data.source.path=FILE)",
+                # Parameter servers take no tf.data.Dataset made here either.
+                hint=(
+                    "pass NumPy arrays"
+                    + (" or a tf.data.Dataset" if refused == "multi_worker_mirrored" else "")
+                    + ", or a data.source that each worker reads (e.g. data=npz "
+                    "data.source.path=FILE)"
+                ),
             )
     if given_kind == "dataset" and isinstance(strategy, tf.distribute.ParameterServerStrategy):
         raise ConfigError(

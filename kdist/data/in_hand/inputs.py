@@ -9,7 +9,12 @@ import keras
 import tensorflow as tf
 
 from kdist.compat import UpstreamMoved
-from kdist.compat.keras_private import compile_loss, compute_output_spec, inputs_struct
+from kdist.compat.keras_private import (
+    compile_loss,
+    compute_output_spec,
+    inputs_struct,
+    outputs_struct,
+)
 from kdist.config.errors import ConfigError
 
 __all__ = ["check_inputs"]
@@ -49,6 +54,7 @@ def check_inputs(
             f"is missing: {model.name} is compiled with a loss, which needs targets",
             hint="pass y (or yield (x, y) from the dataset)",
         )
+    _check_target_keys(model, y)
     inputs = inputs_struct(model)
     if inputs is None:
         if model.built:
@@ -89,6 +95,26 @@ def check_inputs(
             f"{problem} the model's inputs: the data gives {given_desc}, "
             f"{model.name} takes {wanted}",
             hint="give data shaped as the model's inputs (or build the model for this data)",
+        )
+
+
+def _check_target_keys(model: keras.Model, y: Any) -> None:
+    """Refuse a dict `y` with a key that names none of the model's outputs (Keras keys
+    targets by the output structure's keys, or by `output_names` for a list).
+
+    Raises:
+        ConfigError: naming `y`, the unknown keys and the outputs' names.
+    """
+    outputs = outputs_struct(model)
+    if not isinstance(y, Mapping) or outputs is None:
+        return
+    names = list(outputs) if isinstance(outputs, Mapping) else list(model.output_names)
+    unknown = sorted(str(k) for k in y if k not in names)
+    if unknown:
+        raise ConfigError(
+            "y",
+            f"has the key(s) {unknown}, which name none of {model.name}'s outputs {names}",
+            hint="key the targets by the model's output names",
         )
 
 
