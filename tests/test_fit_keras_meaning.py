@@ -140,6 +140,30 @@ def test_a_resumed_stream_reads_the_same_batches_partial_one_included():
     assert steps(0, 9) == whole  # the same seed, the same order
 
 
+def test_a_run_resumed_mid_epoch_reads_the_same_shuffled_batches(tmp_path: Path):
+    # Shuffled (the order drawn from the seed and the epoch), 8 steps a call, a backup
+    # every 4 steps, stopped at step 12 (the second epoch's fourth step), resumed.
+    backup = ["callbacks.backup.enabled=true", "callbacks.backup.every_n_steps=4"]
+    stop = "callbacks.extra=[{_target_: helpers.StopAtStep, step: 12}]"
+
+    def experiment(run_dir: Path, extra: list[str]) -> kdist.Experiment:
+        exp = kdist.Experiment(kdist.compose([*BASE, *backup, *extra]), run_dir=run_dir)
+        with exp.strategy.scope():
+            model = _model()
+        exp.build_model(model=model)
+        return exp
+
+    whole = experiment(tmp_path / "whole", [])
+    whole.fit(X, Y, batch_size=32)
+    stopped = experiment(tmp_path / "run", [stop])
+    stopped.fit(X, Y, batch_size=32)
+    assert int(stopped.model.optimizer.iterations.numpy()) == 12
+    resumed = experiment(tmp_path / "run", [])
+    resumed.fit(X, Y, batch_size=32)
+    assert int(resumed.model.optimizer.iterations.numpy()) == 27
+    assert _max_diff(resumed.model, whole.model) <= 1e-6
+
+
 def test_fit_takes_keras_fit_arguments():
     keras_names = list(inspect.signature(keras.Model.fit).parameters)[1:]
     ours = list(inspect.signature(kdist.Experiment.fit).parameters)[1:]
