@@ -91,6 +91,37 @@ def test_a_timeseries_dataset_trains_as_in_fit(tmp_path: Path, strategy: str):
     assert _max_diff(exp.model, reference) <= 1e-5
 
 
+class Batches(keras.utils.PyDataset):
+    """X, Y in batches of 32, the last of 25."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.passes = 0
+
+    def __len__(self) -> int:
+        return 9
+
+    def __getitem__(self, index: int):
+        part = slice(index * 32, (index + 1) * 32)
+        return X[part], Y[part]
+
+    def on_epoch_end(self) -> None:
+        self.passes += 1
+
+
+def test_a_py_dataset_trains_as_in_fit_and_shuffles_its_batches(tmp_path: Path):
+    exp, reference = _experiment(tmp_path, "one_device")
+    reference.fit(Batches(), epochs=3, shuffle=False, verbose=0)
+    data = Batches()
+    exp.fit(data, epochs=3, shuffle=False)
+    assert exp.steps_per_epoch == 9 and data.passes >= 3
+    assert _max_diff(exp.model, reference) <= 1e-5
+    # shuffle (fit's default): the batches in a new order every epoch, so other weights.
+    shuffled, _ = _experiment(tmp_path / "shuffled", "one_device")
+    shuffled.fit(Batches(), epochs=3)
+    assert _max_diff(shuffled.model, reference) > 1e-4
+
+
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_a_dict_keyed_by_input_names_trains_as_in_fit(tmp_path: Path, strategy: str):
     exp, reference = _experiment(tmp_path, strategy, inputs=2)

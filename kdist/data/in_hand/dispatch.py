@@ -175,7 +175,8 @@ def given_data(
             value=batch_size,
         )
     if given_kind == "PyDataset":
-        found = from_pydataset(x, validation=validation)
+        # Keras shuffles a PyDataset's batches every epoch unless told not to.
+        found = from_pydataset(x, validation=validation, shuffle=shuffle is not False)
     else:
         found = from_generator(x, validation=validation, steps_per_epoch=steps_per_epoch)
     return dataclasses.replace(found, class_weight=class_weight)

@@ -41,16 +41,20 @@ def structured(batch: Any) -> tuple[Any, ...]:
     return tuple(tuple(p) if isinstance(p, list) else p for p in as_tuple(batch))
 
 
-def stream_dataset(make: Callable[[], Iterator[Any]], first: tuple[Any, ...]) -> tf.data.Dataset:
+def stream_dataset(
+    make: Callable[..., Iterator[Any]], first: tuple[Any, ...], args: Any = None
+) -> tf.data.Dataset:
+    """The batches `make(*args)` yields, as a dataset of the first batch's signature
+    (`args`: tensors `from_generator` passes on, as NumPy values)."""
     signature = signature_of(first)
 
-    def generate() -> Iterator[Any]:
-        for batch in make():
+    def generate(*given: Any) -> Iterator[Any]:
+        for batch in make(*given):
             yield tf.nest.map_structure(
                 lambda v, s: np.asarray(v, s.dtype.as_numpy_dtype), structured(batch), signature
             )
 
-    return tf.data.Dataset.from_generator(generate, output_signature=signature)
+    return tf.data.Dataset.from_generator(generate, args=args, output_signature=signature)
 
 
 def from_generator(stream: Iterator[Any], *, validation: Any, steps_per_epoch: int | None) -> Given:
