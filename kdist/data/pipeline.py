@@ -212,6 +212,10 @@ def make_dataset_fn(
     every worker), repeated without end, sharded by input pipeline, batched per replica
     with full batches only, and prefetched. Validation data is read once, in order.
 
+    A source with `partial_batches` (data given to `fit`) is read as Keras's `fit` reads
+    it instead: its own global batches, each pass ending with its partial batch, cut
+    over the replicas (`replica_parts`), resumed at the step (`_partial_dataset_fn`).
+
     Sharding happens after the shuffle so that, for a given seed, the union of the
     replicas' batches at step `t` is the same global batch under every strategy
     (`shard_policy` data; see `resolve_shard_policy` for file and off). Training

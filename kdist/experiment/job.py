@@ -305,11 +305,14 @@ class Experiment:
                 (before shuffling). Defaults to `0.0`.
             validation_data: `(x_val, y_val[, sample_weight_val])`, a `tf.data.Dataset`
                 or a `PyDataset`. Defaults to `None`.
-            shuffle: shuffle arrays (and datasets of single examples) every epoch
-                (`data.shuffle`). Defaults to `None`: `True` for data in hand, the
-                config's otherwise. Batches that come made are never shuffled.
-            class_weight: `{class id: weight}` (`trainer.class_weight`). Defaults to
-                `None`.
+            shuffle: a new order every epoch (`data.shuffle`): of the arrays'
+                examples (and of a dataset of single examples), of a `PyDataset`'s
+                batches, as in Keras; a batched dataset and a generator are read in
+                their own order. Defaults to `None`: `True` for data in hand, the
+                config's otherwise.
+            class_weight: `{class id: weight}`: arrays get per-example weights by
+                Keras's rule (not with `sample_weight`, as in Keras), other data is
+                weighted batch by batch (`trainer.class_weight`). Defaults to `None`.
             sample_weight: per-example weights of arrays `x`. Defaults to `None`.
             initial_epoch: with `epochs`, trains `epochs - initial_epoch` epochs.
                 Defaults to `0`.
