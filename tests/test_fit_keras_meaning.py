@@ -377,3 +377,19 @@ def test_the_partial_last_batch_under_two_workers_trains_as_under_mirrored(tmp_p
         weights = [saved[f"arr_{i}"] for i in range(len(exp.model.get_weights()))]
         pairs = zip(weights, exp.model.get_weights(), strict=True)
         assert max(float(np.abs(a - b).max()) for a, b in pairs) <= 1e-6
+
+
+def test_text_is_read_as_keras_reads_it():
+    from kdist.data.in_hand import check_inputs
+    from kdist.data.in_hand.arrays import as_arrays
+
+    # A pandas text column (objects that are all str) and a tf.string tensor (bytes).
+    assert as_arrays(np.array(["a", "bc"], dtype=object), "x").dtype.kind == "U"
+    assert as_arrays(tf.constant([[b"a"], [b"bc"]]), "x").dtype.kind == "S"
+    # Strings of shape (n,) for keras.Input((1,), dtype="string"): Keras adds the axis.
+    text = keras.Input((1,), dtype="string", name="text")
+    model = keras.Model(text, keras.layers.StringLookup(vocabulary=["a"])(text))
+    check_inputs(model, (tf.TensorSpec((), tf.string),), key="x", needs_targets=False)
+    with pytest.raises(ConfigError) as error:
+        check_inputs(model, (tf.TensorSpec((3,), tf.string),), key="x", needs_targets=False)
+    assert error.value.key == "x"

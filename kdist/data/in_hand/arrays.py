@@ -97,6 +97,12 @@ def as_arrays(value: Any, name: str) -> Any:
         array = np.asarray(value)
     except (TypeError, ValueError) as error:
         raise ConfigError(name, f"cannot be read as a NumPy array ({error})") from None
+    if array.dtype == object and array.size:
+        # Text from pandas (str) or a tf.string tensor (bytes), as TensorFlow reads it.
+        for kind in (str, bytes):
+            if all(isinstance(v, kind) for v in array.flat):
+                array = array.astype(kind)
+                break
     if array.dtype == object:
         raise ConfigError(
             name,

@@ -85,7 +85,7 @@ def check_inputs(
             wanted_leaves = [inputs[k] for k in sorted(inputs)]
             given_leaves = [x[k] for k in sorted(x)]
         for want, have in zip(wanted_leaves, given_leaves, strict=True):
-            a, b = tuple(want.shape)[1:], tuple(have.shape)
+            a, b = _adjust_rank(tuple(want.shape)[1:], tuple(have.shape))
             if len(a) != len(b) or any(i and j and i != j for i, j in zip(a, b, strict=True)):
                 problem = "does not have the shape of"
                 break
@@ -96,6 +96,17 @@ def check_inputs(
             f"{model.name} takes {wanted}",
             hint="give data shaped as the model's inputs (or build the model for this data)",
         )
+
+
+def _adjust_rank(wanted: tuple[Any, ...], given: tuple[Any, ...]) -> tuple[Any, Any]:
+    """The shapes as Keras compares them after `Functional._adjust_input_rank`: data
+    with one axis less than an input ending in 1 gains it, data with one axis more
+    ending in 1 loses it (strings `(n,)` for `keras.Input((1,), dtype="string")`)."""
+    if len(given) == len(wanted) - 1 and wanted and wanted[-1] == 1:
+        return wanted[:-1], given
+    if len(given) == len(wanted) + 1 and given and given[-1] == 1:
+        return wanted, given[:-1]
+    return wanted, given
 
 
 def _check_target_keys(model: keras.Model, y: Any) -> None:
