@@ -85,10 +85,16 @@ def test_a_timeseries_dataset_trains_as_in_fit(tmp_path: Path, strategy: str):
         )
 
     exp, reference = _experiment(tmp_path, strategy)
-    reference.fit(dataset(), epochs=3, verbose=0, shuffle=False)
-    exp.fit(dataset(), epochs=3)
+    expected = reference.fit(
+        dataset(), epochs=3, verbose=0, shuffle=False, validation_data=dataset()
+    )
+    history = exp.fit(dataset(), epochs=3, validation_data=dataset())
     assert exp.steps_per_epoch == 9
     assert _max_diff(exp.model, reference) <= 1e-5
+    # Validation as in fit: the same batches, cut over the replicas as fit cuts them.
+    np.testing.assert_allclose(
+        history.history["val_loss"], expected.history["val_loss"], atol=1e-5, rtol=0
+    )
 
 
 class Batches(keras.utils.PyDataset):

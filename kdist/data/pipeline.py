@@ -196,6 +196,21 @@ def _partial_dataset_fn(
     return dataset_fn
 
 
+def _validation_batches_fn(source: Source, split: str, global_batch_size: int) -> DatasetFn:
+    """Validation of data given to `fit`, as Keras's `fit` validates: global batches in
+    order, the last one partial, each cut over the replicas (`replica_parts`)."""
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        ds = replica_parts(source.dataset(split).batch(global_batch_size), context)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        options.deterministic = True
+        return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+    dataset_fn.one_pipeline = bool(getattr(source, "one_pipeline", False))  # type: ignore[attr-defined]
+    return dataset_fn
+
+
 def make_dataset_fn(
     source: Source,
     split: str,
@@ -242,6 +257,8 @@ def make_dataset_fn(
         Python stream, see `kdist.data.in_hand`).
     """
     training = split == "train"
+    if not training and partial_batches(source):
+        return _validation_batches_fn(source, split, global_batch_size)
     if training and partial_batches(source):
         return _partial_dataset_fn(
             source,
