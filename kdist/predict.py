@@ -96,7 +96,7 @@ def _predict_into(
     x = _features(cfg, input_path) if input_path else None
     if x is not None:
         _check_shapes(experiment.model, x, input_path)
-    predictions = experiment.predict(split, x=x)
+    predictions = experiment.predict(x, split=split)
     destination = Path(output_path) if output_path else Path(run_dir) / PREDICTIONS
     arrays = (
         {f"predictions_{name}": value for name, value in predictions.items()}

@@ -17,6 +17,7 @@ import keras
 from kdist.config.compose import compose
 from kdist.config.errors import ConfigError
 from kdist.experiment import Experiment
+from kdist.experiment.fit_arguments import check_count
 
 __all__ = ["fit"]
 
@@ -100,6 +101,9 @@ def fit(
     history.experiment.evaluate()
     ```
     """
+    # Counts first: nothing is set up (or written) for a call that cannot train.
+    check_count("epochs", epochs)
+    check_count("batch_size", batch_size)
     cfg = compose([*([f"strategy={strategy}"] if strategy else []), *_overrides(overrides)])
     experiment = Experiment(cfg, run_dir=run_dir)
     if isinstance(model, keras.Model):

@@ -49,6 +49,20 @@ def _keras_output_spec():
     assert tuple(spec.shape) == (None, 2)
 
 
+def _keras_class_weights():
+    weights = kp.class_weight_to_sample_weights(np.array([0, 1, 2]), {0: 1.0, 1: 3.0})
+    np.testing.assert_allclose(weights, [1.0, 3.0, 1.0])
+
+
+def _keras_flatten_metrics():
+    inputs = keras.Input((3,))
+    model = keras.Model(inputs, keras.layers.Dense(2)(inputs))
+    model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
+    x, y = np.zeros((4, 3), np.float32), np.zeros((4, 2), np.float32)
+    logs = model.evaluate(x, y, verbose=0, return_dict=True)
+    assert kp.flatten_metrics_in_order(model, logs) == [logs["loss"], logs["mae"]]
+
+
 def _keras_symbolic_build():
     inputs = keras.Input((3,))
     model = keras.Model(inputs, keras.layers.Dense(2)(inputs))
@@ -320,6 +334,10 @@ PROBES = {
     "keras.Model._inputs_struct": _keras_inputs_struct,
     "keras.Model._outputs_struct": _keras_outputs_struct,
     "keras.Model._compile_loss": _keras_compile_loss,
+    "keras.src.trainers.data_adapters.data_adapter_utils.class_weight_to_sample_weights": (
+        _keras_class_weights
+    ),
+    "keras.Model._flatten_metrics_in_order": _keras_flatten_metrics,
     "keras.src.losses.loss.unscale_loss_for_distribution": _keras_unscale,
     "keras.Model._compute_loss": _keras_compute_loss,
     "keras.Model._loss_tracker": _keras_loss_tracker,

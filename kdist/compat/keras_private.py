@@ -16,6 +16,7 @@ __all__ = [
     "KERAS_DEFINITION_MODULES",
     "KERAS_UNTRUSTED_DEFINITIONS",
     "call_has_training_arg",
+    "class_weight_to_sample_weights",
     "close_tensorboard_writers",
     "compile_loss",
     "compile_metrics",
@@ -24,6 +25,7 @@ __all__ = [
     "distribute_strategy",
     "flat_metrics",
     "flatten_layers",
+    "flatten_metrics_in_order",
     "inputs_struct",
     "learning_rate_variable",
     "loss_tracker",
@@ -67,6 +69,30 @@ def compute_output_spec(model: Any, inputs: Any, *, training: bool = False) -> A
         "keras.src.backend", "compute_output_spec", f"{_BUILD}, kdist.data.in_hand"
     )
     return compute(model, inputs, training=training)
+
+
+def class_weight_to_sample_weights(y: Any, class_weight: dict[int, float]) -> Any:
+    """`fit`'s `class_weight` as per-example weights of arrays `y` (Keras's
+    `data_adapter_utils.class_weight_to_sample_weights`: a class without a weight
+    weighs 1)."""
+    convert = private_import(
+        "keras.src.trainers.data_adapters.data_adapter_utils",
+        "class_weight_to_sample_weights",
+        "kdist.data.in_hand.arrays.from_arrays",
+    )
+    return convert(y, class_weight)
+
+
+def flatten_metrics_in_order(model: Any, logs: dict[str, Any]) -> Any:
+    """`logs` as `model.evaluate` returns them without `return_dict`: one value alone,
+    else a list in the order of the model's metrics (`Model._flatten_metrics_in_order`)."""
+    flatten = private_attribute(
+        model,
+        "_flatten_metrics_in_order",
+        "keras.Model._flatten_metrics_in_order",
+        "kdist.experiment.evaluating.keras_return",
+    )
+    return flatten(logs)
 
 
 def symbolic_build(model: Any, data_batch: Any) -> None:

@@ -119,6 +119,17 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "kdist.data.in_hand.inputs.check_inputs",
         "whether the model was compiled with a loss (so needs targets)",
     ),
+    # Keras: data given to fit, as its data adapters read it.
+    PrivateName(
+        "keras.src.trainers.data_adapters.data_adapter_utils.class_weight_to_sample_weights",
+        "kdist.data.in_hand.arrays.from_arrays",
+        "fit's class_weight for arrays: per-example weights, by Keras's own rule",
+    ),
+    PrivateName(
+        "keras.Model._flatten_metrics_in_order",
+        "kdist.experiment.evaluating.keras_return",
+        "evaluate's return without return_dict: a scalar or a list in Keras's order",
+    ),
     # Keras: the train step kdist runs per replica (Keras's `train_step` contract).
     PrivateName(
         "keras.src.losses.loss.unscale_loss_for_distribution",

@@ -21,6 +21,7 @@ __all__ = [
     "build_source",
     "check_batch_split",
     "make_dataset_fn",
+    "replica_parts",
     "resolve_shard_policy",
     "run_dataset_fn",
     "steps_per_epoch",
@@ -50,12 +51,17 @@ def check_batch_split(global_batch_size: int, replicas: int) -> None:
 def steps_per_epoch(source: Source, global_batch_size: int, requested: int | None) -> int:
     """Training steps in one epoch: `requested`, or every full global batch once.
 
+    A source that keeps its partial last batch (data given to `fit`, as Keras's `fit`
+    trains it: `partial_batches`) has one step more for it.
+
     Raises:
         ConfigError: when the training split is smaller than one global batch.
     """
-    available = source.size("train") // global_batch_size
     if requested:
         return int(requested)
+    if partial_batches(source):
+        return int(source.steps_per_pass(global_batch_size))  # type: ignore[attr-defined]
+    available = source.size("train") // global_batch_size
     if available < 1:
         raise ConfigError(
             "trainer.global_batch_size",
@@ -114,6 +120,97 @@ def resolve_shard_policy(policy: str, source: Source, num_pipelines: int, split:
     return "data"
 
 
+def partial_batches(source: Source) -> bool:
+    """Whether `source` hands the pipeline whole global batches, a partial last one of
+    each pass over the data included (`train_batches`), as Keras's `fit` trains them."""
+    return bool(getattr(source, "partial_batches", False))
+
+
+def replica_parts(ds: tf.data.Dataset, context: tf.distribute.InputContext) -> tf.data.Dataset:
+    """A dataset of global batches as this input pipeline's per-replica batches.
+
+    Each global batch of `m` rows is cut as `tf.distribute` cuts it for Keras's `fit`
+    (`experimental_distribute_dataset`): replica `q` gets the rows `[q*c, (q+1)*c)` with
+    `c = ceil(m / replicas)`, so a partial batch splits as evenly as it can (25 rows on 2
+    replicas: 13 and 12; 1 row: 1 and 0). Pipeline `i` yields the parts of its replicas
+    `i*r .. i*r + r - 1` (`r` replicas per pipeline), one element per replica and step,
+    so every replica reads the same step's part whatever the batch sizes.
+    """
+    replicas, pipelines = context.num_replicas_in_sync, context.num_input_pipelines
+    if replicas == 1 and pipelines == 1:
+        return ds
+    per_pipeline = max(replicas // pipelines, 1)
+    first = context.input_pipeline_id * per_pipeline
+
+    def parts(*element: Any) -> tf.data.Dataset:
+        batch = element if len(element) > 1 else element[0]
+        rows = tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[0]
+        size = (rows + replicas - 1) // replicas
+
+        def part(j: tf.Tensor) -> Any:
+            low = tf.minimum((first + j) * size, rows)
+            high = tf.minimum(low + size, rows)
+            return tf.nest.map_structure(lambda t: t[low:high], batch)
+
+        return tf.data.Dataset.range(per_pipeline).map(part)
+
+    return ds.flat_map(parts)
+
+
+def _partial_dataset_fn(
+    source: Source,
+    data_cfg: Any,
+    *,
+    global_batch_size: int,
+    seed: int,
+    skip_examples: int,
+    class_weight: Mapping[int, float] | None,
+) -> DatasetFn:
+    """The training `dataset_fn` of a source with partial batches (`partial_batches`).
+
+    The source yields the global batches of the steps from the resumed one on (each pass
+    over the data ends with its partial batch; arrays in an order seeded by `seed` and
+    the pass); each pipeline takes its replicas' parts of every batch (`replica_parts`).
+    """
+    if is_enabled(data_cfg.get("augment")):
+        raise ConfigError(
+            "data.augment",
+            "does not apply to data given to fit",
+            hint="augment in the model (keras.layers.RandomFlip, ...) or in your dataset",
+        )
+    first_step = skip_examples // global_batch_size
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        ds = source.train_batches(  # type: ignore[attr-defined]
+            global_batch_size, seed=seed, shuffle=bool(data_cfg.shuffle), first_step=first_step
+        )
+        if class_weight:
+            ds = ds.map(_batch_class_weighting(class_weight), num_parallel_calls=tf.data.AUTOTUNE)
+        ds = replica_parts(ds, context)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        options.deterministic = True
+        return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+    dataset_fn.one_pipeline = bool(getattr(source, "one_pipeline", False))  # type: ignore[attr-defined]
+    return dataset_fn
+
+
+def _validation_batches_fn(source: Source, split: str, global_batch_size: int) -> DatasetFn:
+    """Validation of data given to `fit`, as Keras's `fit` validates: global batches in
+    order, the last one partial, each cut over the replicas (`replica_parts`)."""
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        ds = replica_parts(source.dataset(split).batch(global_batch_size), context)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        options.deterministic = True
+        return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+    dataset_fn.one_pipeline = bool(getattr(source, "one_pipeline", False))  # type: ignore[attr-defined]
+    return dataset_fn
+
+
 def make_dataset_fn(
     source: Source,
     split: str,
@@ -129,6 +226,10 @@ def make_dataset_fn(
     Training data is cached, shuffled with `seed` (a new order every pass, the same on
     every worker), repeated without end, sharded by input pipeline, batched per replica
     with full batches only, and prefetched. Validation data is read once, in order.
+
+    A source with `partial_batches` (data given to `fit`) is read as Keras's `fit` reads
+    it instead: its own global batches, each pass ending with its partial batch, cut
+    over the replicas (`replica_parts`), resumed at the step (`_partial_dataset_fn`).
 
     Sharding happens after the shuffle so that, for a given seed, the union of the
     replicas' batches at step `t` is the same global batch under every strategy
@@ -156,6 +257,17 @@ def make_dataset_fn(
         Python stream, see `kdist.data.in_hand`).
     """
     training = split == "train"
+    if not training and partial_batches(source):
+        return _validation_batches_fn(source, split, global_batch_size)
+    if training and partial_batches(source):
+        return _partial_dataset_fn(
+            source,
+            data_cfg,
+            global_batch_size=global_batch_size,
+            seed=seed,
+            skip_examples=skip_examples,
+            class_weight=class_weight,
+        )
     policy = str(data_cfg.shard_policy)
     if policy == "file" and not isinstance(source, FileSource):
         raise ConfigError(
@@ -267,6 +379,31 @@ def _class_weighting(class_weight: Mapping[int, float]) -> Callable[..., Any]:
     return weigh
 
 
+def _batch_class_weighting(class_weight: Mapping[int, float]) -> Callable[..., Any]:
+    """`_class_weighting` for batches: each row's weight times its class's weight."""
+    size = max(class_weight) + 1
+    table = tf.constant([class_weight.get(i, 1.0) for i in range(size)], tf.float32)
+
+    def weigh(*batch: Any) -> Any:
+        if len(batch) not in (2, 3) or isinstance(batch[1], Mapping):
+            raise ConfigError(
+                "class_weight",
+                "needs one target per example (not several outputs), as in Keras",
+                hint="use sample weights for several outputs",
+            )
+        x, y = batch[0], batch[1]
+        if y.shape.rank and y.shape.rank > 1 and y.shape[-1] != 1:
+            classes = tf.argmax(y, axis=-1, output_type=tf.int32)
+        else:
+            classes = tf.cast(tf.round(tf.reshape(y, [-1])), tf.int32)
+        weight = tf.gather(table, classes)
+        if len(batch) == 3:
+            weight = weight * tf.cast(tf.reshape(batch[2], tf.shape(weight)), tf.float32)
+        return x, y, weight
+
+    return weigh
+
+
 def build_source(node: Any) -> Source:
     """The `Source` a `data.source` node makes.
 
@@ -293,7 +430,16 @@ def run_dataset_fn(cfg: Any, source: Source, split: str, skip_examples: int = 0)
     batch = int(trainer.global_batch_size)
     train = split == "train"
     if train:
-        batch //= int(trainer.get("accumulate_steps", 1))
+        accumulate = int(trainer.get("accumulate_steps", 1))
+        if accumulate > 1 and partial_batches(source):
+            raise ConfigError(
+                "trainer.accumulate_steps",
+                "does not apply to data given to fit, whose partial last batch cannot be "
+                "cut into micro-batches",
+                value=accumulate,
+                hint="leave it at 1, or use a data.source (e.g. data=npz)",
+            )
+        batch //= accumulate
     return make_dataset_fn(
         source,
         split,

@@ -32,7 +32,7 @@ from kdist.config.objective import (
     resolve_objective,
 )
 from kdist.config.validate import validate
-from kdist.data.in_hand import Given, check_inputs
+from kdist.data.in_hand import Given, check_inputs, given_batches
 from kdist.data.pipeline import build_source, run_dataset_fn
 from kdist.data.pipeline import steps_per_epoch as steps_per_epoch_of
 from kdist.data.source import Source
@@ -40,14 +40,16 @@ from kdist.engine import Controller, FitResult, Runner
 from kdist.engine.building import optimizer_steps
 from kdist.experiment import batch_plan, outputs
 from kdist.experiment.build import check_targets, compiled_model, runner_for
-from kdist.experiment.fit_data import (
+from kdist.experiment.evaluating import evaluate_batches, keras_return
+from kdist.experiment.fit_arguments import (
+    FitArguments,
     FitData,
     data_keys,
     read_fit_data,
     set_key,
     warn_stream_resume,
 )
-from kdist.experiment.predicting import predict_split
+from kdist.experiment.predicting import predict_dataset, predict_split
 from kdist.process import runtime
 from kdist.runs import resume_check
 from kdist.runs.layout import SAVE_FOLDERS, default_run_dir
@@ -265,14 +267,21 @@ class Experiment:
         sample_weight: Any = None,
         initial_epoch: int = 0,
         steps_per_epoch: int | None = None,
+        validation_steps: int | None = None,
+        validation_batch_size: int | None = None,
         validation_freq: int | None = None,
     ) -> keras.callbacks.History:
         """Train with the kdist engine and write the run's outputs (on the chief).
 
-        The arguments are `model.fit`'s. Without `x` the data is the config's
-        (`data.source`), or what an earlier call was given. Data in hand goes through
-        kdist's input pipeline (`kdist.data.in_hand`): batched per replica, sharded,
-        shuffled with `runtime.seed`, resumable at the step.
+        The arguments are `model.fit`'s, with its meaning. Without `x` the data is the
+        config's (`data.source`), or what an earlier call was given. Data in hand
+        (`kdist.data.in_hand`) is read as Keras's data adapters read it: arrays in
+        batches of `batch_size`, each epoch ending with its partial batch; a batched
+        dataset, a `PyDataset` or a generator by its own batches; each global batch
+        cut over the replicas as `tf.distribute` cuts it for `fit`. The one difference:
+        shuffled arrays are ordered by `runtime.seed` and the epoch, so a resumed run
+        reads the same batches from any step (a dataset is read again from the start of
+        the epoch and the steps taken are skipped).
 
         How long: the first `fit` of an `Experiment` resumes from the run folder's backup
         (if any). `epochs=None` trains until epoch `trainer.epochs` of the run (the
@@ -296,16 +305,23 @@ class Experiment:
                 (before shuffling). Defaults to `0.0`.
             validation_data: `(x_val, y_val[, sample_weight_val])`, a `tf.data.Dataset`
                 or a `PyDataset`. Defaults to `None`.
-            shuffle: shuffle arrays (and datasets of single examples) every epoch
-                (`data.shuffle`). Defaults to `None`: `True` for data in hand, the
-                config's otherwise. Batches that come made are never shuffled.
-            class_weight: `{class id: weight}` (`trainer.class_weight`). Defaults to
-                `None`.
+            shuffle: a new order every epoch (`data.shuffle`): of the arrays'
+                examples (and of a dataset of single examples), of a `PyDataset`'s
+                batches, as in Keras; a batched dataset and a generator are read in
+                their own order. Defaults to `None`: `True` for data in hand, the
+                config's otherwise.
+            class_weight: `{class id: weight}`: arrays get per-example weights by
+                Keras's rule (not with `sample_weight`, as in Keras), other data is
+                weighted batch by batch (`trainer.class_weight`). Defaults to `None`.
             sample_weight: per-example weights of arrays `x`. Defaults to `None`.
             initial_epoch: with `epochs`, trains `epochs - initial_epoch` epochs.
                 Defaults to `0`.
             steps_per_epoch: steps per epoch (`trainer.steps_per_epoch`); needed for a
                 generator. Defaults to `None`: one pass over the data.
+            validation_steps: not supported: validation reads all of the validation
+                data. Defaults to `None`.
+            validation_batch_size: not supported: validation reads batches of the
+                training batch size. Defaults to `None`.
             validation_freq: validate every this many epochs (`trainer.validation_freq`).
                 Defaults to `None`: the config's.
 
@@ -316,18 +332,27 @@ class Experiment:
             ConfigError: naming the argument (or key), for data that does not fit the
                 model or the strategy, before any training.
         """
+        arguments = FitArguments(
+            x,
+            y,
+            batch_size=batch_size,
+            epochs=epochs,
+            verbose=verbose,
+            callbacks=callbacks,
+            validation_split=validation_split,
+            validation_data=validation_data,
+            shuffle=shuffle,
+            class_weight=class_weight,
+            sample_weight=sample_weight,
+            initial_epoch=initial_epoch,
+            steps_per_epoch=steps_per_epoch,
+            validation_steps=validation_steps,
+            validation_batch_size=validation_batch_size,
+            validation_freq=validation_freq,
+        )
         self._use_data(
             read_fit_data(
-                x,
-                y,
-                batch_size=batch_size,
-                validation_split=validation_split,
-                validation_data=validation_data,
-                shuffle=shuffle,
-                class_weight=class_weight,
-                sample_weight=sample_weight,
-                steps_per_epoch=steps_per_epoch,
-                validation_freq=validation_freq,
+                arguments,
                 strategy=self.strategy,
                 configured=self._configured,
                 previous=self._given_args,
@@ -335,6 +360,10 @@ class Experiment:
             )
         )
         controller = self._controller()
+        if self._given is not None and self.source.size("validation"):
+            # Before the first epoch, not after it (Keras fails there, after training).
+            spec = self.source.dataset("validation").element_spec
+            check_inputs(controller.model, spec, key="validation_data")
         if verbose is None:
             verbose = int(self.cfg.trainer.verbose) if self.is_chief else 0
         # A notebook may change `trainer.epochs` between two `fit` calls.
@@ -404,30 +433,122 @@ class Experiment:
         if given is not None:
             log.info("%s; %d steps per epoch", given.describe(), self.steps_per_epoch)
 
-    def evaluate(self) -> dict[str, float]:
-        """Run the validation split once and return its metrics (`loss`, `accuracy`, ...)."""
-        return self._controller().runner.evaluate()
+    def evaluate(
+        self,
+        x: Any = None,
+        y: Any = None,
+        *,
+        batch_size: int | None = None,
+        verbose: Any = "auto",
+        sample_weight: Any = None,
+        steps: int | None = None,
+        callbacks: Sequence[keras.callbacks.Callback] | None = None,
+        return_dict: bool | None = None,
+    ) -> Any:
+        """Evaluate the model under the run's strategy, as `model.evaluate` does.
 
-    def predict(self, split: str = "validation", *, x: Any = None) -> Any:
-        """Predict with the model under the run's strategy, in the data's order.
+        Without `x`, the run's validation split (the config's data, or the data given
+        to `fit`), returned as a dict (kdist's run-folder form). With `x`, the data as
+        `model.evaluate` reads it (`kdist.data.in_hand.given_batches`: arrays in batches of
+        `batch_size`, the last one partial), each batch cut over the replicas as
+        `tf.distribute` cuts it for Keras.
 
         Args:
-            split: `"validation"` or `"train"`: the split's examples, read once in
-                order through the run's input pipeline. Defaults to `"validation"`.
-            x: features to predict on instead of a split (NumPy arrays, or a dict of
-                them for several inputs). Defaults to `None`.
+            x: arrays (or a dict or list of them), a `tf.data.Dataset`, a
+                `keras.utils.PyDataset` or a generator. Defaults to `None`: the
+                validation split.
+            y: targets of arrays `x`. Defaults to `None`.
+            batch_size: rows per batch of arrays. Defaults to `None`: 32, as in Keras.
+            verbose: accepted for `model.evaluate`'s signature; kdist shows no
+                progress bar here. Defaults to `"auto"`.
+            sample_weight: per-example weights of arrays `x`. Defaults to `None`.
+            steps: batches to read. Defaults to `None`: all.
+            callbacks: Keras callbacks; their `on_test_begin`/`on_test_end` run.
+                Defaults to `None`.
+            return_dict: a dict `{metric: value}` when true; when false, Keras's form
+                (one value alone, else a list in the model's metrics' order).
+                Defaults to `None`: false with `x` (Keras's default), true without.
+
+        Returns:
+            The metrics, as `return_dict` says.
+
+        Raises:
+            ConfigError: naming the argument, for data the model cannot take.
+        """
+        del verbose  # no progress bar: one compiled loop over the batches
+        if x is None:
+            for name, value in (("y", y), ("sample_weight", sample_weight)):
+                if value is not None:
+                    raise ConfigError(name, "needs x: give the data it goes with")
+        controller = self._controller()
+        model = controller.model
+        callback_list = keras.callbacks.CallbackList(list(callbacks or ()), model=model)
+        callback_list.on_test_begin()
+        if x is None:
+            logs = controller.runner.evaluate()
+        else:
+            batches = given_batches(
+                x, y, sample_weight=sample_weight, batch_size=batch_size, steps=steps
+            )
+            check_inputs(model, _unbatched_spec(batches), key="x")
+            logs = evaluate_batches(self.strategy, controller.runner, batches)
+        callback_list.on_test_end(logs)
+        return keras_return(
+            model, logs, return_dict=x is None if return_dict is None else return_dict
+        )
+
+    def predict(
+        self,
+        x: Any = None,
+        *,
+        batch_size: int | None = None,
+        verbose: Any = "auto",
+        steps: int | None = None,
+        callbacks: Sequence[keras.callbacks.Callback] | None = None,
+        split: str = "validation",
+    ) -> Any:
+        """Predict with the model under the run's strategy, as `model.predict` does.
+
+        Args:
+            x: features (arrays, or a dict or list of them; a `tf.data.Dataset`, a
+                `keras.utils.PyDataset` or a generator), read as `model.predict`
+                reads them. Defaults to `None`: the examples of `split`.
+            batch_size: rows per batch of arrays. Defaults to `None`: 32 (Keras's)
+                for `x`, the run's global batch for a split.
+            verbose: accepted for `model.predict`'s signature; no progress bar.
+                Defaults to `"auto"`.
+            steps: batches to read. Defaults to `None`: all.
+            callbacks: Keras callbacks; their `on_predict_begin`/`on_predict_end` run.
+                Defaults to `None`.
+            split: without `x`, `"validation"` or `"train"`: the split's examples,
+                read once in order. Defaults to `"validation"`.
 
         Returns:
             NumPy arrays with the structure of the model's outputs, one row per example.
+
+        Raises:
+            ConfigError: naming the argument, for data the model cannot take.
         """
-        return predict_split(
-            self.strategy,
-            self._controller().model,
-            self.source,
-            batch_size=int(self.cfg.trainer.global_batch_size),
-            split=split,
-            x=x,
-        )
+        del verbose
+        if isinstance(x, str):  # the older form `predict("train")`
+            x, split = None, x
+        model = self._controller().model
+        callback_list = keras.callbacks.CallbackList(list(callbacks or ()), model=model)
+        callback_list.on_predict_begin()
+        if x is None:
+            outputs = predict_split(
+                self.strategy,
+                model,
+                self.source,
+                batch_size=int(batch_size or self.cfg.trainer.global_batch_size),
+                split=split,
+            )
+        else:
+            batches = given_batches(x, batch_size=batch_size, steps=steps)
+            check_inputs(model, _unbatched_spec(batches), key="x", needs_targets=False)
+            outputs = predict_dataset(self.strategy, model, batches)
+        callback_list.on_predict_end()
+        return outputs
 
     def objective(self) -> float:
         """The value of `objective.name` after `fit`: what sweeps and the tuner optimise."""
@@ -446,3 +567,10 @@ class Experiment:
             strategy_name=type(self.strategy).__name__,
             num_replicas=self.num_replicas,
         )
+
+
+def _unbatched_spec(batches: tf.data.Dataset) -> Any:
+    """One example's spec of a dataset of batches (the batch axis dropped)."""
+    return tf.nest.map_structure(
+        lambda spec: tf.TensorSpec(spec.shape[1:], spec.dtype), batches.element_spec
+    )

@@ -1,8 +1,11 @@
-"""NumPy arrays given to `fit`: checked, split for validation, and an `ArraySource`.
+"""NumPy arrays given to `fit`: checked, split for validation, and a `FitArrays` source.
 
-The same arrays give the same training as `data=npz` (`ArraySource` is behind both),
-order and shuffle included. `validation_split` keeps the last fraction for validation
-before any shuffle, as Keras does.
+As Keras's `ArrayDataAdapter`: `validation_split` keeps the last fraction for validation
+before any shuffle (`train_validation_split`), `class_weight` becomes per-example sample
+weights (`class_weight_to_sample_weights`), and every pass over the data is
+`ceil(examples / batch_size)` steps, the last one a partial batch. The one difference:
+the order of a shuffled pass is drawn from `runtime.seed` and the pass number, so a
+resumed run reads the same batches from any step.
 """
 
 from __future__ import annotations
@@ -13,11 +16,68 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from kdist.compat.keras_private import class_weight_to_sample_weights
+from kdist.config.compile_rules import check_class_weight
 from kdist.config.errors import ConfigError
+from kdist.data.checks import check_finite
 from kdist.data.in_hand.source import Given
 from kdist.data.source import ArraySource
 
-__all__ = ["as_arrays", "as_tuple", "from_arrays", "length", "take"]
+__all__ = ["FitArrays", "as_arrays", "as_tuple", "from_arrays", "length", "take"]
+
+
+class FitArrays(ArraySource):
+    """Arrays given to `fit`: whole global batches, each pass ending with its partial batch.
+
+    Args:
+        partial: keep each pass's partial last batch (`False` under parameter servers,
+            whose workers take steps in any order: full batches only).
+        **arrays: as `ArraySource`.
+    """
+
+    one_pipeline = False
+
+    def __init__(self, *, partial: bool = True, **arrays: Any):
+        super().__init__(**arrays)
+        self.partial_batches = partial
+
+    def steps_per_pass(self, global_batch_size: int) -> int:
+        """Steps in one pass over the training examples, the partial batch included."""
+        return -(-self.size("train") // int(global_batch_size))
+
+    def train_batches(
+        self, global_batch_size: int, *, seed: int, shuffle: bool, first_step: int
+    ) -> tf.data.Dataset:
+        """The global batches of every step from `first_step` on, without end.
+
+        Pass `p` reads the examples in the order `stateless_shuffle(range(n), [seed, p])`
+        (in order without `shuffle`), `global_batch_size` at a time, the last batch of
+        the pass partial; step `s` is batch `s % steps` of pass `s // steps`, whatever
+        step the stream starts at.
+        """
+        examples, batch = self.size("train"), int(global_batch_size)
+        steps = self.steps_per_pass(batch)
+        first_pass, first_in_pass = divmod(int(first_step), steps)
+        seed64 = tf.constant(int(seed) % (2**63), tf.int64)
+
+        def pass_indices(number: tf.Tensor) -> tf.data.Dataset:
+            order = tf.range(examples, dtype=tf.int64)
+            if shuffle:
+                order = tf.random.experimental.stateless_shuffle(
+                    order, seed=tf.stack([seed64, number])
+                )
+            start = tf.where(number == first_pass, tf.constant(first_in_pass, tf.int64), 0)
+            return tf.data.Dataset.range(start, steps).map(
+                lambda k: order[k * batch : tf.minimum((k + 1) * batch, examples)]
+            )
+
+        indices = tf.data.Dataset.range(first_pass, 2**62).flat_map(pass_indices)
+        data = tf.data.Dataset.from_tensors(self.arrays("train")).repeat()
+
+        def gather(index: tf.Tensor, arrays: Any) -> Any:
+            return tf.nest.map_structure(lambda a: tf.gather(a, index), arrays)
+
+        return tf.data.Dataset.zip((indices, data)).map(gather)
 
 
 def as_arrays(value: Any, name: str) -> Any:
@@ -28,12 +88,21 @@ def as_arrays(value: Any, name: str) -> Any:
         return {str(k): as_arrays(v, f"{name}[{k!r}]") for k, v in value.items()}
     if isinstance(value, (list, tuple)) and value and not np.isscalar(value[0]):
         shapes = {np.shape(v) for v in value}
-        if len(shapes) > 1 or isinstance(value, tuple):
+        # A list of arrays is several inputs (or outputs), as Keras reads it; a nested
+        # list of numbers is one array.
+        arrays = all(hasattr(v, "shape") or isinstance(v, Mapping) for v in value)
+        if arrays or len(shapes) > 1 or isinstance(value, tuple):
             return tuple(as_arrays(v, f"{name}[{i}]") for i, v in enumerate(value))
     try:
         array = np.asarray(value)
     except (TypeError, ValueError) as error:
         raise ConfigError(name, f"cannot be read as a NumPy array ({error})") from None
+    if array.dtype == object and array.size:
+        # Text from pandas (str) or a tf.string tensor (bytes), as TensorFlow reads it.
+        for kind in (str, bytes):
+            if all(isinstance(v, kind) for v in array.flat):
+                array = array.astype(kind)
+                break
     if array.dtype == object:
         raise ConfigError(
             name,
@@ -44,6 +113,7 @@ def as_arrays(value: Any, name: str) -> Any:
         raise ConfigError(name, "is a scalar: it needs examples on its first axis")
     if np.issubdtype(array.dtype, np.floating) and array.dtype != np.float32:
         array = array.astype(np.float32)
+    check_finite(name, array, name="values")
     return array
 
 
@@ -59,6 +129,46 @@ def as_tuple(batch: Any) -> tuple[Any, ...]:
     return tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
 
 
+def _class_weights(y: Any, class_weight: Any) -> np.ndarray:
+    """`class_weight` as per-example weights of `y`, by Keras's rule for arrays.
+
+    Raises:
+        ConfigError: naming `class_weight` for several outputs or a class the labels
+            cannot hold, or `y` for negative class ids.
+    """
+    weights = check_class_weight(class_weight)
+    assert weights is not None
+    if not isinstance(y, np.ndarray):
+        raise ConfigError(
+            "class_weight",
+            "is only supported for models with a single output (as in Keras)",
+            hint="pass sample_weight, one array per output",
+        )
+    one_hot = y.ndim > 1 and y.shape[-1] != 1
+    if one_hot:
+        classes = int(y.shape[-1])
+    elif np.issubdtype(y.dtype, np.floating) and y.size and y.min() >= 0 and y.max() <= 1:
+        classes = 2  # binary labels
+    else:
+        labels = np.round(y.reshape(-1)).astype(np.int64)
+        if labels.size and labels.min() < 0:
+            raise ConfigError(
+                "y",
+                f"holds the class id {int(labels.min())}: class ids are 0 or more",
+                hint="give class ids 0..N-1",
+            )
+        classes = 0
+    beyond = sorted(k for k in weights if classes and k >= classes)
+    if beyond:
+        holder = f"one-hot rows of {classes}" if one_hot else "binary labels"
+        raise ConfigError(
+            "class_weight",
+            f"names class {beyond[0]}, which {holder} cannot hold (classes 0..{classes - 1})",
+            value=dict(class_weight),
+        )
+    return np.asarray(class_weight_to_sample_weights(y, weights), np.float32)
+
+
 def from_arrays(
     x: Any,
     y: Any,
@@ -67,16 +177,28 @@ def from_arrays(
     validation: Any,
     validation_split: float,
     shuffle: bool,
+    class_weight: Any = None,
+    partial: bool = True,
 ) -> Given:
     x, y = as_arrays(x, "x"), as_arrays(y, "y")
     weights = as_arrays(sample_weight, "sample_weight")
     if weights is not None and y is None:
         raise ConfigError("sample_weight", "needs targets: give y too")
+    if class_weight is not None and weights is not None:
+        raise ConfigError(
+            "class_weight",
+            "cannot be given with sample_weight (as in Keras)",
+            hint="fold the class weights into sample_weight",
+        )
+    if class_weight is not None and y is None:
+        raise ConfigError("class_weight", "needs targets: give y too")
     if not 0.0 <= float(validation_split) < 1.0:
         raise ConfigError(
             "validation_split", "must be in [0, 1)", value=validation_split, hint="e.g. 0.2"
         )
     count = length(x)
+    if count < 1:
+        raise ConfigError("x", "has no examples (0 rows)", hint="give at least one example")
     for name, part in (("y", y), ("sample_weight", weights)):
         if part is not None and length(part) != count:
             raise ConfigError(
@@ -103,6 +225,8 @@ def from_arrays(
         if weights is not None:
             validation += (take(weights, slice(at, None)),)
         x, y, weights = (take(p, slice(None, at)) for p in (x, y, weights))
+    if class_weight is not None:
+        weights = _class_weights(y, class_weight)
     if validation is None:
         validation = (take(x, slice(0, 0)), take(y, slice(0, 0)))
     x_val, y_val = validation[0], validation[1]
@@ -117,7 +241,8 @@ def from_arrays(
     if weights is not None and w_val is None:
         w_val = np.ones(length(x_val), np.float32)
     try:
-        source = ArraySource(
+        source = FitArrays(
+            partial=partial,
             x_train=x,
             y_train=y,
             x_validation=x_val,

@@ -1,8 +1,10 @@
 """A `tf.data.Dataset` given to `fit`: batched or not, counted, and its source.
 
-A dataset of single examples is batched per replica (and shuffled, like arrays); a
-batched one is taken as Keras takes it under `tf.distribute`: its batches are the global
-batch, split over the replicas, in its own order (kdist adds no shuffle).
+A batched dataset is taken as Keras's `fit` takes it (`TFDatasetAdapter`): each of its
+batches is one step's global batch, split over the replicas as `tf.distribute` splits
+it, in its own order, a partial last batch included (`BatchedSource`). A dataset of
+single examples (which Keras would read as batches) is kdist's own convenience: it is
+batched per replica and shuffled like config data, full batches only.
 """
 
 from __future__ import annotations
@@ -18,7 +20,14 @@ from kdist.config.errors import ConfigError
 from kdist.data.in_hand.arrays import length
 from kdist.data.in_hand.source import DatasetSource, Given
 
-__all__ = ["batch_size_of", "count_examples", "from_dataset", "is_batched", "validation_dataset"]
+__all__ = [
+    "BatchedSource",
+    "batch_size_of",
+    "count_examples",
+    "from_dataset",
+    "is_batched",
+    "validation_dataset",
+]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +86,46 @@ def validation_dataset(validation: Any) -> tuple[tf.data.Dataset | None, int]:
     return tf.data.Dataset.from_tensor_slices(parts), length(parts[0])
 
 
+class BatchedSource(DatasetSource):
+    """Batches given to `fit` (a batched dataset, a `PyDataset`, a generator): each one
+    step's global batch, in the data's own order, every pass from its start.
+
+    Args:
+        batches: the batches of one pass (a generator's: all it yields).
+        steps: batches in one pass, or `None` to count them when asked.
+        **kwargs: as `DatasetSource` (`train`: the same examples, unbatched).
+    """
+
+    partial_batches = True
+
+    def __init__(self, *, batches: tf.data.Dataset, steps: int | None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._batches = batches
+        self._steps = steps
+
+    def steps_per_pass(self, global_batch_size: int) -> int:
+        """Batches in one pass (`global_batch_size` plays no part: the data brings them)."""
+        if self._steps is None:
+            cardinality = int(self._batches.cardinality())
+            if cardinality < 0:
+                log.info("x: counting the batches of one pass (steps_per_epoch skips it)")
+                cardinality = int(
+                    self._batches.reduce(tf.constant(0, tf.int64), lambda n, *_: n + 1)
+                )
+            self._steps = cardinality
+        return self._steps
+
+    def train_batches(
+        self, global_batch_size: int, *, seed: int, shuffle: bool, first_step: int
+    ) -> tf.data.Dataset:
+        """The batches from `first_step` on: the data read again every pass, and the
+        steps already taken skipped (the data's own order must be deterministic for a
+        resumed run to read the same batches)."""
+        del global_batch_size, seed, shuffle  # the data brings its batches, in its order
+        ds = self._batches.repeat()
+        return ds.skip(first_step) if first_step else ds
+
+
 def from_dataset(
     ds: tf.data.Dataset,
     *,
@@ -84,6 +133,7 @@ def from_dataset(
     batch_size: int | None,
     steps_per_epoch: int | None,
     shuffle: bool,
+    partial: bool = True,
 ) -> Given:
     batched = is_batched(ds)
     global_batch = batch_size
@@ -100,7 +150,7 @@ def from_dataset(
         if first is None:
             raise ConfigError("x", "is an empty tf.data.Dataset")
         global_batch = batch_size_of(first, "x")
-        ds = ds.unbatch()
+        batches, ds = ds, ds.unbatch()
     if steps_per_epoch:
         size = int(steps_per_epoch) * int(global_batch or 1)
         if int(ds.cardinality()) >= 0:
@@ -110,6 +160,19 @@ def from_dataset(
     if size < 1:
         raise ConfigError("x", "is an empty tf.data.Dataset")
     val_ds, val_size = validation_dataset(validation)
-    source = DatasetSource(train=ds, train_size=size, validation=val_ds, validation_size=val_size)
+    source: DatasetSource
+    if batched and partial:
+        source = BatchedSource(
+            batches=batches,
+            steps=None,
+            train=ds,
+            train_size=size,
+            validation=val_ds,
+            validation_size=val_size,
+        )
+    else:
+        source = DatasetSource(
+            train=ds, train_size=size, validation=val_ds, validation_size=val_size
+        )
     kind = "batched dataset" if batched else "dataset"
     return Given(source, kind, global_batch, shuffle and not batched, one_pipeline=True)

@@ -9,7 +9,12 @@ import keras
 import tensorflow as tf
 
 from kdist.compat import UpstreamMoved
-from kdist.compat.keras_private import compile_loss, compute_output_spec, inputs_struct
+from kdist.compat.keras_private import (
+    compile_loss,
+    compute_output_spec,
+    inputs_struct,
+    outputs_struct,
+)
 from kdist.config.errors import ConfigError
 
 __all__ = ["check_inputs"]
@@ -25,13 +30,17 @@ def _describe(structure: Any, skip: int) -> str:
     return str(tuple(shape)[skip:]) if shape is not None else type(structure).__name__
 
 
-def check_inputs(model: keras.Model, element_spec: Any, *, key: str = "x") -> None:
+def check_inputs(
+    model: keras.Model, element_spec: Any, *, key: str = "x", needs_targets: bool = True
+) -> None:
     """Check that examples of `element_spec` (x, y, w; unbatched) fit the model.
 
     Args:
         model: the compiled model.
         element_spec: one example's spec, `(x,)`, `(x, y)` or `(x, y, sample_weight)`.
         key: what to name in an error about the features. Defaults to `"x"`.
+        needs_targets: whether a compiled loss needs targets here (not for
+            `predict`). Defaults to `True`.
 
     Raises:
         ConfigError: naming `key` when the features' structure (dict keys, number of
@@ -39,19 +48,30 @@ def check_inputs(model: keras.Model, element_spec: Any, *, key: str = "x") -> No
             compiled loss needs targets that the data does not carry.
     """
     x, y, _ = keras.utils.unpack_x_y_sample_weight(element_spec)
-    if y is None and key == "x" and compile_loss(model) is not None:
+    if y is None and needs_targets and key == "x" and compile_loss(model) is not None:
         raise ConfigError(
             "y",
             f"is missing: {model.name} is compiled with a loss, which needs targets",
             hint="pass y (or yield (x, y) from the dataset)",
         )
+    _check_target_keys(model, y)
     inputs = inputs_struct(model)
     if inputs is None:
         if model.built:
             _check_call(model, x, key)
         return  # unbuilt: built from this data
     given_desc, wanted = _describe(x, 0), _describe(inputs, 1)
+    x = _by_input_names(model, inputs, x, key)
     problem = None
+    if isinstance(inputs, Mapping) and isinstance(x, Mapping) and not set(inputs) <= set(x):
+        raise ConfigError(
+            key,
+            f"has the keys {sorted(x)}, but {model.name}'s inputs are named "
+            f"{sorted(inputs)} (missing: {sorted(set(inputs) - set(x))})",
+            hint="key the features by the model's input names",
+        )
+    if isinstance(inputs, Mapping) and isinstance(x, Mapping):
+        x = {name: x[name] for name in inputs}  # Keras reads the inputs' keys only
     if isinstance(inputs, Mapping) != isinstance(x, Mapping):
         problem = "has another structure than"
     elif isinstance(inputs, Mapping) and set(inputs) != set(x):
@@ -65,7 +85,7 @@ def check_inputs(model: keras.Model, element_spec: Any, *, key: str = "x") -> No
             wanted_leaves = [inputs[k] for k in sorted(inputs)]
             given_leaves = [x[k] for k in sorted(x)]
         for want, have in zip(wanted_leaves, given_leaves, strict=True):
-            a, b = tuple(want.shape)[1:], tuple(have.shape)
+            a, b = _adjust_rank(tuple(want.shape)[1:], tuple(have.shape))
             if len(a) != len(b) or any(i and j and i != j for i, j in zip(a, b, strict=True)):
                 problem = "does not have the shape of"
                 break
@@ -76,6 +96,63 @@ def check_inputs(model: keras.Model, element_spec: Any, *, key: str = "x") -> No
             f"{model.name} takes {wanted}",
             hint="give data shaped as the model's inputs (or build the model for this data)",
         )
+
+
+def _adjust_rank(wanted: tuple[Any, ...], given: tuple[Any, ...]) -> tuple[Any, Any]:
+    """The shapes as Keras compares them after `Functional._adjust_input_rank`: data
+    with one axis less than an input ending in 1 gains it, data with one axis more
+    ending in 1 loses it (strings `(n,)` for `keras.Input((1,), dtype="string")`)."""
+    if len(given) == len(wanted) - 1 and wanted and wanted[-1] == 1:
+        return wanted[:-1], given
+    if len(given) == len(wanted) + 1 and given and given[-1] == 1:
+        return wanted, given[:-1]
+    return wanted, given
+
+
+def _check_target_keys(model: keras.Model, y: Any) -> None:
+    """Refuse a dict `y` with a key that names none of the model's outputs (Keras keys
+    targets by the output structure's keys, or by `output_names` for a list).
+
+    Raises:
+        ConfigError: naming `y`, the unknown keys and the outputs' names.
+    """
+    outputs = outputs_struct(model)
+    if not isinstance(y, Mapping) or outputs is None:
+        return
+    names = list(outputs) if isinstance(outputs, Mapping) else list(model.output_names)
+    unknown = sorted(str(k) for k in y if k not in names)
+    if unknown:
+        raise ConfigError(
+            "y",
+            f"has the key(s) {unknown}, which name none of {model.name}'s outputs {names}",
+            hint="key the targets by the model's output names",
+        )
+
+
+def _by_input_names(model: keras.Model, inputs: Any, x: Any, key: str) -> Any:
+    """A dict `x` for a model whose inputs are a list (or one input): the values of the
+    inputs' names, in the inputs' order, as Keras's functional model maps them
+    (`Functional._standardize_inputs`); extra keys are left out, as there.
+
+    Raises:
+        ConfigError: naming `key` and the input names that `x` lacks.
+    """
+    if not isinstance(x, Mapping) or isinstance(inputs, Mapping):
+        return x
+    leaves = tf.nest.flatten(inputs)
+    names = [getattr(leaf, "name", None) for leaf in leaves]
+    if None in names:
+        return x
+    missing = [name for name in names if name not in x]
+    if missing:
+        raise ConfigError(
+            key,
+            f"has the keys {sorted(map(str, x))}, but {model.name}'s inputs are named "
+            f"{names} (missing: {missing})",
+            hint="key the features by the model's input names (keras.Input(name=...))",
+        )
+    values = [x[name] for name in names]
+    return values if isinstance(inputs, (list, tuple)) else values[0]
 
 
 def _check_call(model: keras.Model, x: Any, key: str) -> None:

@@ -28,6 +28,9 @@ class Given:
             `fit`'s `shuffle`; batches that come made: never, as in Keras).
         one_pipeline: the replicas read one input pipeline (a dataset or a Python
             stream, which two pipelines would read in two different orders).
+        class_weight: the `class_weight` for the input pipeline to apply
+            (`trainer.class_weight`), `None` when none is left to apply (arrays carry
+            theirs in their sample weights).
     """
 
     source: Source
@@ -35,6 +38,7 @@ class Given:
     global_batch_size: int | None
     shuffle: bool
     one_pipeline: bool
+    class_weight: dict[int, float] | None = None
 
     def describe(self) -> str:
         sizes = f"{self.source.size('train')} training"

@@ -1,5 +1,7 @@
-"""`fit`'s data arguments as the run's data: the config keys they set, checked.
+"""`fit`'s arguments, stated once (`FitArguments`), and what they make of the run.
 
+`FitArguments` holds `keras.Model.fit`'s arguments, in its order, with kdist's defaults
+(a test compares its fields and `Experiment.fit`'s parameters with `keras.Model.fit`'s).
 Each `fit` call starts from the configured values of the keys data given to `fit` sets
 (`DATA_KEYS`), as each `model.fit` call starts from its own arguments; the data itself
 becomes a source in `kdist.data.in_hand`.
@@ -8,9 +10,11 @@ becomes a source in `kdist.data.in_hand`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from kdist.config.errors import ConfigError
@@ -18,7 +22,9 @@ from kdist.data.in_hand import Given, given_data
 
 __all__ = [
     "DATA_KEYS",
+    "FitArguments",
     "FitData",
+    "check_count",
     "check_needs_x",
     "data_keys",
     "fit_keys",
@@ -29,6 +35,55 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FitArguments:
+    """`keras.Model.fit`'s arguments, in its order, as `Experiment.fit` takes them.
+
+    The defaults are kdist's where a config key stands behind the argument (`None`:
+    the key's value, e.g. `epochs` -> `trainer.epochs`, `batch_size` ->
+    `trainer.global_batch_size`); see `Experiment.fit` for each.
+    """
+
+    x: Any = None
+    y: Any = None
+    batch_size: int | None = None
+    epochs: int | None = None
+    verbose: int | None = None
+    callbacks: Sequence[Any] = ()
+    validation_split: float = 0.0
+    validation_data: Any = None
+    shuffle: bool | None = None
+    class_weight: dict[int, float] | None = None
+    sample_weight: Any = None
+    initial_epoch: int = 0
+    steps_per_epoch: int | None = None
+    validation_steps: int | None = None
+    validation_batch_size: int | None = None
+    validation_freq: int | None = None
+
+    def check(self) -> None:
+        """Refuse counts that are not counts and arguments kdist does not take, before
+        anything is set up.
+
+        Raises:
+            ConfigError: naming the argument.
+        """
+        for name in ("epochs", "batch_size", "steps_per_epoch", "validation_freq"):
+            check_count(name, getattr(self, name))
+        initial = self.initial_epoch
+        if isinstance(initial, bool) or not isinstance(initial, (int, np.integer)) or initial < 0:
+            raise ConfigError("initial_epoch", "must be an integer >= 0", value=initial)
+        for name in ("validation_steps", "validation_batch_size"):
+            if getattr(self, name) is not None:
+                raise ConfigError(
+                    name,
+                    "is not supported: kdist validates on all of the validation data, in "
+                    "batches of the training batch size",
+                    value=getattr(self, name),
+                    hint="leave it out, or pass validation_data with fewer examples",
+                )
 
 
 @dataclass(frozen=True)
@@ -47,17 +102,8 @@ class FitData:
 
 
 def read_fit_data(
-    x: Any,
-    y: Any,
+    arguments: FitArguments,
     *,
-    batch_size: int | None,
-    validation_split: float,
-    validation_data: Any,
-    shuffle: bool | None,
-    class_weight: dict[int, float] | None,
-    sample_weight: Any,
-    steps_per_epoch: int | None,
-    validation_freq: int | None,
     strategy: Any,
     configured: dict[str, Any],
     previous: tuple[Any, ...],
@@ -66,9 +112,9 @@ def read_fit_data(
     """`fit`'s data arguments, checked, as the run's data and config keys.
 
     Args:
-        x, y, batch_size, validation_split, validation_data, shuffle, class_weight,
-            sample_weight, steps_per_epoch, validation_freq: as `Experiment.fit`
-            takes them.
+        arguments: the call's arguments (`x`, `y`, `batch_size`, `validation_split`,
+            `validation_data`, `shuffle`, `class_weight`, `sample_weight`,
+            `steps_per_epoch` and `validation_freq` are read here).
         strategy: the run's strategy (some cannot read some data).
         configured: the configured values of `DATA_KEYS` (`data_keys`).
         previous: the arguments of the last call that gave data (`FitData.args`).
@@ -83,6 +129,12 @@ def read_fit_data(
         ConfigError: naming the argument, for data that does not fit together, that
             the strategy cannot read, or a batch other than the one trained so far.
     """
+    arguments.check()
+    x, y = arguments.x, arguments.y
+    validation_data, validation_split = arguments.validation_data, arguments.validation_split
+    sample_weight, batch_size = arguments.sample_weight, arguments.batch_size
+    shuffle, steps_per_epoch = arguments.shuffle, arguments.steps_per_epoch
+    validation_freq, class_weight = arguments.validation_freq, arguments.class_weight
     check_needs_x(
         x,
         y=y,
@@ -107,6 +159,7 @@ def read_fit_data(
             batch_size=batch_size,
             steps_per_epoch=steps_per_epoch,
             shuffle=shuffle,
+            class_weight=class_weight,
             strategy=strategy,
         )
     keys = fit_keys(
@@ -128,6 +181,19 @@ def read_fit_data(
             hint="keep the batch, or make a new kdist.Experiment",
         )
     return FitData(given, keys, args)
+
+
+def check_count(name: str, value: Any) -> None:
+    """Refuse a count argument (`batch_size`, `steps_per_epoch`, `epochs`, ...) that is
+    not a positive integer, before any training.
+
+    Raises:
+        ConfigError: naming `name`.
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ConfigError(name, "must be a positive integer", value=value)
 
 
 def check_needs_x(
@@ -175,6 +241,7 @@ def fit_keys(
     """
     keys = dict(configured)
     if given is not None:
+        class_weight = given.class_weight  # arrays carry theirs in their sample weights
         size = given.source.size("train")
         keys |= {
             "data.shuffle": given.shuffle,

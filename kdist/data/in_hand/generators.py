@@ -1,9 +1,10 @@
-"""A `keras.utils.PyDataset` or a Python generator given to `fit`, as a dataset.
+"""A Python generator given to `fit` (Keras's `GeneratorDataAdapter`), as a dataset.
 
-Both are read through `tf.data.Dataset.from_generator` in this process: one input
-pipeline (so the replicas share one stream, and `PyDataset.on_epoch_end` runs once a
-pass). Strategies whose workers build their own input pipeline (multi-worker, parameter
-servers) cannot read them (`kdist.data.in_hand.fit_data` refuses them).
+It is read through `tf.data.Dataset.from_generator` in this process: one input pipeline
+(the replicas share one stream). Its batches are the steps' global batches, a partial
+one included, as in Keras's `fit` (`BatchedSource`); it runs once, so `steps_per_epoch`
+says how many make an epoch. Strategies whose workers build their own input pipeline
+(multi-worker, parameter servers) cannot read it (`kdist.data.in_hand.dispatch` refuses it).
 """
 
 from __future__ import annotations
@@ -13,21 +14,20 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 from kdist.config.errors import ConfigError
 from kdist.data.in_hand.arrays import as_tuple
-from kdist.data.in_hand.datasets import batch_size_of, validation_dataset
-from kdist.data.in_hand.source import DatasetSource, Given, count_classes
+from kdist.data.in_hand.datasets import BatchedSource, batch_size_of, validation_dataset
+from kdist.data.in_hand.source import Given, count_classes
 
-__all__ = ["from_generator", "from_pydataset", "structured"]
+__all__ = ["from_generator", "stream_dataset", "structured"]
 
 log = logging.getLogger(__name__)
 
 
-def _signature(batch: tuple[Any, ...]) -> Any:
+def signature_of(batch: tuple[Any, ...]) -> Any:
     def spec(value: Any) -> tf.TensorSpec:
         array = np.asarray(value)
         dtype = tf.float32 if np.issubdtype(array.dtype, np.floating) else array.dtype
@@ -41,48 +41,20 @@ def structured(batch: Any) -> tuple[Any, ...]:
     return tuple(tuple(p) if isinstance(p, list) else p for p in as_tuple(batch))
 
 
-def _stream_dataset(make: Callable[[], Iterator[Any]], first: tuple[Any, ...]) -> tf.data.Dataset:
-    signature = _signature(first)
+def stream_dataset(
+    make: Callable[..., Iterator[Any]], first: tuple[Any, ...], args: Any = None
+) -> tf.data.Dataset:
+    """The batches `make(*args)` yields, as a dataset of the first batch's signature
+    (`args`: tensors `from_generator` passes on, as NumPy values)."""
+    signature = signature_of(first)
 
-    def generate() -> Iterator[Any]:
-        for batch in make():
+    def generate(*given: Any) -> Iterator[Any]:
+        for batch in make(*given):
             yield tf.nest.map_structure(
                 lambda v, s: np.asarray(v, s.dtype.as_numpy_dtype), structured(batch), signature
             )
 
-    return tf.data.Dataset.from_generator(generate, output_signature=signature).unbatch()
-
-
-def from_pydataset(data: keras.utils.PyDataset, *, validation: Any) -> Given:
-    batches = len(data)
-    if not batches:
-        raise ConfigError("x", "is an empty keras.utils.PyDataset (len 0)")
-    first = structured(data[0])
-    batch = batch_size_of(first, "x")
-    size = (batches - 1) * batch + batch_size_of(structured(data[batches - 1]), "x")
-
-    def one_pass() -> Iterator[Any]:
-        for index in range(batches):
-            yield data[index]
-        data.on_epoch_end()
-
-    def classes() -> int:
-        # The batches' targets, read without a pass of the stream (no on_epoch_end).
-        targets = [as_tuple(data[i])[1:2] for i in range(batches)]
-        if not all(targets):
-            return 0
-        labels = np.concatenate([np.asarray(t[0]) for t in targets])
-        return count_classes(tf.data.Dataset.from_tensor_slices((labels, labels)))
-
-    val_ds, val_size = validation_dataset(validation)
-    source = DatasetSource(
-        train=_stream_dataset(one_pass, first),
-        train_size=size,
-        validation=val_ds,
-        validation_size=val_size,
-        classes=classes,
-    )
-    return Given(source, "PyDataset", batch, False, one_pipeline=True)
+    return tf.data.Dataset.from_generator(generate, args=args, output_signature=signature)
 
 
 def from_generator(stream: Iterator[Any], *, validation: Any, steps_per_epoch: int | None) -> Given:
@@ -114,8 +86,11 @@ def from_generator(stream: Iterator[Any], *, validation: Any, steps_per_epoch: i
         return count
 
     val_ds, val_size = validation_dataset(validation)
-    source = DatasetSource(
-        train=_stream_dataset(once, first),
+    batches = stream_dataset(once, first)
+    source = BatchedSource(
+        batches=batches,
+        steps=int(steps_per_epoch),
+        train=batches.unbatch(),
         train_size=int(steps_per_epoch) * batch,
         validation=val_ds,
         validation_size=val_size,

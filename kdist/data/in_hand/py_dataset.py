@@ -1,0 +1,116 @@
+"""A `keras.utils.PyDataset` given to `fit` (Keras's `PyDatasetAdapter`), as a dataset.
+
+It is read through `tf.data.Dataset.from_generator` in this process: one input pipeline
+(the replicas share one stream, and `on_epoch_end` runs once a pass). Its items are the
+steps' global batches, a partial last one included, and `shuffle` reads them in a new
+order every pass, as in Keras's `fit` (`PyDatasetSource`: the order drawn from
+`runtime.seed` and the pass, so a resumed run reads the same batches); an item that
+raises is one line naming `x` and the index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from kdist.config.errors import ConfigError
+from kdist.data.in_hand.arrays import as_tuple
+from kdist.data.in_hand.datasets import BatchedSource, batch_size_of, validation_dataset
+from kdist.data.in_hand.generators import stream_dataset, structured
+from kdist.data.in_hand.source import Given, count_classes
+
+__all__ = ["PyDatasetSource", "from_pydataset", "item"]
+
+
+def item(data: keras.utils.PyDataset, index: int) -> Any:
+    """`data[index]`, or one line naming `x`, the index and what it raised."""
+    try:
+        return data[index]
+    except Exception as error:
+        lines = str(error).strip().splitlines()
+        raise ConfigError(
+            "x",
+            f"{type(data).__name__}[{index}] raised {type(error).__name__}"
+            + (f": {lines[0]}" if lines else ""),
+            hint="fix its __getitem__",
+        ) from None
+
+
+class PyDatasetSource(BatchedSource):
+    """A `PyDataset`'s items as the steps' global batches (`BatchedSource`), each pass in
+    index order, or shuffled as Keras's `PyDatasetAdapter` shuffles them.
+
+    Args:
+        data: the `PyDataset`.
+        first: its first item, as `from_generator` yields it (the signature).
+        **kwargs: as `BatchedSource`.
+    """
+
+    def __init__(self, *, data: keras.utils.PyDataset, first: tuple[Any, ...], **kwargs: Any):
+        super().__init__(**kwargs)
+        self._data, self._first = data, first
+
+    def train_batches(
+        self, global_batch_size: int, *, seed: int, shuffle: bool, first_step: int
+    ) -> tf.data.Dataset:
+        """The items from `first_step` on: pass `p` in the order
+        `default_rng([seed, p]).permutation(len)` with `shuffle`, else in index order;
+        `on_epoch_end` after each pass. The resumed pass's first items are read and
+        skipped."""
+        del global_batch_size  # the items bring their batches
+        data, count = self._data, len(self._data)
+        first_pass, within = divmod(int(first_step), count)
+
+        def one_pass(number: Any) -> Iterator[Any]:
+            order = np.arange(count)
+            if shuffle:
+                order = np.random.default_rng([int(seed) % 2**32, int(number)]).permutation(count)
+            for index in order:
+                yield item(data, int(index))
+            data.on_epoch_end()
+
+        first = self._first
+        passes = tf.data.Dataset.range(first_pass, 2**62)
+        ds = passes.flat_map(lambda number: stream_dataset(one_pass, first, args=(number,)))
+        return ds.skip(within) if within else ds
+
+
+def from_pydataset(data: keras.utils.PyDataset, *, validation: Any, shuffle: bool = False) -> Given:
+    batches = len(data)
+    if not batches:
+        raise ConfigError("x", "is an empty keras.utils.PyDataset (len 0)")
+    first = structured(item(data, 0))
+    batch = batch_size_of(first, "x")
+    size = (batches - 1) * batch + batch_size_of(structured(item(data, batches - 1)), "x")
+
+    def one_pass() -> Iterator[Any]:
+        for index in range(batches):
+            yield item(data, index)
+        data.on_epoch_end()
+
+    def classes() -> int:
+        # The batches' targets, read without a pass of the stream (no on_epoch_end).
+        targets = [as_tuple(data[i])[1:2] for i in range(batches)]
+        if not all(targets):
+            return 0
+        labels = np.concatenate([np.asarray(t[0]) for t in targets])
+        return count_classes(tf.data.Dataset.from_tensor_slices((labels, labels)))
+
+    val_ds, val_size = validation_dataset(validation)
+    stream = stream_dataset(one_pass, first)
+    source = PyDatasetSource(
+        data=data,
+        first=first,
+        batches=stream,
+        steps=batches,
+        train=stream.unbatch(),
+        train_size=size,
+        validation=val_ds,
+        validation_size=val_size,
+        classes=classes,
+    )
+    return Given(source, "PyDataset", batch, shuffle, one_pipeline=True)

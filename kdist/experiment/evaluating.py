@@ -1,0 +1,68 @@
+"""`evaluate` on data in hand under the run's strategy, as `model.evaluate` computes it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from kdist.compat.keras_private import flatten_metrics_in_order
+from kdist.data.pipeline import replica_parts
+from kdist.engine.runner import Runner, to_floats
+
+__all__ = ["evaluate_batches", "keras_return"]
+
+
+def evaluate_batches(
+    strategy: tf.distribute.Strategy, runner: Runner, batches: tf.data.Dataset
+) -> dict[str, float]:
+    """The model's metrics over `batches` (global batches), from reset metrics.
+
+    Each global batch is cut over the replicas as `tf.distribute` cuts it for Keras's
+    `evaluate` (`kdist.data.pipeline.replica_parts`); each replica runs the model's
+    `test_step` and the metrics are read in cross-replica context. Under parameter
+    servers the coordinator runs the steps, as kdist's own validation does there.
+
+    Args:
+        strategy: the run's strategy.
+        runner: the run's runner (its `replica_test_step` and the model's metrics).
+        batches: the global batches, `(x, y[, sample_weight])`.
+
+    Returns:
+        `{metric name: value}`, as `model.evaluate(..., return_dict=True)`.
+    """
+    test_step = runner.replica_test_step  # type: ignore[attr-defined]
+    model = runner.model  # type: ignore[attr-defined]
+    for metric in model.metrics:
+        metric.reset_state()
+    if isinstance(strategy, tf.distribute.ParameterServerStrategy):
+
+        @tf.function
+        def on_coordinator(iterator: Any) -> Any:
+            for batch in iterator:
+                test_step(batch)
+            return model.get_metrics_result()
+
+        return to_floats(on_coordinator(iter(batches)))
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        return replica_parts(batches, context).with_options(options)
+
+    distributed = strategy.distribute_datasets_from_function(dataset_fn)
+
+    @tf.function
+    def run() -> Any:
+        for batch in distributed:
+            strategy.run(test_step, args=(batch,))
+        return model.get_metrics_result()
+
+    return to_floats(run())
+
+
+def keras_return(model: keras.Model, logs: dict[str, float], *, return_dict: bool) -> Any:
+    """`logs` as `model.evaluate` returns them: the dict with `return_dict`, else one
+    value alone or a list in the order of the model's metrics."""
+    return dict(logs) if return_dict else flatten_metrics_in_order(model, logs)
