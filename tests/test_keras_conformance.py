@@ -232,9 +232,18 @@ def _kdist(case: Case, tmp_path: Path, extra: list[str] = ()) -> tuple[Any, list
     with exp.strategy.scope():
         model = _make(case, exp.source)
     exp.build_model(model=model)
-    initial = [np.array(w) for w in exp.model.get_weights()]
-    exp.fit()
-    return exp, initial
+    # A model whose layers build on their first call is built by `fit`, on its first
+    # batch (as Keras's `fit` builds it): its initial weights exist when training begins.
+    initial = _InitialWeights()
+    exp.fit(callbacks=[initial])
+    return exp, initial.weights
+
+
+class _InitialWeights(keras.callbacks.Callback):
+    weights: list[np.ndarray]
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self.weights = [np.array(w) for w in self.model.get_weights()]
 
 
 def _fit(case: Case, exp: Any, initial: list[np.ndarray]) -> keras.Model:

@@ -34,6 +34,7 @@ __all__ = [
     "safe_mode_scope",
     "seed_generators",
     "symbolic_build",
+    "trace_symbolically",
     "unscale_loss_function",
 ]
 
@@ -67,6 +68,16 @@ def compute_output_spec(model: Any, inputs: Any, *, training: bool = False) -> A
         "keras.src.backend", "compute_output_spec", f"{_BUILD}, kdist.data.in_hand"
     )
     return compute(model, inputs, training=training)
+
+
+def trace_symbolically(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run `fn` on symbolic `args`, statelessly (`keras.src.backend.compute_output_spec`).
+
+    Layers that `fn` calls are built; the variables they create are initialized when it
+    returns (or raises), in the scope of the caller; no state is changed.
+    """
+    compute = private_import("keras.src.backend", "compute_output_spec", _BUILD)
+    return compute(fn, *args)
 
 
 def symbolic_build(model: Any, data_batch: Any) -> None:

@@ -23,7 +23,7 @@ from kdist import strategies
 from kdist.callbacks.best_model import BestModelExport
 from kdist.callbacks.factory import build_run
 from kdist.cluster import chief
-from kdist.compat.keras_private import inputs_struct
+from kdist.compat.keras_private import flatten_layers, inputs_struct
 from kdist.config.errors import ConfigError
 from kdist.config.objective import (
     check_monitors,
@@ -39,7 +39,13 @@ from kdist.data.source import Source
 from kdist.engine import Controller, FitResult, Runner
 from kdist.engine.building import optimizer_steps
 from kdist.experiment import batch_plan, outputs
-from kdist.experiment.build import check_targets, compiled_model, runner_for
+from kdist.experiment.build import (
+    check_targets,
+    compiled_losses,
+    compiled_model,
+    output_classes,
+    runner_for,
+)
 from kdist.experiment.fit_data import (
     FitData,
     data_keys,
@@ -115,6 +121,7 @@ class Experiment:
         self._configured = data_keys(cfg)
         self._bound: Source | None = None
         self._model_from_config = False
+        self._own_compile = False
         self._fitted = False
         log.info(
             "strategy %s with %d replica(s); %d steps per epoch of global batch %d",
@@ -159,7 +166,9 @@ class Experiment:
         cfg = self.cfg
         from_config = model is None
         if from_config:
-            check_targets(cfg.trainer, self.source)
+            check_targets(cfg.trainer.get("loss"), self.source)
+        # The user's own compile (kept by `compiled_model`): its loss is the one checked.
+        self._own_compile = not from_config and bool(model.compiled and model.optimizer)
         schedule = batch_plan.schedule(cfg.trainer, self.steps_per_epoch)
         model = compiled_model(
             cfg, self.strategy, self.source, total_steps=schedule.total_steps, model=model
@@ -167,9 +176,14 @@ class Experiment:
         self.model, self.optimizer = model, model.optimizer
         self._model_from_config = from_config
         self.runner, self.controller, self._bound = None, None, None
-        # A user's model meets the config's data now unless its inputs cannot take it:
-        # in a notebook the data may come with `fit(x, ...)`, and the model meets it then.
-        if from_config or self._given is not None or self._takes_source(model):
+        # A user's model is built as `fit` builds it: on the first batch of the data `fit`
+        # is given, in the strategy's scope. It meets the config's data now only when it is
+        # built already (every layer) and takes that data; else at `fit`.
+        if (
+            from_config
+            or self._given is not None
+            or (all(layer.built for layer in flatten_layers(model)) and self._takes_source(model))
+        ):
             self._bind()
         return model
 
@@ -179,7 +193,10 @@ class Experiment:
         if inputs_struct(model) is None and not model.built:
             return True
         try:
-            check_inputs(model, self.source.dataset("train").element_spec, key="data.source")
+            # A built subclassed model is called on the data (symbolically): in the scope,
+            # where the layers it may build must make their variables.
+            with self.strategy.scope():
+                check_inputs(model, self.source.dataset("train").element_spec, key="data.source")
         except ConfigError:
             return False
         return True
@@ -192,12 +209,21 @@ class Experiment:
         """
         cfg, model = self.cfg, self.model
         assert model is not None
-        check_targets(cfg.trainer, self.source)
         key = "x" if self._given is not None else "data.source"
-        check_inputs(model, self.source.dataset("train").element_spec, key=key)
+        with self.strategy.scope():  # a model built here makes its variables in the scope
+            check_inputs(model, self.source.dataset("train").element_spec, key=key)
         schedule = batch_plan.schedule(cfg.trainer, self.steps_per_epoch)
         runner = runner_for(
             cfg, self.strategy, model, self.source, schedule, validates=self.validates
+        )
+        # The targets against the loss the model trains with (the user's own compile
+        # when kept, not the config's) and the classes of the model, now built.
+        if self._own_compile:
+            loss, loss_key = compiled_losses(model), f"{model.name}'s compiled loss"
+        else:
+            loss, loss_key = cfg.trainer.get("loss"), "trainer.loss"
+        check_targets(
+            loss, self.source, key=loss_key, data_key=key, num_classes=output_classes(model)
         )
         self._check_objective(model)
         if self.is_chief:  # the config as resolved (batch, objective), before training
