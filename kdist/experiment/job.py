@@ -123,6 +123,7 @@ class Experiment:
         self._model_from_config = False
         self._own_compile = False
         self._fitted = False
+        self._resume_checked = False
         log.info(
             "strategy %s with %d replica(s); %d steps per epoch of global batch %d",
             type(self.strategy).__name__,
@@ -226,7 +227,11 @@ class Experiment:
             loss, self.source, key=loss_key, data_key=key, num_classes=output_classes(model)
         )
         self._check_objective(model)
-        if self.is_chief:  # the config as resolved (batch, objective), before training
+        # The config as resolved (batch, objective), before training; over a folder
+        # with checkpoints only once `restore` has checked it against theirs.
+        if self.is_chief and (
+            self._resume_checked or not resume_check.holds_checkpoints(self.run_dir)
+        ):
             outputs.write_config(self.output_dir, cfg)
         train_data = functools.partial(run_dataset_fn, cfg, self.source, "train")
         if self.controller is not None and self.controller.model is model:
@@ -260,10 +265,27 @@ class Experiment:
     def restore(self) -> int:
         """Resume from `<run_dir>/backup` (else `checkpoints/`): `Controller.restore`.
 
+        The folder's checkpoints are first checked as the command line checks them
+        (`kdist.runs.resume_check.check_resume`): the same refusals and allowed changes.
+
         Returns:
             The global step to continue from (0 when there is nothing to restore).
+
+        Raises:
+            ConfigError: naming the changed keys when the checkpoints were trained with
+                other settings (unless `trainer.allow_resume_changes=true`).
         """
+        if not self._resume_checked:
+            # The command line's resume check, before this run's config is written over
+            # the folder's: a changed setting is refused in one line, one allowed by
+            # `trainer.allow_resume_changes` is applied after the restore (below).
+            resume_check.check_resume(self.run_dir, self.cfg)
+            self._resume_checked = True
         controller = self._controller()
+        if self.is_chief:
+            outputs.write_config(self.output_dir, self.cfg)
+            if resume_check.holds_checkpoints(self.run_dir):
+                resume_check.save_config(self.run_dir, self.cfg)
         # A change allowed on resume is applied after the restore (`kdist.runs.resume_check`).
         configured = resume_check.optimizer_hyperparameters(controller.model.optimizer)
         step = controller.restore(
