@@ -201,12 +201,12 @@ def test_the_compiled_loss_not_the_configs_decides_the_targets(tmp_path: Path, s
     y = (labels > 0).astype("float32")  # float 0/1 labels: binary_crossentropy's
     exp = _experiment(tmp_path, strategy)  # trainer.loss is the default sparse one
     keras.utils.set_random_seed(1)
-    with exp.strategy.scope():
-        model = _binary()
-        model.compile(
-            optimizer=keras.optimizers.Adam(0.01), loss="binary_crossentropy", metrics=["accuracy"]
-        )
-    exp.build_model(model=model)
+    # Made and compiled outside the scope, as keras.io's notebooks do: rebuilt in it.
+    model = _binary()
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.01), loss="binary_crossentropy", metrics=["accuracy"]
+    )
+    assert exp.build_model(model=model) is not model
     initial = _Initial()
     history = exp.fit(x, y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, callbacks=[initial])
     assert "accuracy" in history.history

@@ -472,8 +472,10 @@ def test_own_train_step_with_sharded_variables_is_refused(tmp_path: Path, monkey
     monkeypatch.setattr("kdist.engine.step.has_sharded_variables", lambda model: True)
     cfg = _config(CASES[0], tmp_path / "data.npz", tmp_path / "run", [])
     exp = kdist.Experiment(cfg)
+    exp.build_model(model=own_train_step())  # unbuilt: `fit` builds it, on its first batch
     with pytest.raises(ConfigError, match=r"^model=.*overrides `train_step`.*sharded"):
-        exp.build_model(model=own_train_step())
+        exp.fit()
+    assert exp.result is None
 
 
 def test_bad_loss_from_the_command_line_exits_2_with_one_line(tmp_path: Path):

@@ -244,7 +244,11 @@ def compiled_model(
             model = models.from_config(
                 cfg.model, input_shape=source.input_shape, num_classes=source.num_classes
             )
-        elif distribute_strategy(model) is not strategy and distributed:
+        elif distribute_strategy(model) is not strategy and (
+            # On one device too, variables or an optimizer made outside the scope
+            # cannot be trained in it (keras.io's notebooks build and compile there).
+            distributed or model.weights or (model.compiled and model.optimizer is not None)
+        ):
             model = rebuild_in_scope(model)
         if cfg.trainer.get("sync_batchnorm"):
             synchronize(model, strategy)

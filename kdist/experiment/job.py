@@ -153,12 +153,16 @@ class Experiment:
                 When it is already compiled (e.g. in a notebook), its compile is kept:
                 its loss, loss weights, metrics and optimizer (with its configuration)
                 replace `trainer.loss`, `trainer.metrics` and `optimizer`. A model made
-                outside `strategy.scope()` under a distributed strategy is rebuilt in
-                the scope from its config, with its weights and compile configuration
-                (the optimizer restarts from its configuration, without slots).
+                outside `strategy.scope()` is rebuilt in the scope from its config, with
+                its weights and compile configuration (the optimizer restarts from its
+                configuration, without slots), when it has variables or an optimizer
+                already, or the strategy is distributed: train `exp.model` then. A
+                model whose layers build on their first call is built by `fit`, on
+                the first batch of the data it is given, in the scope.
 
         Returns:
-            The compiled, built `keras.Model` (compiled so that `model.keras` reloads).
+            The compiled `keras.Model` (compiled so that `model.keras` reloads), built
+            unless its layers build on their first call (then `fit` builds it).
 
         Raises:
             ConfigError: naming the key, for a loss, metric, target or objective that
@@ -211,20 +215,20 @@ class Experiment:
         cfg, model = self.cfg, self.model
         assert model is not None
         key = "x" if self._given is not None else "data.source"
-        with self.strategy.scope():  # a model built here makes its variables in the scope
-            check_inputs(model, self.source.dataset("train").element_spec, key=key)
-        schedule = batch_plan.schedule(cfg.trainer, self.steps_per_epoch)
-        runner = runner_for(
-            cfg, self.strategy, model, self.source, schedule, validates=self.validates
-        )
         # The targets against the loss the model trains with (the user's own compile
-        # when kept, not the config's) and the classes of the model, now built.
+        # when kept, not the config's) and the model's classes (a functional model's).
         if self._own_compile:
             loss, loss_key = compiled_losses(model), f"{model.name}'s compiled loss"
         else:
             loss, loss_key = cfg.trainer.get("loss"), "trainer.loss"
         check_targets(
             loss, self.source, key=loss_key, data_key=key, num_classes=output_classes(model)
+        )
+        with self.strategy.scope():  # a model built here makes its variables in the scope
+            check_inputs(model, self.source.dataset("train").element_spec, key=key)
+        schedule = batch_plan.schedule(cfg.trainer, self.steps_per_epoch)
+        runner = runner_for(
+            cfg, self.strategy, model, self.source, schedule, validates=self.validates
         )
         self._check_objective(model)
         # The config as resolved (batch, objective), before training; over a folder
