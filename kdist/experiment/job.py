@@ -173,7 +173,7 @@ class Experiment:
         if from_config:
             check_targets(cfg.trainer.get("loss"), self.source)
         # The user's own compile (kept by `compiled_model`): its loss is the one checked.
-        self._own_compile = not from_config and bool(model.compiled and model.optimizer)
+        self._own_compile = model is not None and bool(model.compiled and model.optimizer)
         schedule = batch_plan.schedule(cfg.trainer, self.steps_per_epoch)
         model = compiled_model(
             cfg, self.strategy, self.source, total_steps=schedule.total_steps, model=model
