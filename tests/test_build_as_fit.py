@@ -347,3 +347,43 @@ def test_a_default_metric_a_dict_output_cannot_take_is_left_out(
         {"cls": y},
     )
     _assert_same(exp.model.get_weights(), reference.get_weights(), initial.weights)
+
+
+class Denoiser(keras.Model):
+    """keras.io's diffusion pattern: `compile(loss=...)`, used by its own `train_step` on
+    targets it makes itself (noise), no `call`, `fit(images)` with no `y`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.network = keras.Sequential([keras.layers.Flatten(), keras.layers.Dense(36)])
+        self.noise_loss = keras.metrics.Mean(name="n_loss")
+
+    @property
+    def metrics(self) -> list[Any]:
+        return [self.noise_loss]
+
+    def train_step(self, data: Any) -> dict[str, Any]:
+        images = keras.layers.Flatten()(data[0] if isinstance(data, tuple) else data)
+        noises = tf.random.stateless_normal(tf.shape(images), seed=(1, 2))
+        with tf.GradientTape() as tape:
+            loss = self.loss(noises, self.network(images + noises))
+        grads = tape.gradient(loss, self.network.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.network.trainable_variables, strict=True))
+        self.noise_loss.update_state(loss)
+        return {"n_loss": self.noise_loss.result()}
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_model_with_its_own_step_and_a_compiled_loss_trains_without_y(
+    tmp_path: Path, strategy: str
+):
+    images = np.random.default_rng(0).uniform(size=(EXAMPLES, 6, 6, 1)).astype("float32")
+    exp = _experiment(tmp_path, strategy)
+    with exp.strategy.scope():
+        model = Denoiser()
+        model.compile(optimizer=keras.optimizers.Adam(0.01), loss=keras.losses.mean_absolute_error)
+    exp.build_model(model=model)
+    history = exp.fit(images, batch_size=BATCH, epochs=EPOCHS)
+    assert optimizer_steps(exp.model) == EPOCHS * EXAMPLES // BATCH
+    losses = history.history["n_loss"]
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0]

@@ -40,11 +40,12 @@ def build_for_training(model: keras.Model, element_spec: Any) -> None:
         element_spec: the training dataset's `element_spec`, `(x, y)` or
             `(x, y, sample_weight)` with a batch dimension.
     """
+    from kdist.engine.step import overrides
+
+    has_call = overrides(model, "call")
     model_unbuilt = not all(layer.built for layer in flatten_layers(model))
     if model_unbuilt:
-        from kdist.engine.step import overrides
-
-        if overrides(model, "call"):
+        if has_call:
             x, _, _ = keras.utils.unpack_x_y_sample_weight(_symbolic(element_spec))
             compute_output_spec(model, x, training=False)
         else:  # keras.io's VAE, GAN, SimSiam: their own train_step calls their parts
@@ -61,7 +62,11 @@ def build_for_training(model: keras.Model, element_spec: Any) -> None:
         optimizer.build(training_variables(model))
     if optimizer is not None and is_lazy(optimizer):
         sparse_lookups(model)
-    symbolic_build(model, _symbolic(element_spec))
+    if has_call:
+        # Keras builds the compiled losses and metrics on the model's output; a model
+        # with no `call` (keras.io's diffusion model) uses its compiled loss, if at all,
+        # inside its own `train_step`, as `fit` on one device lets it.
+        symbolic_build(model, _symbolic(element_spec))
 
 
 def own_optimizers(model: keras.Model) -> list[keras.optimizers.Optimizer]:
