@@ -387,3 +387,15 @@ def test_a_model_with_its_own_step_and_a_compiled_loss_trains_without_y(
     assert optimizer_steps(exp.model) == EPOCHS * EXAMPLES // BATCH
     losses = history.history["n_loss"]
     assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+
+
+def test_a_default_metric_is_keyed_to_the_outputs_with_a_classification_loss(tmp_path: Path):
+    x, y = _classes()
+    loss = "{_target_: keras.losses.SparseCategoricalCrossentropy, from_logits: true}"
+    exp = _experiment(tmp_path, "one_device", [f"trainer.loss={{cls: {loss}, aux: mse}}"])
+    with exp.strategy.scope():
+        model = _dict_outputs()
+    exp.build_model(model=model)
+    history = exp.fit(x, {"cls": y, "aux": x[:, :1]}, batch_size=BATCH, epochs=1)
+    assert "cls_accuracy" in history.history
+    assert not any(name.startswith("aux_") and "accuracy" in name for name in history.history)

@@ -281,19 +281,20 @@ def default_metrics(model: keras.Model, trainer: Any) -> Any:
     output).
     """
     metrics, loss = trainer.get("metrics"), trainer.get("loss")
-    built = compiling.build_metrics(metrics, loss)
-    if metrics is not None or built is None:
-        return built
+    if metrics is not None:
+        return compiling.build_metrics(metrics, loss)
     keyed = compile_rules.plain(loss)
     keyed = keyed if isinstance(keyed, Mapping) and "_target_" not in keyed else None
     structure = outputs_struct(model)
     several = structure is not None and len(tf.nest.flatten(structure)) > 1
     if keyed is None and not several:
-        return built
+        return compiling.build_metrics(None, loss)
     outputs = compile_rules.output_keys(model)
     if keyed is not None and None not in keyed.values() and set(map(str, keyed)) >= set(outputs):
         per_output = {str(k): compiling.build_metrics(None, v) for k, v in keyed.items()}
         return {k: v for k, v in per_output.items() if v is not None} or None
+    if compiling.build_metrics(None, loss) is None:
+        return None  # no default to leave out (a regression loss)
     log.info(
         "trainer.metrics: kdist's default (accuracy) is left out: %s has several outputs "
         "and trainer.loss does not give each a loss; set trainer.metrics={<output>: "
