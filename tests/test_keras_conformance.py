@@ -232,9 +232,18 @@ def _kdist(case: Case, tmp_path: Path, extra: list[str] = ()) -> tuple[Any, list
     with exp.strategy.scope():
         model = _make(case, exp.source)
     exp.build_model(model=model)
-    initial = [np.array(w) for w in exp.model.get_weights()]
-    exp.fit()
-    return exp, initial
+    # A model whose layers build on their first call is built by `fit`, on its first
+    # batch (as Keras's `fit` builds it): its initial weights exist when training begins.
+    initial = _InitialWeights()
+    exp.fit(callbacks=[initial])
+    return exp, initial.weights
+
+
+class _InitialWeights(keras.callbacks.Callback):
+    weights: list[np.ndarray]
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self.weights = [np.array(w) for w in self.model.get_weights()]
 
 
 def _fit(case: Case, exp: Any, initial: list[np.ndarray]) -> keras.Model:
@@ -463,8 +472,10 @@ def test_own_train_step_with_sharded_variables_is_refused(tmp_path: Path, monkey
     monkeypatch.setattr("kdist.engine.step.has_sharded_variables", lambda model: True)
     cfg = _config(CASES[0], tmp_path / "data.npz", tmp_path / "run", [])
     exp = kdist.Experiment(cfg)
+    exp.build_model(model=own_train_step())  # unbuilt: `fit` builds it, on its first batch
     with pytest.raises(ConfigError, match=r"^model=.*overrides `train_step`.*sharded"):
-        exp.build_model(model=own_train_step())
+        exp.fit()
+    assert exp.result is None
 
 
 def test_bad_loss_from_the_command_line_exits_2_with_one_line(tmp_path: Path):

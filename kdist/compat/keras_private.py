@@ -36,6 +36,7 @@ __all__ = [
     "safe_mode_scope",
     "seed_generators",
     "symbolic_build",
+    "trace_symbolically",
     "unscale_loss_function",
 ]
 
@@ -93,6 +94,16 @@ def flatten_metrics_in_order(model: Any, logs: dict[str, Any]) -> Any:
         "kdist.experiment.evaluating.keras_return",
     )
     return flatten(logs)
+
+
+def trace_symbolically(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run `fn` on symbolic `args`, statelessly (`keras.src.backend.compute_output_spec`).
+
+    Layers that `fn` calls are built; the variables they create are initialized when it
+    returns (or raises), in the scope of the caller; no state is changed.
+    """
+    compute = private_import("keras.src.backend", "compute_output_spec", _BUILD)
+    return compute(fn, *args)
 
 
 def symbolic_build(model: Any, data_batch: Any) -> None:

@@ -86,7 +86,8 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName(
         "keras.src.backend.compute_output_spec",
         "kdist.engine.building.build_for_training, kdist.data.in_hand.inputs.check_inputs",
-        "calls a model on symbolic inputs (what `fit` does before its first step)",
+        "calls a model (or, for a model without `call`, its `train_step`) on symbolic "
+        "inputs (what `fit` does before its first step)",
     ),
     PrivateName(
         "keras.Model._symbolic_build",

@@ -6,7 +6,12 @@ from typing import Any
 
 import keras
 
-from kdist.compat.keras_private import compute_output_spec, flatten_layers, symbolic_build
+from kdist.compat.keras_private import (
+    compute_output_spec,
+    flatten_layers,
+    symbolic_build,
+    trace_symbolically,
+)
 from kdist.engine.sharded import training_variables
 from kdist.modeling.lazy_optimizers import is_lazy, sparse_lookups
 
@@ -35,13 +40,16 @@ def build_for_training(model: keras.Model, element_spec: Any) -> None:
         element_spec: the training dataset's `element_spec`, `(x, y)` or
             `(x, y, sample_weight)` with a batch dimension.
     """
+    from kdist.engine.step import overrides
+
+    has_call = overrides(model, "call")
     model_unbuilt = not all(layer.built for layer in flatten_layers(model))
     if model_unbuilt:
-        x, _, _ = keras.utils.unpack_x_y_sample_weight(_symbolic(element_spec))
-        try:
+        if has_call:
+            x, _, _ = keras.utils.unpack_x_y_sample_weight(_symbolic(element_spec))
             compute_output_spec(model, x, training=False)
-        except NotImplementedError:
-            _build_without_call(model)
+        else:  # keras.io's VAE, GAN, SimSiam: their own train_step calls their parts
+            _build_without_call(model, _symbolic(element_spec))
     for other in own_optimizers(model):
         # A GAN's `compile(d_optimizer, g_optimizer, ...)`: the model does not say which
         # variables each updates, so each gets slots for all (it updates some). Built
@@ -54,7 +62,11 @@ def build_for_training(model: keras.Model, element_spec: Any) -> None:
         optimizer.build(training_variables(model))
     if optimizer is not None and is_lazy(optimizer):
         sparse_lookups(model)
-    symbolic_build(model, _symbolic(element_spec))
+    if has_call:
+        # Keras builds the compiled losses and metrics on the model's output; a model
+        # with no `call` (keras.io's diffusion model) uses its compiled loss, if at all,
+        # inside its own `train_step`, as `fit` on one device lets it.
+        symbolic_build(model, _symbolic(element_spec))
 
 
 def own_optimizers(model: keras.Model) -> list[keras.optimizers.Optimizer]:
@@ -76,25 +88,44 @@ def optimizer_steps(model: keras.Model) -> int:
     return max(int(o.iterations.numpy()) for o in optimizers if o is not None)
 
 
-def _build_without_call(model: keras.Model) -> None:
-    """Mark built a model with no `call` whose parts are built (keras.io's VAE and GAN).
+def _build_without_call(model: keras.Model, data: Any) -> None:
+    """Build a model with no `call` through its own `train_step` (keras.io's VAE, SimSiam).
 
-    Such a model trains through its own `train_step`, which calls its sub-models;
-    `fit` without a strategy never calls it whole either.
+    Such a model trains through its `train_step`, which calls its parts; `fit` without a
+    strategy builds them by tracing that step on the first batch. Here the step runs on
+    a symbolic batch, statelessly (nothing is applied), inside the caller's
+    `strategy.scope()`: the layers it calls are built, and their variables are made in
+    the scope when the trace ends. The trace may stop after the forward pass (reading
+    the gradients of variables not yet made): what matters is that the parts are built.
 
     Raises:
-        UnbuildableModel: when it has no `call` and a part of it is not built.
+        UnbuildableModel: when it has no `train_step` either, or its parts are still
+            not built after the traced step (with the step's first error line).
     """
     from kdist.engine.step import overrides
 
-    unbuilt = [layer.name for layer in flatten_layers(model, include_self=False) if not layer.built]
-    if not overrides(model, "train_step") or unbuilt:
+    name = type(model).__name__
+    if not overrides(model, "train_step"):
         raise UnbuildableModel(
-            f"{type(model).__name__} has no `call` to build it with"
-            + (f", and {', '.join(unbuilt)} are not built" if unbuilt else "")
-            + ": build its layers (call them on a batch) before kdist trains it"
+            f"{name} has neither a `call` nor its own `train_step`: give it one of them"
+        )
+    failure = ""
+    if _unbuilt_parts(model):
+        try:
+            trace_symbolically(model.train_step, data)
+        except Exception as error:  # the parts tell (below)
+            failure = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    unbuilt = _unbuilt_parts(model)
+    if unbuilt:
+        raise UnbuildableModel(
+            f"{name} has no `call`, and its `train_step` on the first batch left "
+            f"{', '.join(unbuilt)} unbuilt" + (f" ({failure})" if failure else "")
         )
     model.built = True
+
+
+def _unbuilt_parts(model: keras.Model) -> list[str]:
+    return [layer.name for layer in flatten_layers(model, include_self=False) if not layer.built]
 
 
 def _symbolic(element_spec: Any) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import keras
@@ -10,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from kdist import models
-from kdist.compat.keras_private import distribute_strategy, flatten_layers
+from kdist.compat.keras_private import distribute_strategy, flatten_layers, outputs_struct
 from kdist.config import compile_rules
 from kdist.config.errors import ConfigError
 from kdist.data.checks import check_label_range
@@ -24,7 +25,10 @@ __all__ = [
     "check_lookup_tables",
     "check_parameter_server",
     "check_targets",
+    "compiled_losses",
     "compiled_model",
+    "default_metrics",
+    "output_classes",
     "runner_for",
     "synchronize",
 ]
@@ -32,30 +36,84 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def check_targets(trainer: Any, source: Source) -> None:
+def check_targets(
+    loss: Any,
+    source: Source,
+    *,
+    key: str = "trainer.loss",
+    data_key: str = "data.source",
+    num_classes: int | None = None,
+) -> None:
     """Classification losses need class ids (or one-hot rows): say so before training.
 
+    Args:
+        loss: the loss the model trains with, in `trainer.loss`'s forms (names or
+            `_target_` nodes): the config's for a model kdist compiles, or the names of
+            the model's own compile (`compiled_losses`).
+        source: the training data.
+        key: what to name for the loss. Defaults to `"trainer.loss"`.
+        data_key: what to name for the targets. Defaults to `"data.source"`.
+        num_classes: the model's classes (its outputs' last dimension), when known.
+            Defaults to `None`: the data's.
+
     Raises:
-        ConfigError: naming `trainer.loss` for float targets, or `data.source` for class
-            ids the model has no output for.
+        ConfigError: naming `key` for float targets, or `data_key` for class ids the
+            model has no output for (stating the model's class count).
     """
-    loss = trainer.get("loss")
     if not compile_rules.is_sparse_classification_loss(loss) or not isinstance(source, ArraySource):
         return
-    targets = source.arrays("train")[1]
-    if isinstance(targets, dict):
-        return
+    arrays = source.arrays("train")
+    if len(arrays) < 2 or not isinstance(arrays[1], np.ndarray):
+        return  # no targets (a model with its own train_step), or one per output
+    targets = arrays[1]
     if not np.issubdtype(targets.dtype, np.integer):
         raise ConfigError(
-            "trainer.loss",
+            key,
             f"needs integer class ids, but the targets are {targets.dtype}",
             value=compile_rules.loss_names(loss)[0],
             hint="for float targets use a regression loss, e.g. trainer.loss=mse "
             "trainer.metrics=[mae]",
         )
     # Class ids the model has no output for fail late, inside TensorFlow.
+    classes = num_classes or source.num_classes
     for split in ("train", "validation"):
-        check_label_range("data.source", source.arrays(split)[1], source.num_classes)
+        labels = source.arrays(split)
+        if len(labels) > 1 and isinstance(labels[1], np.ndarray):
+            check_label_range(data_key, labels[1], classes)
+
+
+def compiled_losses(model: keras.Model) -> Any:
+    """The losses of the model's own `compile(loss=...)`, as names (for `check_targets`).
+
+    A name for each loss, in the compile's structure (a dict keyed by output, a list);
+    outputs without a loss are left out, and a model compiled without a loss gives `[]`.
+    """
+
+    def name(loss: Any) -> str:
+        if isinstance(loss, str):
+            return loss
+        if isinstance(loss, keras.losses.Loss) or not callable(loss):
+            return type(loss).__name__
+        return str(getattr(loss, "__name__", type(loss).__name__))
+
+    loss = getattr(model, "loss", None)
+    if loss is None:
+        return []
+    if isinstance(loss, dict):
+        return {str(k): name(v) for k, v in loss.items() if v is not None}
+    if isinstance(loss, (list, tuple)):
+        return [name(v) for v in loss if v is not None]
+    return name(loss)
+
+
+def output_classes(model: keras.Model) -> int | None:
+    """The last dimension of a functional model's one output (its classes), else `None`."""
+    structure = outputs_struct(model)
+    outputs = [] if structure is None else tf.nest.flatten(structure)
+    if len(outputs) != 1:
+        return None
+    last = tuple(outputs[0].shape)[-1:] or (None,)
+    return int(last[0]) if last[0] else None
 
 
 def synchronize(model: keras.Model, strategy: tf.distribute.Strategy) -> None:
@@ -186,7 +244,11 @@ def compiled_model(
             model = models.from_config(
                 cfg.model, input_shape=source.input_shape, num_classes=source.num_classes
             )
-        elif distribute_strategy(model) is not strategy and distributed:
+        elif distribute_strategy(model) is not strategy and (
+            # On one device too, variables or an optimizer made outside the scope
+            # cannot be trained in it (keras.io's notebooks build and compile there).
+            distributed or model.weights or (model.compiled and model.optimizer is not None)
+        ):
             model = rebuild_in_scope(model)
         if cfg.trainer.get("sync_batchnorm"):
             synchronize(model, strategy)
@@ -203,9 +265,43 @@ def compiled_model(
             ),
             loss=compiling.build_loss(cfg.trainer.get("loss")),
             loss_weights=compiling.build_loss_weights(cfg.trainer.get("loss_weights")),
-            metrics=compiling.build_metrics(cfg.trainer.get("metrics"), cfg.trainer.get("loss")),
+            metrics=default_metrics(model, cfg.trainer),
         )
     return model
+
+
+def default_metrics(model: keras.Model, trainer: Any) -> Any:
+    """What `model.compile(metrics=...)` gets from `trainer.metrics` for `model`.
+
+    The config's metrics as written; when `trainer.metrics` is null, kdist's default
+    (accuracy with a classification loss) where it can apply, as Keras takes it: keyed
+    by output (`{cls: [accuracy]}`) when `trainer.loss` is keyed and gives every output
+    a loss; left out, with one log line, for a model with several outputs otherwise
+    (Keras refuses a list for them, and computes no metric without a target for every
+    output).
+    """
+    metrics, loss = trainer.get("metrics"), trainer.get("loss")
+    if metrics is not None:
+        return compiling.build_metrics(metrics, loss)
+    keyed = compile_rules.plain(loss)
+    keyed = keyed if isinstance(keyed, Mapping) and "_target_" not in keyed else None
+    structure = outputs_struct(model)
+    several = structure is not None and len(tf.nest.flatten(structure)) > 1
+    if keyed is None and not several:
+        return compiling.build_metrics(None, loss)
+    outputs = compile_rules.output_keys(model)
+    if keyed is not None and None not in keyed.values() and set(map(str, keyed)) >= set(outputs):
+        per_output = {str(k): compiling.build_metrics(None, v) for k, v in keyed.items()}
+        return {k: v for k, v in per_output.items() if v is not None} or None
+    if compiling.build_metrics(None, loss) is None:
+        return None  # no default to leave out (a regression loss)
+    log.info(
+        "trainer.metrics: kdist's default (accuracy) is left out: %s has several outputs "
+        "and trainer.loss does not give each a loss; set trainer.metrics={<output>: "
+        "[accuracy]} to log it",
+        model.name,
+    )
+    return None
 
 
 def runner_for(

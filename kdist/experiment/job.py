@@ -23,7 +23,7 @@ from kdist import strategies
 from kdist.callbacks.best_model import BestModelExport
 from kdist.callbacks.factory import build_run
 from kdist.cluster import chief
-from kdist.compat.keras_private import inputs_struct
+from kdist.compat.keras_private import flatten_layers, inputs_struct
 from kdist.config.errors import ConfigError
 from kdist.config.objective import (
     check_monitors,
@@ -39,7 +39,13 @@ from kdist.data.source import Source
 from kdist.engine import Controller, FitResult, Runner
 from kdist.engine.building import optimizer_steps
 from kdist.experiment import batch_plan, outputs
-from kdist.experiment.build import check_targets, compiled_model, runner_for
+from kdist.experiment.build import (
+    check_targets,
+    compiled_losses,
+    compiled_model,
+    output_classes,
+    runner_for,
+)
 from kdist.experiment.evaluating import evaluate_batches, keras_return
 from kdist.experiment.fit_arguments import (
     FitArguments,
@@ -117,7 +123,9 @@ class Experiment:
         self._configured = data_keys(cfg)
         self._bound: Source | None = None
         self._model_from_config = False
+        self._own_compile = False
         self._fitted = False
+        self._resume_checked = False
         log.info(
             "strategy %s with %d replica(s); %d steps per epoch of global batch %d",
             type(self.strategy).__name__,
@@ -147,12 +155,16 @@ class Experiment:
                 When it is already compiled (e.g. in a notebook), its compile is kept:
                 its loss, loss weights, metrics and optimizer (with its configuration)
                 replace `trainer.loss`, `trainer.metrics` and `optimizer`. A model made
-                outside `strategy.scope()` under a distributed strategy is rebuilt in
-                the scope from its config, with its weights and compile configuration
-                (the optimizer restarts from its configuration, without slots).
+                outside `strategy.scope()` is rebuilt in the scope from its config, with
+                its weights and compile configuration (the optimizer restarts from its
+                configuration, without slots), when it has variables or an optimizer
+                already, or the strategy is distributed: train `exp.model` then. A
+                model whose layers build on their first call is built by `fit`, on
+                the first batch of the data it is given, in the scope.
 
         Returns:
-            The compiled, built `keras.Model` (compiled so that `model.keras` reloads).
+            The compiled `keras.Model` (compiled so that `model.keras` reloads), built
+            unless its layers build on their first call (then `fit` builds it).
 
         Raises:
             ConfigError: naming the key, for a loss, metric, target or objective that
@@ -161,7 +173,9 @@ class Experiment:
         cfg = self.cfg
         from_config = model is None
         if from_config:
-            check_targets(cfg.trainer, self.source)
+            check_targets(cfg.trainer.get("loss"), self.source)
+        # The user's own compile (kept by `compiled_model`): its loss is the one checked.
+        self._own_compile = model is not None and bool(model.compiled and model.optimizer)
         schedule = batch_plan.schedule(cfg.trainer, self.steps_per_epoch)
         model = compiled_model(
             cfg, self.strategy, self.source, total_steps=schedule.total_steps, model=model
@@ -169,9 +183,14 @@ class Experiment:
         self.model, self.optimizer = model, model.optimizer
         self._model_from_config = from_config
         self.runner, self.controller, self._bound = None, None, None
-        # A user's model meets the config's data now unless its inputs cannot take it:
-        # in a notebook the data may come with `fit(x, ...)`, and the model meets it then.
-        if from_config or self._given is not None or self._takes_source(model):
+        # A user's model is built as `fit` builds it: on the first batch of the data `fit`
+        # is given, in the strategy's scope. It meets the config's data now only when it is
+        # built already (every layer) and takes that data; else at `fit`.
+        if (
+            from_config
+            or self._given is not None
+            or (all(layer.built for layer in flatten_layers(model)) and self._takes_source(model))
+        ):
             self._bind()
         return model
 
@@ -181,7 +200,10 @@ class Experiment:
         if inputs_struct(model) is None and not model.built:
             return True
         try:
-            check_inputs(model, self.source.dataset("train").element_spec, key="data.source")
+            # A built subclassed model is called on the data (symbolically): in the scope,
+            # where the layers it may build must make their variables.
+            with self.strategy.scope():
+                check_inputs(model, self.source.dataset("train").element_spec, key="data.source")
         except ConfigError:
             return False
         return True
@@ -194,15 +216,28 @@ class Experiment:
         """
         cfg, model = self.cfg, self.model
         assert model is not None
-        check_targets(cfg.trainer, self.source)
         key = "x" if self._given is not None else "data.source"
-        check_inputs(model, self.source.dataset("train").element_spec, key=key)
+        # The targets against the loss the model trains with (the user's own compile
+        # when kept, not the config's) and the model's classes (a functional model's).
+        if self._own_compile:
+            loss, loss_key = compiled_losses(model), f"{model.name}'s compiled loss"
+        else:
+            loss, loss_key = cfg.trainer.get("loss"), "trainer.loss"
+        check_targets(
+            loss, self.source, key=loss_key, data_key=key, num_classes=output_classes(model)
+        )
+        with self.strategy.scope():  # a model built here makes its variables in the scope
+            check_inputs(model, self.source.dataset("train").element_spec, key=key)
         schedule = batch_plan.schedule(cfg.trainer, self.steps_per_epoch)
         runner = runner_for(
             cfg, self.strategy, model, self.source, schedule, validates=self.validates
         )
         self._check_objective(model)
-        if self.is_chief:  # the config as resolved (batch, objective), before training
+        # The config as resolved (batch, objective), before training; over a folder
+        # with checkpoints only once `restore` has checked it against theirs.
+        if self.is_chief and (
+            self._resume_checked or not resume_check.holds_checkpoints(self.run_dir)
+        ):
             outputs.write_config(self.output_dir, cfg)
         train_data = functools.partial(run_dataset_fn, cfg, self.source, "train")
         if self.controller is not None and self.controller.model is model:
@@ -236,10 +271,27 @@ class Experiment:
     def restore(self) -> int:
         """Resume from `<run_dir>/backup` (else `checkpoints/`): `Controller.restore`.
 
+        The folder's checkpoints are first checked as the command line checks them
+        (`kdist.runs.resume_check.check_resume`): the same refusals and allowed changes.
+
         Returns:
             The global step to continue from (0 when there is nothing to restore).
+
+        Raises:
+            ConfigError: naming the changed keys when the checkpoints were trained with
+                other settings (unless `trainer.allow_resume_changes=true`).
         """
+        if not self._resume_checked:
+            # The command line's resume check, before this run's config is written over
+            # the folder's: a changed setting is refused in one line, one allowed by
+            # `trainer.allow_resume_changes` is applied after the restore (below).
+            resume_check.check_resume(self.run_dir, self.cfg)
+            self._resume_checked = True
         controller = self._controller()
+        if self.is_chief:
+            outputs.write_config(self.output_dir, self.cfg)
+            if resume_check.holds_checkpoints(self.run_dir):
+                resume_check.save_config(self.run_dir, self.cfg)
         # A change allowed on resume is applied after the restore (`kdist.runs.resume_check`).
         configured = resume_check.optimizer_hyperparameters(controller.model.optimizer)
         step = controller.restore(

@@ -43,6 +43,7 @@ __all__ = [
     "apply_allowed_changes",
     "changed_keys",
     "check_resume",
+    "holds_checkpoints",
     "optimizer_hyperparameters",
     "save_config",
 ]
@@ -134,6 +135,11 @@ def _optimizer_layout(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def _has_checkpoints(folder: Path) -> bool:
     return folder.is_dir() and any(folder.glob("ckpt-*.index"))
+
+
+def holds_checkpoints(run_dir: str | os.PathLike[str]) -> bool:
+    """Whether a run in `run_dir` would resume checkpoints (which `check_resume` checks)."""
+    return any(_has_checkpoints(Path(run_dir) / name) for name in FOLDERS)
 
 
 def _load(path: Path) -> DictConfig:

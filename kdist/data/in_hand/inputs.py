@@ -48,7 +48,16 @@ def check_inputs(
             compiled loss needs targets that the data does not carry.
     """
     x, y, _ = keras.utils.unpack_x_y_sample_weight(element_spec)
-    if y is None and needs_targets and key == "x" and compile_loss(model) is not None:
+    # A model with its own `train_step` (keras.io's diffusion model) uses its compiled
+    # loss on targets it makes itself: `fit` asks for no `y` then.
+    own_step = type(model).train_step is not keras.Model.train_step
+    if (
+        y is None
+        and needs_targets
+        and key == "x"
+        and compile_loss(model) is not None
+        and not own_step
+    ):
         raise ConfigError(
             "y",
             f"is missing: {model.name} is compiled with a loss, which needs targets",
