@@ -102,7 +102,7 @@ def _build_without_call(model: keras.Model, data: Any) -> None:
         UnbuildableModel: when it has no `train_step` either, or its parts are still
             not built after the traced step (with the step's first error line).
     """
-    from kdist.engine.step import overrides
+    from kdist.engine.step import as_fit_packs, overrides
 
     name = type(model).__name__
     if not overrides(model, "train_step"):
@@ -112,7 +112,7 @@ def _build_without_call(model: keras.Model, data: Any) -> None:
     failure = ""
     if _unbuilt_parts(model):
         try:
-            trace_symbolically(model.train_step, data)
+            trace_symbolically(model.train_step, as_fit_packs(data))
         except Exception as error:  # the parts tell (below)
             failure = (str(error).strip().splitlines() or [type(error).__name__])[0]
     unbuilt = _unbuilt_parts(model)

@@ -22,9 +22,19 @@ from kdist.engine.runner import Logs, Runner
 from kdist.engine.sharded import has_sharded_variables, training_variables
 from kdist.strategies.compression import ErrorFeedback, compress_all_reduce, error_feedback_of
 
-__all__ = ["StepRunner", "compiled_reset", "overrides"]
+__all__ = ["StepRunner", "as_fit_packs", "compiled_reset", "overrides"]
 
 log = logging.getLogger(__name__)
+
+
+def as_fit_packs(data: Any) -> Any:
+    """A batch as `fit` hands it to `train_step`/`test_step`: Keras's own packing.
+
+    kdist's pipelines carry `(x,)` for data without targets; Keras's data adapters pack
+    it with `keras.utils.pack_x_y_sample_weight`, which gives `x` itself unless `x` is a
+    tuple or list (keras.io's VAE calls `self.encoder(data)`).
+    """
+    return keras.utils.pack_x_y_sample_weight(*keras.utils.unpack_x_y_sample_weight(data))
 
 
 def overrides(model: keras.Model, method: str) -> bool:
@@ -168,7 +178,7 @@ class StepRunner(Runner):
         if self.custom_train_step:
 
             def own_step(data: Any) -> None:
-                model.train_step(data)
+                model.train_step(as_fit_packs(data))
 
             return own_step
 
@@ -233,7 +243,7 @@ class StepRunner(Runner):
         model = self.model
 
         def test_step(data: Any) -> None:
-            model.test_step(data)
+            model.test_step(as_fit_packs(data))
 
         if not jit_compile:
             return test_step
