@@ -399,3 +399,26 @@ def test_text_is_read_as_keras_reads_it():
     with pytest.raises(ConfigError) as error:
         check_inputs(model, (tf.TensorSpec((3,), tf.string),), key="x", needs_targets=False)
     assert error.value.key == "x"
+
+
+def test_a_zip_of_datasets_batched_by_different_sizes_is_counted_without_unbatching():
+    # keras.io's semi-supervised SimCLR zips 128 unlabeled images in batches of 16 with
+    # 64 labeled ones in batches of 8: `unbatch()` of that zip fails, and fit never does it.
+    from kdist.data.in_hand.datasets import count_batched_examples
+
+    unlabeled = tf.data.Dataset.from_tensor_slices(np.zeros((128, 2), "float32")).batch(16)
+    labeled = tf.data.Dataset.from_tensor_slices(np.zeros((64, 2), "float32")).batch(8)
+    zipped = tf.data.Dataset.zip((unlabeled, labeled)).filter(lambda *_: True)
+    assert int(zipped.cardinality()) < 0  # unknown: counted by reading one pass
+    assert count_batched_examples(zipped, "x") == 128
+
+
+def test_a_batch_without_targets_reaches_train_step_as_fit_packs_it():
+    # keras.io's VAE: `fit(images)` hands `train_step` the images, not `(images,)`.
+    from kdist.engine.step import as_fit_packs
+
+    x, y = np.zeros((2, 3)), np.zeros((2,))
+    assert as_fit_packs((x,)) is x
+    assert as_fit_packs((x, y))[1] is y
+    several = as_fit_packs(((x, x),))  # a tuple of inputs stays one x
+    assert isinstance(several, tuple) and len(several) == 1 and len(several[0]) == 2

@@ -41,6 +41,7 @@ from kdist.config.errors import ConfigError
 from kdist.models import hypermodel as hm
 from kdist.runs import layout
 from kdist.tuning.driver import SearchResult, run
+from kdist.tuning.fit_override import overrides_fit
 from kdist.tuning.oracles import TrialStatus
 
 __all__ = ["Tuner", "search"]
@@ -241,11 +242,23 @@ class Tuner:
         self._accept(cfg)
         self.directory.mkdir(parents=True, exist_ok=True)
         np.savez(self.directory / DATA_FILE, **arrays)
+        fit_kwargs = None
+        if overrides_fit(self.hypermodel):
+            # keras-tuner hands the search's data to `HyperModel.fit`, whose `model.fit`
+            # then batches it as Keras does (a partial last batch): the same arrays go to
+            # each trial's `Experiment.fit` (the npz source, read by a rerun of
+            # `best.yaml`, keeps full batches).
+            fit_kwargs = {"x": arrays["x"], "y": arrays["y"]}
+            if validation_data is not None:
+                fit_kwargs["validation_data"] = (arrays["x_val"], arrays["y_val"])
+            elif validation_split is not None:
+                fit_kwargs["validation_split"] = float(validation_split)
         self.result = run(
             cfg,
             run_dir=self.directory,
             overrides=every,
             hypermodel_object=self.hypermodel,
+            fit_kwargs=fit_kwargs,
             folder_key="directory",
         )
         return self.result

@@ -55,8 +55,23 @@ def is_batched(ds: tf.data.Dataset) -> bool:
 
 def count_examples(ds: tf.data.Dataset, name: str) -> int:
     """Examples in one pass over an unbatched `ds` (one pass when TensorFlow cannot tell)."""
-    cardinality = int(ds.cardinality())
-    if cardinality == tf.data.INFINITE_CARDINALITY:
+    return _count(ds, name, per_element=lambda *_: tf.constant(1, tf.int64))
+
+
+def count_batched_examples(batches: tf.data.Dataset, name: str) -> int:
+    """Examples in one pass over a batched dataset: the rows of each batch's first
+    component (a zip of datasets batched by different sizes cannot be unbatched, as in
+    keras.io's semi-supervised SimCLR, and `fit` never unbatches it)."""
+
+    def rows(*batch: Any) -> tf.Tensor:
+        return tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[0]
+
+    return _count(batches, name, per_element=rows, cardinality=False)
+
+
+def _count(ds: tf.data.Dataset, name: str, *, per_element: Any, cardinality: bool = True) -> int:
+    known = int(ds.cardinality())
+    if known == tf.data.INFINITE_CARDINALITY:
         raise ConfigError(
             name,
             "is a dataset without end (repeat())",
@@ -64,10 +79,10 @@ def count_examples(ds: tf.data.Dataset, name: str) -> int:
             if name == "x"
             else "drop the repeat(): validation reads it once",
         )
-    if cardinality >= 0:
-        return cardinality
+    if cardinality and known >= 0:
+        return known
     log.info("%s: counting the dataset's examples (one pass; steps_per_epoch skips it)", name)
-    return int(ds.reduce(tf.constant(0, tf.int64), lambda n, *_: n + 1))
+    return int(ds.reduce(tf.constant(0, tf.int64), lambda n, *e: n + per_element(*e)))
 
 
 def batch_size_of(first: Any, name: str) -> int:
@@ -156,7 +171,7 @@ def from_dataset(
         if int(ds.cardinality()) >= 0:
             size = min(size, int(ds.cardinality()))
     else:
-        size = count_examples(ds, "x")
+        size = count_batched_examples(batches, "x") if batched else count_examples(ds, "x")
     if size < 1:
         raise ConfigError("x", "is an empty tf.data.Dataset")
     val_ds, val_size = validation_dataset(validation)

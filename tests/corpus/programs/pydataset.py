@@ -1,6 +1,9 @@
 """Keras's `PyDataset` documentation example: a CIFAR10PyDataset serving batches of 32
 (`math.ceil` batches, so a partial last one), fit with `epochs` and a second PyDataset as
-`validation_data`; a small convnet."""
+`validation_data`; a small convnet. `fit`'s default `shuffle=True` reorders a PyDataset's
+batches each epoch with Python's `random` (kdist seeds its own order from `runtime.seed`),
+so the two sides train on other orders: the loss per epoch is compared, within 0.05 as in
+`default_shuffle` (weights equal with `shuffle=False`: `tests/test_fit_keras_meaning.py`)."""
 
 import math
 
@@ -8,7 +11,8 @@ import keras
 import numpy as np
 
 FIT_KWARGS = {"epochs": 2}
-COMPARE = "weights"
+COMPARE = "loss"
+TOLERANCE = 0.05
 
 
 class CIFAR10PyDataset(keras.utils.PyDataset):
