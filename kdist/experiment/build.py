@@ -345,5 +345,7 @@ def runner_for(
                 allreduce_dtype=str(cfg.trainer.get("allreduce_dtype", "float32")),
                 allreduce_error_feedback=bool(cfg.trainer.get("allreduce_error_feedback", True)),
             )
+        except ConfigError:
+            raise  # already names its key (e.g. trainer.allreduce_dtype on one device)
         except ValueError as error:
             raise ConfigError("model", str(error), value=type(model).__name__) from None
