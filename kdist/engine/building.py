@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import keras
@@ -112,7 +114,8 @@ def _build_without_call(model: keras.Model, data: Any) -> None:
     failure = ""
     if _unbuilt_parts(model):
         try:
-            trace_symbolically(model.train_step, as_fit_packs(data))
+            with _updates_skipped(model):
+                trace_symbolically(model.train_step, as_fit_packs(data))
         except Exception as error:  # the parts tell (below)
             failure = (str(error).strip().splitlines() or [type(error).__name__])[0]
     unbuilt = _unbuilt_parts(model)
@@ -122,6 +125,30 @@ def _build_without_call(model: keras.Model, data: Any) -> None:
             f"{', '.join(unbuilt)} unbuilt" + (f" ({failure})" if failure else "")
         )
     model.built = True
+
+
+@contextlib.contextmanager
+def _updates_skipped(model: keras.Model) -> Iterator[None]:
+    """Make the model's optimizers skip their updates while its step is traced to build it.
+
+    An update is a cross-replica `merge_call`, which the symbolic trace (outside any replica
+    context) cannot make; nothing is applied by the trace anyway, and the layers the step
+    calls after its first update (keras.io's SimCLR: a linear probe after the contrastive
+    update) are built only if the trace gets past it.
+    """
+    optimizers = [o for o in (model.optimizer, *own_optimizers(model)) if o is not None]
+
+    def skip(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    for optimizer in optimizers:
+        optimizer.apply_gradients = skip
+        optimizer.apply = skip
+    try:
+        yield
+    finally:
+        for optimizer in optimizers:
+            del optimizer.apply_gradients, optimizer.apply
 
 
 def _unbuilt_parts(model: keras.Model) -> list[str]:
