@@ -157,6 +157,15 @@ def replica_parts(ds: tf.data.Dataset, context: tf.distribute.InputContext) -> t
     return ds.flat_map(parts)
 
 
+def _replicas_read(ds: tf.data.Dataset, context: tf.distribute.InputContext) -> tf.data.Dataset:
+    """Global batches as this pipeline's replicas read them (`replica_parts`), in order:
+    no auto-sharding (the cut is the sharding), deterministic, prefetched."""
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    options.deterministic = True
+    return replica_parts(ds, context).with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
 def _partial_dataset_fn(
     source: Source,
     data_cfg: Any,
@@ -186,11 +195,7 @@ def _partial_dataset_fn(
         )
         if class_weight:
             ds = ds.map(_batch_class_weighting(class_weight), num_parallel_calls=tf.data.AUTOTUNE)
-        ds = replica_parts(ds, context)
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-        options.deterministic = True
-        return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+        return _replicas_read(ds, context)
 
     dataset_fn.one_pipeline = bool(getattr(source, "one_pipeline", False))  # type: ignore[attr-defined]
     return dataset_fn
@@ -201,11 +206,7 @@ def _validation_batches_fn(source: Source, split: str, global_batch_size: int) -
     order, the last one partial, each cut over the replicas (`replica_parts`)."""
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        ds = replica_parts(source.dataset(split).batch(global_batch_size), context)
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-        options.deterministic = True
-        return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+        return _replicas_read(source.dataset(split).batch(global_batch_size), context)
 
     dataset_fn.one_pipeline = bool(getattr(source, "one_pipeline", False))  # type: ignore[attr-defined]
     return dataset_fn
