@@ -169,7 +169,7 @@ def history_figure(history: Any, *, title: str | None = None) -> Figure:
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+        ax.legend(loc="upper right", fontsize="small")  # a fixed place: "best" is timed
     for ax in axes[len(names) :]:
         ax.set_visible(False)
     if title:
@@ -392,7 +392,7 @@ def _mark_best(
 def _finish(ax: Any, label: str, direction: str) -> None:
     ax.set_ylabel(f"{label} ({direction})")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.legend(loc="upper right", fontsize="small")  # fixed: "best" is timed
     ax.margins(y=0.12)  # room for the best point's label
 
 
