@@ -286,8 +286,13 @@ def test_a_due_grow_asks_the_first_trainer_to_save(monkeypatch):
     said: list[str] = []
     tasks = [_task("worker", 0, None, trains=True), _task("worker", 1, None, trains=True)]
     tasks[0].process.pid = 4242  # type: ignore[union-attr]
-    deadline = time.monotonic() + 0.5
-    watch = Watch(tasks=tasks, say=said.append, grow_due=lambda s: True, deadline=deadline)
+    # The deadline passes right after the request, however slow the machine: a fixed
+    # 0.5 s deadline ran out before the first check on a loaded machine (issue 43).
+    def grow_due(seconds: float) -> bool:
+        watch.deadline = time.monotonic() - 1.0
+        return True
+
+    watch = Watch(tasks=tasks, say=said.append, grow_due=grow_due, deadline=time.monotonic() + 600)
     assert watch.run().timed_out
     assert signals == [(4242, signal.SIGTERM)]
     assert said == ["asking worker 0 to save a backup (SIGTERM) to grow the cluster back"]
