@@ -286,6 +286,7 @@ def test_a_due_grow_asks_the_first_trainer_to_save(monkeypatch):
     said: list[str] = []
     tasks = [_task("worker", 0, None, trains=True), _task("worker", 1, None, trains=True)]
     tasks[0].process.pid = 4242  # type: ignore[union-attr]
+
     # The deadline passes right after the request, however slow the machine: a fixed
     # 0.5 s deadline ran out before the first check on a loaded machine (issue 43).
     def grow_due(seconds: float) -> bool:

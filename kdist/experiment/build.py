@@ -107,8 +107,11 @@ def compiled_losses(model: keras.Model) -> Any:
 
 
 def output_classes(model: keras.Model) -> int | None:
-    """The last dimension of a functional model's one output (its classes), else `None`."""
+    """The last dimension of a functional (or built Sequential) model's one output (its
+    classes), else `None`."""
     structure = outputs_struct(model)
+    if structure is None and isinstance(model, keras.Sequential) and model.built:
+        structure = model.outputs  # a Sequential keeps its graph in an inner Functional
     outputs = [] if structure is None else tf.nest.flatten(structure)
     if len(outputs) != 1:
         return None

@@ -224,7 +224,11 @@ class Experiment:
         else:
             loss, loss_key = cfg.trainer.get("loss"), "trainer.loss"
         check_targets(
-            loss, self.source, key=loss_key, data_key=key, num_classes=output_classes(model)
+            loss,
+            self.source,
+            key=loss_key,
+            data_key="y" if self._given is not None else key,  # class ids are y's
+            num_classes=output_classes(model),
         )
         with self.strategy.scope():  # a model built here makes its variables in the scope
             check_inputs(model, self.source.dataset("train").element_spec, key=key)

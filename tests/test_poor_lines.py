@@ -1,0 +1,58 @@
+"""Issue 43's POOR cases: each a one-line refusal naming the argument, before training.
+Cost: ~40 s."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+import kdist
+from kdist.config.errors import ConfigError
+
+
+def _three_classes() -> keras.Model:
+    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+
+
+def _functional_three_classes() -> keras.Model:
+    inputs = keras.Input((4,))
+    return keras.Model(inputs, keras.layers.Dense(3)(inputs))
+
+
+def _arrays(label: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, size=32)
+    y[5] = label
+    return rng.random((32, 4), dtype=np.float32), y
+
+
+# --- a class id the model has no output for ------------------------------------------------
+
+
+@pytest.mark.parametrize("label", [7, -1])
+@pytest.mark.parametrize("class_weight", [None, {0: 1.0, 1: 2.0, 2: 1.0}])
+@pytest.mark.parametrize("make", [_three_classes, _functional_three_classes])
+def test_a_class_id_beyond_the_outputs_is_one_line_naming_y(
+    tmp_path: Path, label: int, class_weight, make
+):
+    x, y = _arrays(label)
+    model = make()
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(ConfigError) as refused:
+        kdist.fit(model, x, y, class_weight=class_weight, run_dir=tmp_path / "run", verbose=0)
+    line = str(refused.value)
+    assert "\n" not in line
+    assert line.startswith("y: "), line
+    assert str(label) in line and "class id" in line, line
+    # Refused before training: the weights are those the model came with.
+    for a, b in zip(before, model.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_class_id_beyond_the_outputs_of_a_factory_model_is_refused(tmp_path: Path):
+    x, y = _arrays(7)
+    with pytest.raises(ConfigError, match=r"^y: has 1 label\(s\) outside \[0, 3\): 7"):
+        kdist.fit(_three_classes, x, y, run_dir=tmp_path / "run", verbose=0)
