@@ -56,3 +56,52 @@ def test_a_class_id_beyond_the_outputs_of_a_factory_model_is_refused(tmp_path: P
     x, y = _arrays(7)
     with pytest.raises(ConfigError, match=r"^y: has 1 label\(s\) outside \[0, 3\): 7"):
         kdist.fit(_three_classes, x, y, run_dir=tmp_path / "run", verbose=0)
+
+
+# --- a PyDataset whose __getitem__ raises in the middle of an epoch -------------------------
+
+
+class _BreaksAtFour(keras.utils.PyDataset):
+    """Six batches of four features and class ids 0..2; item 4 raises."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, index: int):
+        if index == 4:
+            raise KeyError(f"no row {index}")
+        rng = np.random.default_rng(index)
+        return rng.random((8, 4), dtype=np.float32), rng.integers(0, 3, 8)
+
+
+def test_a_py_dataset_raising_mid_epoch_is_one_line_naming_the_index(tmp_path: Path):
+    with pytest.raises(ConfigError) as refused:
+        kdist.fit(_functional_three_classes(), _BreaksAtFour(), run_dir=tmp_path / "r", verbose=0)
+    line = str(refused.value)
+    # The index and the user's exception, once, without TensorFlow's wrapping.
+    assert line == "x: _BreaksAtFour[4] raised KeyError: 'no row 4'; fix its __getitem__"
+    assert refused.value.__cause__ is None and refused.value.__suppress_context__
+
+
+def test_a_generator_raising_mid_epoch_is_one_line_naming_x(tmp_path: Path):
+    def batches():
+        rng = np.random.default_rng(0)
+        for step in range(6):
+            if step == 3:
+                raise OSError("the disk went away")
+            yield rng.random((8, 4), dtype=np.float32), rng.integers(0, 3, 8)
+
+    with pytest.raises(ConfigError) as refused:
+        kdist.fit(
+            _functional_three_classes(),
+            batches(),
+            steps_per_epoch=6,
+            run_dir=tmp_path / "r",
+            verbose=0,
+        )
+    assert str(refused.value) == (
+        "x: the generator raised OSError at batch 3: the disk went away; fix the generator"
+    )

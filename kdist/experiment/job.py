@@ -33,6 +33,7 @@ from kdist.config.objective import (
 )
 from kdist.config.validate import validate
 from kdist.data.in_hand import Given, check_inputs, given_batches
+from kdist.data.in_hand.raised import data_errors
 from kdist.data.pipeline import build_source, run_dataset_fn
 from kdist.data.pipeline import steps_per_epoch as steps_per_epoch_of
 from kdist.data.source import Source
@@ -459,7 +460,8 @@ class Experiment:
         self.best_model = run.best_model
         started = time.perf_counter()
         self._fitted = True
-        self.result = controller.fit(run.callbacks, savers=run.savers, verbose=verbose)
+        with data_errors():  # what a PyDataset or generator raised, as its one line
+            self.result = controller.fit(run.callbacks, savers=run.savers, verbose=verbose)
         summary = self.metrics() | {"wall_seconds": time.perf_counter() - started}
         outputs.write(
             self.output_dir,

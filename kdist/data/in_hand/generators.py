@@ -20,6 +20,7 @@ import tensorflow as tf
 from kdist.config.errors import ConfigError
 from kdist.data.in_hand.arrays import as_tuple
 from kdist.data.in_hand.datasets import BatchedSource, batch_size_of, validation_dataset
+from kdist.data.in_hand.raised import remember
 from kdist.data.in_hand.source import Given, count_classes
 
 __all__ = ["from_generator", "stream_dataset", "structured"]
@@ -49,10 +50,26 @@ def stream_dataset(
     signature = signature_of(first)
 
     def generate(*given: Any) -> Iterator[Any]:
-        for batch in make(*given):
-            yield tf.nest.map_structure(
-                lambda v, s: np.asarray(v, s.dtype.as_numpy_dtype), structured(batch), signature
-            )
+        index = 0
+        try:
+            for batch in make(*given):
+                yield tf.nest.map_structure(
+                    lambda v, s: np.asarray(v, s.dtype.as_numpy_dtype), structured(batch), signature
+                )
+                index += 1
+        # TensorFlow wraps what a generator raises: `data_errors` says it once instead.
+        except ConfigError as error:
+            raise remember(error) from None
+        except Exception as error:
+            lines = str(error).strip().splitlines()
+            raise remember(
+                ConfigError(
+                    "x",
+                    f"the generator raised {type(error).__name__} at batch {index}"
+                    + (f": {lines[0]}" if lines else ""),
+                    hint="fix the generator",
+                )
+            ) from None
 
     return tf.data.Dataset.from_generator(generate, args=args, output_signature=signature)
 
