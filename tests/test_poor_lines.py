@@ -3,6 +3,7 @@ Cost: ~40 s."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import keras
@@ -105,3 +106,45 @@ def test_a_generator_raising_mid_epoch_is_one_line_naming_x(tmp_path: Path):
     assert str(refused.value) == (
         "x: the generator raised OSError at batch 3: the disk went away; fix the generator"
     )
+
+
+# --- x of strings, or of complex numbers, for a model that takes real numbers ---------------
+
+
+@pytest.mark.parametrize("make", [_three_classes, _functional_three_classes])
+def test_strings_for_a_model_of_numbers_are_one_line_naming_x(tmp_path: Path, make):
+    _, y = _arrays(0)
+    x = np.array([["a", "b", "c", "d"]] * 32)
+    with pytest.raises(ConfigError) as refused:
+        kdist.fit(make(), x, y, run_dir=tmp_path / "r", verbose=0)
+    line = str(refused.value)
+    assert line.startswith("x: holds strings, but ") and "takes float32; give numbers" in line, line
+    assert "\n" not in line
+
+
+def test_strings_for_a_model_that_takes_strings_still_train(tmp_path: Path):
+    inputs = keras.Input((1,), dtype="string")
+    lookup = keras.layers.StringLookup(vocabulary=["a", "b", "c"], output_mode="one_hot")
+    model = keras.Model(inputs, keras.layers.Dense(3)(lookup(inputs)))
+    x = np.array([["a"], ["b"], ["c"], ["a"]] * 8)
+    history = kdist.fit(model, x, np.tile([0, 1, 2, 0], 8), run_dir=tmp_path / "r", verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+
+
+@pytest.mark.parametrize("make", [_three_classes, _functional_three_classes])
+def test_complex_x_is_refused_not_trained_on_its_real_part(tmp_path: Path, make):
+    x, y = _arrays(0)
+    with pytest.raises(ConfigError) as refused:
+        kdist.fit(make(), x + 1j * x, y, run_dir=tmp_path / "r", verbose=0)
+    line = str(refused.value)
+    assert re.match(r"x: holds complex numbers \(complex\d+\), which \w+ would train", line), line
+    assert "\n" not in line
+
+
+def test_a_complex_dataset_is_refused_too(tmp_path: Path):
+    import tensorflow as tf
+
+    x, y = _arrays(0)
+    data = tf.data.Dataset.from_tensor_slices((x.astype(np.complex64), y)).batch(8)
+    with pytest.raises(ConfigError, match=r"^x: holds complex numbers \(complex64\)"):
+        kdist.fit(_functional_three_classes(), data, run_dir=tmp_path / "r", verbose=0)

@@ -64,6 +64,7 @@ def check_inputs(
             hint="pass y (or yield (x, y) from the dataset)",
         )
     _check_target_keys(model, y)
+    _check_dtypes(model, x, key)
     inputs = inputs_struct(model)
     if inputs is None:
         if model.built:
@@ -104,6 +105,42 @@ def check_inputs(
             f"{problem} the model's inputs: the data gives {given_desc}, "
             f"{model.name} takes {wanted}",
             hint="give data shaped as the model's inputs (or build the model for this data)",
+        )
+
+
+def _input_dtypes(model: keras.Model) -> set[str]:
+    """The dtypes of the model's inputs (a functional or built Sequential model), else
+    an empty set (a subclassed model: its `call` says what it takes)."""
+    structure = inputs_struct(model)
+    if structure is None and isinstance(model, keras.Sequential) and model.built:
+        structure = model.inputs
+    leaves = [] if structure is None else tf.nest.flatten(structure)
+    return {str(getattr(leaf, "dtype", None)) for leaf in leaves}
+
+
+def _check_dtypes(model: keras.Model, x: Any, key: str) -> None:
+    """Refuse strings for a model of numbers (TensorFlow's `UnimplementedError` at the
+    first step), and complex numbers (Keras layers cast them to their real part, with
+    only a warning).
+
+    Raises:
+        ConfigError: naming `key`, what the data holds and what the model takes.
+    """
+    given = {tf.as_dtype(leaf.dtype) for leaf in tf.nest.flatten(x) if hasattr(leaf, "dtype")}
+    wanted = _input_dtypes(model)
+    complex_ = sorted(d.name for d in given if d.is_complex)
+    if complex_ and not any(w.startswith("complex") for w in wanted):
+        raise ConfigError(
+            key,
+            f"holds complex numbers ({complex_[0]}), which {model.name} would train on as "
+            "their real part only",
+            hint="give real numbers, e.g. the real and imaginary parts as two features",
+        )
+    if tf.string in given and wanted and "string" not in wanted:
+        raise ConfigError(
+            key,
+            f"holds strings, but {model.name} takes {', '.join(sorted(wanted))}",
+            hint="give numbers (or a model with a string input: keras.Input(dtype='string'))",
         )
 
 
