@@ -141,11 +141,19 @@ def version_text() -> str:
     """
     from kdist import __version__
 
-    def installed(name: str) -> str:
+    def installed(package: str) -> str:
+        # The import package's own distribution first; else whichever provides it
+        # (TensorFlow comes as tensorflow-cpu, tensorflow-macos, tf-nightly, ...).
         try:
-            return metadata.version(name)
+            return metadata.version(package)
         except metadata.PackageNotFoundError:
-            return "not installed"
+            pass
+        for name in metadata.packages_distributions().get(package, []):
+            try:
+                return metadata.version(name)
+            except metadata.PackageNotFoundError:
+                continue
+        return "not installed"
 
     python = ".".join(str(part) for part in sys.version_info[:3])
     return (
