@@ -37,6 +37,7 @@ from kdist.process.exit_codes import EXIT_CONFIG_ERROR, EXIT_OK
 __all__ = [
     "COMMANDS",
     "Command",
+    "config_path_as_dir",
     "help_from_docstring",
     "main",
     "prepare_command",
@@ -92,7 +93,8 @@ def prepare_command() -> None:
     """What every entry point sets up in its process, and `import kdist` does not.
 
     Old module paths that saved configs name import (`kdist.compat.moved`), and the help
-    templates of `conf/train.yaml` and `conf/tune.yaml` find their resolver. The entry
+    templates of `conf/train.yaml` and `conf/tune.yaml` find their resolver, and
+    `--config-path` reads as `-cd` (`config_path_as_dir`). The entry
     points set the log level themselves, from their arguments
     (`kdist.process.runtime.quiet_tensorflow`).
     """
@@ -101,6 +103,39 @@ def prepare_command() -> None:
 
     moved.install()
     register_help_resolver()
+    sys.argv[1:] = config_path_as_dir(sys.argv[1:])
+
+
+_CONFIG_PATH = ("--config-path", "-cp")
+
+
+def config_path_as_dir(argv: Sequence[str]) -> list[str]:
+    """`--config-path X` (`-cp X`) as `--config-dir X`: the user's folder beside kdist's.
+
+    Hydra's `--config-path` replaces the app's own config folder, so a user's config
+    with `defaults: [train]` cannot find `train` there, while `-cd` adds the folder to
+    the search path and it composes. kdist reads both as `-cd`: a relative folder is
+    relative to the current one, as with `-cd` (Hydra's is relative to the app's module).
+    A path with a scheme (`pkg://`, `file://`) is left to Hydra.
+
+    Args:
+        argv: the command-line arguments (without the program name).
+
+    Returns:
+        The arguments, with each `--config-path` as `--config-dir`.
+    """
+    out: list[str] = []
+    rest = list(argv)
+    while rest:
+        arg = rest.pop(0)
+        name, inline, value = arg.partition("=")
+        if name not in _CONFIG_PATH or (not inline and not rest):
+            out.append(arg)
+            continue
+        if not inline:
+            value = rest.pop(0)
+        out += [name, value] if "://" in value else ["--config-dir", value]
+    return out
 
 
 def program(module: str) -> str:

@@ -56,3 +56,71 @@ def test_version_says_when_tensorflow_is_missing(tmp_path: Path):
         tmp_path, {"keras": ("3.15.9", "keras"), "tensorboard": ("2.21.0", "tensorboard")}
     )
     assert "(TensorFlow not installed, Keras 3.15.9, " in _version_line(site)
+
+
+# --- --config-path works as -cd ---------------------------------------------------------------
+
+
+def _kdist(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    import os
+
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run(
+        [sys.executable, "-m", "kdist", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def own_config(tmp_path: Path) -> Path:
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    (folder / "mine.yaml").write_text(
+        "defaults:\n  - train\n  - _self_\ntrainer:\n  epochs: 1\n  steps_per_epoch: 2\n"
+    )
+    return folder
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        ["--config-path", "{abs}"],
+        ["--config-path={abs}"],
+        ["-cp", "{abs}"],
+        ["--config-path", "configs"],
+    ],
+)
+def test_config_path_composes_as_config_dir(own_config: Path, how: list[str]):
+    def job(options: list[str]) -> subprocess.CompletedProcess:
+        return _kdist(
+            ["train", *options, "--config-name", "mine", "--cfg", "job"], own_config.parent
+        )
+
+    by_dir = job(["-cd", str(own_config)])
+    assert by_dir.returncode == 0, by_dir.stderr[-2000:]
+    by_path = job([part.format(abs=own_config) for part in how])
+    assert by_path.returncode == 0, by_path.stderr[-2000:]
+    assert by_path.stdout == by_dir.stdout
+    assert "epochs: 1\n  steps_per_epoch: 2\n" in by_path.stdout
+
+
+def test_config_path_trains_as_config_dir(own_config: Path, tmp_path: Path):
+    run_dir = tmp_path / "run"
+    done = _kdist(
+        [
+            "train",
+            "--config-path",
+            str(own_config),
+            "--config-name",
+            "mine",
+            f"hydra.run.dir={run_dir}",
+            "callbacks=minimal",
+        ],
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (run_dir / "metrics.json").is_file()
