@@ -13,7 +13,7 @@ the pages, then builds the site (`mkdocs build --strict`, see `mkdocs.yml`).
 Example:
 
 ```bash
-python -m kdist.docs              # rewrite docs/config/ and docs/notebooks/
+python -m kdist.docs              # rewrite the checkout's docs/config/ and docs/notebooks/
 python -m kdist.docs --check      # exit 1 and name the stale pages if docs/ is out of date
 ```
 """
@@ -26,12 +26,15 @@ import sys
 from pathlib import Path
 
 from kdist.config import reference
+from kdist.config.errors import ConfigError, exit_with
 from kdist.process.exit_codes import EXIT_FAILED
 
 __all__ = ["NOTEBOOKS", "check", "generate", "main", "notebook_page", "write"]
 
-# The notebooks of a checkout (absent from an installed wheel: then no notebook pages).
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "recipes" / "notebooks"
+# The checkout this kdist runs from (an installed wheel's folder holds no mkdocs.yml),
+# and its notebooks (absent from a wheel: then no notebook pages).
+CHECKOUT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = CHECKOUT / "recipes" / "notebooks"
 
 
 def notebook_page(notebook: Path) -> str:
@@ -100,6 +103,24 @@ def write(folder: str | Path = "docs") -> list[Path]:
     return reference.write(folder, generate())
 
 
+def _checkout_docs() -> Path:
+    """The `docs/` of the kdist checkout this module runs from, wherever the command runs.
+
+    A contributor's generator: run from an installed kdist it would write `./docs` into
+    whatever folder it was started in.
+    """
+    if not (CHECKOUT / "mkdocs.yml").is_file():
+        exit_with(
+            ConfigError(
+                "--out",
+                f"kdist docs writes the pages of a kdist checkout, and {CHECKOUT} is not a "
+                "checkout (no mkdocs.yml)",
+                hint="run it from a clone of kdist, or name a folder with --out DIR",
+            )
+        )
+    return CHECKOUT / "docs"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of `python -m kdist.docs`."""
     from kdist.process.runtime import quiet_tensorflow
@@ -109,11 +130,15 @@ def main(argv: list[str] | None = None) -> None:
         prog="python -m kdist.docs",
         description="Generate docs/config/ and docs/notebooks/ from kdist's configs and notebooks.",
     )
-    parser.add_argument("--out", default="docs", help="the docs folder (default: docs)")
+    parser.add_argument(
+        "--out", default=None, help="the docs folder (default: the kdist checkout's docs/)"
+    )
     parser.add_argument(
         "--check", action="store_true", help="exit 1 if the folder differs from the generated pages"
     )
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = str(_checkout_docs())
     if args.check:
         stale = check(args.out)
         if stale:

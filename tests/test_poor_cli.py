@@ -124,3 +124,46 @@ def test_config_path_trains_as_config_dir(own_config: Path, tmp_path: Path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert (run_dir / "metrics.json").is_file()
+
+
+# --- kdist docs writes a checkout's docs/, never ./docs of any folder --------------------------
+
+
+def test_docs_outside_a_checkout_is_one_line_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    from kdist import docs
+
+    installed = tmp_path / "site-packages"  # an installed kdist: no mkdocs.yml beside it
+    installed.mkdir()
+    elsewhere = tmp_path / "project"
+    elsewhere.mkdir()
+    monkeypatch.setattr(docs, "CHECKOUT", installed)
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(SystemExit) as stopped:
+        docs.main([])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kdist: config error: --out: ") and "\n" not in err, err
+    assert "not a checkout" in err and "--out" in err
+    assert list(elsewhere.iterdir()) == [] and list(installed.iterdir()) == []
+
+
+def test_docs_in_a_checkout_writes_its_docs_folder_whatever_the_current_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from kdist import docs
+
+    checkout = tmp_path / "kdist-checkout"
+    checkout.mkdir()
+    (checkout / "mkdocs.yml").write_text("site_name: kdist\n")
+    elsewhere = tmp_path / "project"
+    elsewhere.mkdir()
+    monkeypatch.setattr(docs, "CHECKOUT", checkout)
+    monkeypatch.chdir(elsewhere)
+    docs.main([])
+    assert list(elsewhere.iterdir()) == []
+    assert (checkout / "docs" / "config" / "trainer.md").is_file()
+    # An explicit --out is the user's choice.
+    docs.main(["--out", str(elsewhere / "pages")])
+    assert (elsewhere / "pages" / "config" / "trainer.md").is_file()
