@@ -39,6 +39,7 @@ from kdist.cluster import resolve as resolve_cluster
 from kdist.command import prepare_command
 from kdist.config import ConfigError, exit_with, register
 from kdist.process.exit_codes import EXIT_FAILED
+from kdist.process.interrupt import exit_on_ctrl_c
 from kdist.process.log_level import requested_log_level
 from kdist.process.runtime import quiet_tensorflow
 from kdist.runs.layout import CONFIG, HYDRA, check_run_dir
@@ -260,7 +261,13 @@ def main() -> None:
             check(cfg)
         except ConfigError as error:
             exit_with(error)
-    _app()
+    with exit_on_ctrl_c(_INTERRUPTED):  # one line, as kdist.train and kdist.launch say it
+        _app()
+
+
+_INTERRUPTED = (
+    "kdist.tune: interrupted (Ctrl-C); the search stopped: run the same command again to resume it"
+)
 
 
 if __name__ == "__main__":

@@ -167,3 +167,67 @@ def test_docs_in_a_checkout_writes_its_docs_folder_whatever_the_current_one(
     # An explicit --out is the user's choice.
     docs.main(["--out", str(elsewhere / "pages")])
     assert (elsewhere / "pages" / "config" / "trainer.md").is_file()
+
+
+# --- Ctrl-C to kdist.tune: status 130 and one line, no traceback -------------------------------
+
+
+def _sleeping_trial(search: Path) -> bool:
+    """Whether a trial of the search is running (sleeping 600 s in build_model)."""
+    import json
+
+    for record in search.glob("trials/*/result.json"):
+        try:
+            if json.loads(record.read_text())["status"] == "RUNNING":
+                return True
+        except (ValueError, KeyError):
+            continue
+    return False
+
+
+def test_ctrl_c_to_tune_is_one_line_and_status_130(tmp_path: Path):
+    import os
+    import signal
+    import time
+
+    tests = str(Path(__file__).resolve().parent)
+    path = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p)
+    search = tmp_path / "search"
+    args = [
+        "trainer=fast_dev",
+        "trainer.verbose=0",
+        "callbacks=minimal",
+        "tuner.verbose=0",
+        "model=custom",
+        "model._target_=hypermodels.build_slow",
+        "~tuner/space",
+        "++model.hp.delay=600",
+        "tuner.max_trials=1",
+        f"hydra.run.dir={search}",
+    ]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kdist.tune", *args],
+        cwd=tmp_path,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": path},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        ends = time.monotonic() + 300
+        while time.monotonic() < ends and process.poll() is None and not _sleeping_trial(search):
+            time.sleep(0.2)
+        assert process.poll() is None and _sleeping_trial(search), "no trial started"
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+    assert process.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == (
+        "kdist.tune: interrupted (Ctrl-C); the search stopped: run the same command again "
+        "to resume it"
+    )
