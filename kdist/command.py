@@ -80,7 +80,9 @@ COMMANDS: dict[str, Command] = {
     "doctor": Command(
         "kdist.doctor.checkup", "check this install: versions, devices, each strategy"
     ),
-    "docs": Command("kdist.docs", "generate the configuration reference pages (docs/)"),
+    "docs": Command(
+        "kdist.docs", "regenerate the reference pages of a kdist checkout's docs/ (contributors)"
+    ),
     "server": Command(
         "kdist.server", "serve one worker or ps task of a parameter-server cluster (TF_CONFIG)"
     ),
