@@ -14,21 +14,27 @@ TF_CONFIG='{"cluster": {"chief": ["h0:2222"], "worker": ["h1:2222"], "ps": ["h2:
 
 `python -m kdist.launch --workers N --ps M -- strategy=parameter_server` starts these
 itself, in a private network namespace where the kernel allows it. The servers have no
-authentication and listen on every interface of their network namespace: on a real
-cluster, run them on a private network only (README, "Security of local and real
-clusters").
+authentication: on a real cluster, run them on a private network only (README, "Security
+of local and real clusters"). TensorFlow's server listens on every interface; kdist holds
+the port on the machine's other addresses (`guard_other_addresses`), so a task that
+TF_CONFIG puts at 127.0.0.1 is reachable there only.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
+import itertools
 import logging
 import os
+import selectors
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from kdist.cluster import ClusterInfo, cluster_resolver, resolve
@@ -36,7 +42,14 @@ from kdist.config.errors import ConfigError, exit_with
 from kdist.process import quiet
 from kdist.process.runtime import INTRA_OP_THREADS, enable_memory_growth, quiet_tensorflow
 
-__all__ = ["SERVER_TASK_TYPES", "main", "server_config", "start_server"]
+__all__ = [
+    "SERVER_TASK_TYPES",
+    "guard_other_addresses",
+    "main",
+    "serve_guards",
+    "server_config",
+    "start_server",
+]
 
 log = logging.getLogger("kdist.server")
 
@@ -70,6 +83,96 @@ def server_config(info: ClusterInfo) -> Any:
         inter_op_parallelism_threads=threads,
         intra_op_parallelism_threads=int(intra) if intra.isdigit() else 0,
     )
+
+
+def _local_addresses() -> set[tuple[int, str, int]]:
+    """This machine's addresses, as `(family, address, scope id)`, read from Linux's
+    `/proc/net/fib_trie` (IPv4, secondary addresses too) and `/proc/net/if_inet6`; empty
+    elsewhere."""
+    found: set[tuple[int, str, int]] = set()
+    with contextlib.suppress(OSError):
+        lines = Path("/proc/net/fib_trie").read_text().splitlines()
+        for before, line in itertools.pairwise(lines):
+            if "/32 host LOCAL" in line:
+                found.add((socket.AF_INET, before.split()[-1], 0))
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/net/if_inet6").read_text().splitlines():
+            fields = line.split()
+            text = ":".join(fields[0][i : i + 4] for i in range(0, 32, 4))
+            address = str(ipaddress.IPv6Address(text))
+            scope = int(fields[1], 16) if address.startswith("fe80:") else 0
+            found.add((socket.AF_INET6, address, scope))
+    return found
+
+
+def guard_other_addresses(address: str) -> list[socket.socket]:
+    """Hold the task's port on every local address but the task's own.
+
+    TensorFlow's gRPC server listens on every interface (`0.0.0.0:<port>` is written
+    into TensorFlow 2.21; `ServerDef` has no address). A listening socket on a specific
+    address takes the connections to that address before a wildcard one does, so
+    sockets on the machine's other addresses, which close what they accept, leave the
+    server reachable at the address the cluster gives the task only. TensorFlow must
+    share the port (`TF_GRPC_REUSE_PORT=1`, set here when a socket is made).
+
+    Args:
+        address: the task's `host:port` in the cluster (`[v6]:port` for IPv6).
+
+    Returns:
+        The sockets, listening (`serve_guards` closes what they accept); empty when the
+        host is a wildcard, is not one of this machine's addresses, or the addresses
+        cannot be read (not Linux).
+    """
+    host, _, port_text = address.rpartition(":")
+    host = host.strip("[]")
+    try:
+        port = int(port_text)
+        own = {info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
+    except (OSError, ValueError):
+        return []
+    if not host or any(ipaddress.ip_address(a).is_unspecified for a in own):
+        return []
+    local = _local_addresses()
+    if not own & {a for _, a, _ in local}:
+        log.info("%s is not an address of this machine: listening on every interface", host)
+        return []
+    guards = []
+    for family, other, scope in sorted(x for x in local if x[1] not in own):
+        guard = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            guard.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if family == socket.AF_INET6:
+                guard.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                guard.bind((other, port, 0, scope))
+            else:
+                guard.bind((other, port))
+            guard.listen(16)
+        except OSError as error:
+            log.debug("could not hold %s port %d: %s", other, port, error)
+            guard.close()
+            continue
+        guards.append(guard)
+    if guards:
+        os.environ["TF_GRPC_REUSE_PORT"] = "1"
+    return guards
+
+
+def serve_guards(guards: Sequence[socket.socket]) -> None:
+    """Close every connection the `guard_other_addresses` sockets accept (a thread)."""
+    if not guards:
+        return
+    chooser = selectors.DefaultSelector()
+    for guard in guards:
+        chooser.register(guard, selectors.EVENT_READ)
+
+    def refuse() -> None:
+        while True:
+            for key, _ in chooser.select():
+                with contextlib.suppress(OSError):
+                    connection, _ = key.fileobj.accept()  # type: ignore[union-attr]
+                    connection.close()
+
+    threading.Thread(target=refuse, name="kdist-server-guards", daemon=True).start()
 
 
 def start_server(info: ClusterInfo) -> Any:
@@ -140,14 +243,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         # Handlers before the (slow) TensorFlow import, so an early SIGTERM is clean too.
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
+        guards = []
+        if info.task_type in SERVER_TASK_TYPES:
+            guards = guard_other_addresses(info.cluster[str(info.task_type)][info.task_index])
         start_server(info)
     except ConfigError as error:
         exit_with(error)
+    serve_guards(guards)
     address = info.cluster[str(info.task_type)][info.task_index]
     log.info(
-        "%s serving on %s (listening on every interface of its network namespace)",
+        "%s serving on %s (%s)",
         info.task_name,
         address,
+        "its other addresses refuse" if guards else "listening on every interface",
     )
     while not stop.wait(timeout=1.0):
         pass

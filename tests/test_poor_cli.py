@@ -220,3 +220,65 @@ def test_ctrl_c_to_tune_is_one_line_and_status_130(tmp_path: Path):
         "kdist.tune: interrupted (Ctrl-C); the search stopped: run the same command again "
         "to resume it"
     )
+
+
+# --- kdist server listens at the address the cluster gives the task ----------------------------
+
+
+def _answers(host: str, port: int) -> bytes:
+    """What a connection to `host:port` reads first: gRPC's HTTP/2 SETTINGS frame, or
+    `b""` when the connection is closed (or refused)."""
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=10) as connection:
+            connection.settimeout(30)
+            return connection.recv(64)
+    except (ConnectionRefusedError, ConnectionResetError):
+        return b""
+
+
+def test_server_at_loopback_is_not_reachable_at_the_other_addresses(tmp_path: Path):
+    import json
+    import os
+    import signal
+    import time
+
+    from helpers import free_port
+
+    from kdist.server import _local_addresses
+
+    others = sorted(a for family, a, _ in _local_addresses() if family == 2 and a != "127.0.0.1")
+    if not others:
+        pytest.skip("this machine has no IPv4 address but loopback")
+    cluster = {
+        "chief": [f"127.0.0.1:{free_port()}"],
+        "worker": [f"127.0.0.1:{free_port()}"],
+        "ps": [f"127.0.0.1:{free_port()}"],
+    }
+    port = int(cluster["ps"][0].rsplit(":", 1)[1])
+    config = json.dumps({"cluster": cluster, "task": {"type": "ps", "index": 0}})
+    server = subprocess.Popen(
+        [sys.executable, "-m", "kdist.server"],
+        env={**os.environ, "TF_CONFIG": config, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert server.stdout is not None
+        deadline = time.monotonic() + 300
+        lines = []
+        for line in server.stdout:
+            lines.append(line)
+            if "serving on" in line or time.monotonic() > deadline:
+                break
+        assert "ps 0 serving on 127.0.0.1:" in "".join(lines), "".join(lines)[-3000:]
+        assert _answers("127.0.0.1", port)  # gRPC speaks at the task's address
+        for other in others:
+            assert _answers(other, port) == b"", other
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.communicate(timeout=30)  # closes the pipe too
