@@ -94,7 +94,11 @@ def check_label_range(key: str, y: np.ndarray, num_classes: int) -> None:
         key,
         f"has {int(bad.sum())} label(s) outside [0, {num_classes}): {shown}",
         hint=f"class ids must be 0..{num_classes - 1}"
-        + ("" if num_classes > max(values) else " (or set data.source.num_classes)"),
+        + (
+            " (or set data.source.num_classes)"
+            if num_classes <= max(values) and key.startswith("data.")
+            else ""
+        ),
     )
 
 
