@@ -12,6 +12,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers import REPO
 
 from kdist import docs
@@ -261,6 +262,30 @@ def test_config_trees_list_every_option_and_only_existing_ones():
         assert present - listed == set(), f"{name}'s config tree lacks {sorted(present - listed)}"
 
 
+def _check_readme_links() -> None:
+    """README.md is also the package's description on an index, away from the repository:
+    each link is an absolute URL; one into the site (mkdocs.yml's `site_url`) names a page
+    that `make docs` builds, and a heading of that page when it has an anchor."""
+    from markdown.extensions.toc import slugify
+
+    site = yaml.safe_load((REPO / "mkdocs.yml").read_text())["site_url"]
+    links = re.findall(r"\]\(([^)\s]+)\)", README)
+    assert links
+    into_site = 0
+    for link in links:
+        assert re.match(r"https?://", link), f"README.md links to {link}: not a URL"
+        if not link.startswith(site):
+            continue
+        into_site += 1
+        page, _, anchor = link.removeprefix(site).partition("#")
+        source = REPO / "docs" / Path(page).with_suffix(".md")
+        assert page.endswith(".html") and source.is_file(), link
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", source.read_text(), flags=re.M)
+            assert anchor in {slugify(h, "-") for h in headings}, link
+    assert into_site >= 10, into_site
+
+
 def test_readme_is_a_front_page():
     assert len(README.splitlines()) <= 200
     for heading in (
@@ -270,8 +295,7 @@ def test_readme_is_a_front_page():
         "## On a cluster",
     ):
         assert heading in README, heading
-    for path in re.findall(r"\]\(([^)#]+\.md)(?:#[^)]*)?\)", README):
-        assert (REPO / path).is_file(), path
+    _check_readme_links()
     for target in ("train", "test", "docs", "doctor"):
         assert (
             f"make {target}" in README
@@ -285,14 +309,14 @@ def test_readme_is_a_front_page():
 
 def test_readme_points_at_files_that_exist():
     for path in (
-        "docs/config/index.md",
         "recipes/notebooks/quickstart.ipynb",
         "recipes/notebooks/multiworker.ipynb",
         "recipes/notebooks/parameter_server.ipynb",
-        "CHANGELOG.md",
     ):
         assert path in README, path
         assert (REPO / path).is_file(), path
+    for page in ("config/index", "changelog"):  # the site's pages, by URL
+        assert f"/{page}.html)" in README and (REPO / "docs" / f"{page}.md").is_file(), page
     assert "`recipes/cluster/`" in README
     for name in ("kubernetes-multiworker.yaml", "slurm-multiworker.sbatch"):
         assert f"`{name}`" in README and (REPO / "recipes" / "cluster" / name).is_file()
