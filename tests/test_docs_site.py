@@ -187,7 +187,11 @@ def _nav_pages(nav: list) -> list[str]:
 
 def test_nav_names_every_page_once():
     listed = _nav_pages(CONFIG["nav"])
-    present = {str(p.relative_to(REPO / "docs")) for p in (REPO / "docs").rglob("*.md")}
+    present = {
+        str(p.relative_to(REPO / "docs"))
+        for pattern in ("*.md", "*.ipynb")
+        for p in (REPO / "docs").rglob(pattern)
+    }
     assert len(listed) == len(set(listed))
     assert set(listed) == present
 

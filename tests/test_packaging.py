@@ -13,11 +13,11 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 from helpers import REPO
 
 import kdist
