@@ -245,3 +245,7 @@ def test_the_whole_site(tmp_path: Path):
     assert "steps_per_execution" in fetched["guides/notebook.html"]
     reference = {p: text for p, text in fetched.items() if p.startswith("config/")}
     _check_reference_html(reference)
+    # The notebooks' pages show what they printed and their plots (an inline PNG).
+    for page in (p for p in expected if p.startswith("notebooks/")):
+        assert "data:image/png;base64," in fetched[page], page
+        assert "examples/s" in fetched[page] or "Epoch" in fetched[page], page
