@@ -73,8 +73,9 @@ MAY_CHANGE = (
 )
 # Marks "the saved config is unknown" in the accepted changes.
 UNKNOWN = "*"
-# Accepted changes of a run folder (its real path), from `check_resume` to the restore.
-_ACCEPTED: dict[str, list[str]] = {}
+# Accepted changes of a run folder (its real path), from `check_resume` to the restore,
+# with the config they were accepted for (flattened, resolved).
+_ACCEPTED: dict[str, tuple[list[str], dict[str, Any]]] = {}
 
 
 def _flatten(node: Any, key: str = "") -> dict[str, Any]:
@@ -198,8 +199,17 @@ def check_resume(run_dir: str | os.PathLike[str], cfg: DictConfig, *, record: bo
     allowed = bool(OmegaConf.select(cfg, ALLOW_KEY, default=False))
     found = _saved_config(Path(run_dir))
     key = str(Path(run_dir).resolve())
+    mine = _plain(cfg)
     if record:
-        _ACCEPTED.pop(key, None)
+        earlier = _ACCEPTED.pop(key, None)
+        if earlier is not None and isinstance(found, tuple) and not changed_keys(earlier[1], mine):
+            if not changed_keys(found[1], mine):
+                # Checked again once this very config was saved over the folder's (the
+                # command line checks under the lock and writes `.hydra/` and the copies
+                # beside the checkpoints before the Experiment restores): the changes
+                # accepted for it still wait to be applied after the restore.
+                _ACCEPTED[key] = earlier
+                return
     if found is None:
         return
     if found is False:
@@ -213,7 +223,7 @@ def check_resume(run_dir: str | os.PathLike[str], cfg: DictConfig, *, record: bo
             )
         if record:
             log.warning("resuming checkpoints without a saved config (%s=true)", ALLOW_KEY)
-            _ACCEPTED[key] = [UNKNOWN]
+            _ACCEPTED[key] = ([UNKNOWN], mine)
         return
     assert not isinstance(found, bool)
     path, saved = found
@@ -242,7 +252,7 @@ def check_resume(run_dir: str | os.PathLike[str], cfg: DictConfig, *, record: bo
             )
     if record:
         log.warning("resuming with changed settings (%s=true): %s", ALLOW_KEY, shown)
-        _ACCEPTED[key] = changed
+        _ACCEPTED[key] = (changed, mine)
 
 
 def optimizer_hyperparameters(optimizer: Any) -> dict[str, float]:
@@ -268,7 +278,7 @@ def apply_allowed_changes(
     Returns:
         The keys set again (e.g. `["optimizer.learning_rate"]`), each logged.
     """
-    changed = _ACCEPTED.pop(str(Path(run_dir).resolve()), [])
+    changed, _ = _ACCEPTED.pop(str(Path(run_dir).resolve()), ([], {}))
     if not any(k == UNKNOWN or k.startswith("optimizer.") for k in changed):
         return []  # the restored rate is the run's own (a callback may have lowered it)
     inner = getattr(optimizer, "inner_optimizer", optimizer)
