@@ -18,7 +18,9 @@ optimizer's hyperparameters (`beta_1`, a schedule, ...) are its constructor's, a
 learning rate, which the checkpoint holds, is set again after the restore
 (`apply_allowed_changes`). A change the checkpoint's optimizer state cannot take (another
 optimizer class, a constant learning rate turned into a schedule, loss scaling, EMA or
-momentum slots added or removed) is refused with one line instead.
+momentum slots added or removed, Adagrad's `initial_accumulator_value`, whose accumulators
+the checkpoint holds) is refused with one line instead. `tests/test_trust_resume_changes.py`
+checks each optimizer key against a run that started from the same checkpoint with it.
 """
 
 from __future__ import annotations
@@ -131,6 +133,8 @@ def _optimizer_layout(cfg: dict[str, Any]) -> dict[str, Any]:
         "optimizer.use_ema": bool(optimizer.get("use_ema")),
         "optimizer.amsgrad": bool(optimizer.get("amsgrad")),
         "optimizer.momentum": "momentum slots" if optimizer.get("momentum") else "none",
+        # Adagrad's accumulators start at it, and the checkpoint holds them.
+        "optimizer.initial_accumulator_value": optimizer.get("initial_accumulator_value"),
     }
 
 
