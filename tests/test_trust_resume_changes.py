@@ -23,7 +23,7 @@ from typing import Any
 import keras
 import numpy as np
 import pytest
-from helpers import compose, run_module
+from helpers import LOGICAL, compose, run_module
 
 import kdist
 from kdist.config import ConfigError, schema
@@ -166,16 +166,12 @@ def _check_change(trained: Any, tmp_path: Path, base: list[str], key: str, value
     ), f"optimizer.{key}={value} trains as the old value: pick a value that shows"
 
 
-@pytest.mark.parametrize(
-    "case", [c for c in CHANGES if (c[0][0], c[1]) in FAST], ids=_case_id
-)
+@pytest.mark.parametrize("case", [c for c in CHANGES if (c[0][0], c[1]) in FAST], ids=_case_id)
 def test_an_allowed_optimizer_change_is_trained_with(trained, tmp_path, case):
     _check_change(trained, tmp_path, *case)
 
 
-@pytest.mark.parametrize(
-    "case", [c for c in CHANGES if (c[0][0], c[1]) not in FAST], ids=_case_id
-)
+@pytest.mark.parametrize("case", [c for c in CHANGES if (c[0][0], c[1]) not in FAST], ids=_case_id)
 def test_every_allowed_optimizer_change_is_trained_with(trained, tmp_path, case):
     _check_change(trained, tmp_path, *case)
 
@@ -205,7 +201,7 @@ def test_a_change_the_checkpoint_would_swallow_is_one_line(trained, tmp_path, ke
 def test_the_command_line_resumes_with_the_changed_learning_rate(tmp_path: Path):
     """Issue 43: `kdist.train trainer.epochs=1`, then `trainer.epochs=2
     optimizer.learning_rate=0.5 trainer.allow_resume_changes=true` on the same folder."""
-    args = ["hydra.run.dir=run", *TINY]
+    args = ["hydra.run.dir=run", LOGICAL, *TINY]
     first = run_module("kdist.train", args, cwd=tmp_path, timeout=300)
     assert first.returncode == 0, first.stderr
     reference = tmp_path / "reference"

@@ -206,14 +206,18 @@ def check_resume(run_dir: str | os.PathLike[str], cfg: DictConfig, *, record: bo
     mine = _plain(cfg)
     if record:
         earlier = _ACCEPTED.pop(key, None)
-        if earlier is not None and isinstance(found, tuple) and not changed_keys(earlier[1], mine):
-            if not changed_keys(found[1], mine):
-                # Checked again once this very config was saved over the folder's (the
-                # command line checks under the lock and writes `.hydra/` and the copies
-                # beside the checkpoints before the Experiment restores): the changes
-                # accepted for it still wait to be applied after the restore.
-                _ACCEPTED[key] = earlier
-                return
+        if (
+            earlier is not None
+            and isinstance(found, tuple)
+            and not changed_keys(earlier[1], mine)
+            and not changed_keys(found[1], mine)
+        ):
+            # Checked again once this very config was saved over the folder's (the
+            # command line checks under the lock and writes `.hydra/` and the copies
+            # beside the checkpoints before the Experiment restores): the changes
+            # accepted for it still wait to be applied after the restore.
+            _ACCEPTED[key] = earlier
+            return
     if found is None:
         return
     if found is False:
