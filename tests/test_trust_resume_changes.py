@@ -200,22 +200,31 @@ def test_a_change_the_checkpoint_would_swallow_is_one_line(trained, tmp_path, ke
 
 def test_the_command_line_resumes_with_the_changed_learning_rate(tmp_path: Path):
     """Issue 43: `kdist.train trainer.epochs=1`, then `trainer.epochs=2
-    optimizer.learning_rate=0.5 trainer.allow_resume_changes=true` on the same folder."""
+    optimizer.learning_rate=0.5 trainer.allow_resume_changes=true` on the same folder. The
+    reference is the same command on a copy of the folder, with a callback that sets the
+    rate to 0.5 when training begins (a run that started from that checkpoint at 0.5)."""
     args = ["hydra.run.dir=run", LOGICAL, *TINY]
     first = run_module("kdist.train", args, cwd=tmp_path, timeout=300)
     assert first.returncode == 0, first.stderr
-    reference = tmp_path / "reference"
-    shutil.copytree(tmp_path / "run", reference)
-    new = ["optimizer.learning_rate=0.5"]
-    again = run_module(
-        "kdist.train", [*args, "trainer.epochs=2", *new, ALLOW], cwd=tmp_path, timeout=300
-    )
-    assert again.returncode == 0, again.stderr
+    (tmp_path / "reference").mkdir()
+    shutil.copytree(tmp_path / "run", tmp_path / "reference" / "run")
+    again = [*args, "trainer.epochs=2", "optimizer.learning_rate=0.5", ALLOW]
+    changed = run_module("kdist.train", again, cwd=tmp_path, timeout=300)
+    assert changed.returncode == 0, changed.stderr
     log = (tmp_path / "run" / "train.log").read_text()
     assert "resuming with optimizer.learning_rate 0.5 as configured" in log
     saved = keras.models.load_model(tmp_path / "run" / "model.keras")
     assert float(saved.optimizer.learning_rate.numpy()) == pytest.approx(0.5)
-    resume_check.save_config(reference, compose([*TINY, *new]))
-    expected, _ = _resume(reference, new, reference=True)
-    for mine, theirs in zip(saved.get_weights(), expected.model.get_weights(), strict=True):
-        np.testing.assert_allclose(mine, theirs, rtol=1e-6, atol=1e-7)
+
+    starts_at = f"callbacks.extra=[{{_target_: {__name__}._FirstStep, rate: 0.5}}]"
+    reference = run_module(
+        "kdist.train",
+        [*again, starts_at],
+        cwd=tmp_path / "reference",
+        timeout=300,
+        env={"PYTHONPATH": str(Path(__file__).parent)},
+    )
+    assert reference.returncode == 0, reference.stderr
+    expected = keras.models.load_model(tmp_path / "reference" / "run" / "model.keras")
+    for mine, theirs in zip(saved.get_weights(), expected.get_weights(), strict=True):
+        np.testing.assert_array_equal(mine, theirs)
