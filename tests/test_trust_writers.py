@@ -100,7 +100,7 @@ def test_every_writer_is_held_to_the_run_folder(tmp_path, target):
             assert "\n" not in str(error.value)
         inside = {"callbacks": {"extra": [{"_target_": target, name: str(run_dir / "a" / "x")}]}}
         check_trusted_targets(inside, source="f", run_dir=run_dir)
-        with pytest.raises(ConfigError, match="no run folder known yet"):
+        with pytest.raises(ConfigError, match="no run folder is given to hold it"):
             check_trusted_targets(inside, source="f")  # no run folder: no path
 
 

@@ -152,11 +152,19 @@ def check_target_paths(
             for path in _strings(value):
                 if run_dir is not None and _inside(path, Path(run_dir)):
                     continue
-                where = f"the run folder {run_dir}" if run_dir else "no run folder known yet"
+                if run_dir is None:
+                    problem = (
+                        f"in {source} is a path {target} writes to, and no run folder is "
+                        "given to hold it"
+                    )
+                else:
+                    problem = (
+                        f"in {source} points outside the run folder {run_dir} ({target} "
+                        "writes there), which a file kdist did not write for this run may not do"
+                    )
                 raise ConfigError(
                     f"{key}.{name}" if key else name,
-                    f"in {source} points outside {where} ({target} writes there), which a "
-                    "file kdist did not write for this run may not do",
+                    problem,
                     value=path,
                     hint=hint,
                 )
