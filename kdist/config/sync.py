@@ -104,10 +104,6 @@ def sync_settings(strategy_cfg: Any) -> SyncSettings:
 def check_sync(cfg: Any) -> None:
     """Refuse a bad `strategy.sync` node, and local modes where there is nothing to average.
 
-    Also refuses checkpoint and backup intervals that are not multiples of `sync_every`:
-    a save between two averages would hold one replica's drifting weights, and a run
-    resumed from it would not continue the run it was saved from.
-
     Raises:
         ConfigError: naming the key.
     """
@@ -123,15 +119,3 @@ def check_sync(cfg: Any) -> None:
             value=settings.mode,
             hint="use strategy=mirrored or multi_worker_mirrored, or strategy.sync.mode=every_step",
         )
-    callbacks = cfg.get("callbacks") or {}
-    for name in ("backup", "checkpoint"):
-        node = callbacks.get(name) if hasattr(callbacks, "get") else None
-        every = node.get("every_n_steps") if node is not None and hasattr(node, "get") else None
-        if isinstance(every, int) and every > 0 and every % settings.sync_every:
-            raise ConfigError(
-                f"callbacks.{name}.every_n_steps",
-                f"saves between two weight averages (strategy.sync.sync_every="
-                f"{settings.sync_every}), where the replicas' weights differ",
-                value=every,
-                hint=f"use a multiple of {settings.sync_every}",
-            )

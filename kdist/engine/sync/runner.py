@@ -28,8 +28,9 @@ class LocalSGDRunner(StandardRunner):
     Each replica applies its own gradients to its own copy of the weights (no gradient
     all-reduce, `kdist.engine.sync.local_updates`), and the copies are averaged
     (`kdist.engine.sync.averaging.WeightAverager`) after every global step that is a
-    multiple of `sync_every` and at the end of every epoch, so that validation, the
-    epoch's checkpoints and the saved model all see the averaged weights. The first
+    multiple of `sync_every`, at the end of every epoch and before every save
+    (`settle`), so that validation, checkpoints, backups and the saved model all hold
+    averaged weights: a save is an average. The first
     `warmup_steps` steps all-reduce their gradients as `every_step` does.
 
     **Where the average falls:** on a call boundary, not inside the traced loop of
@@ -138,11 +139,16 @@ class LocalSGDRunner(StandardRunner):
         return logs
 
     def average(self) -> None:
-        """Average the replicas' weights now (nothing to do when they are the same)."""
-        if self._warming and not self._dirty:
-            return
+        """Average the replicas' weights now."""
         self.averager.average()
         self._dirty = False
+
+    def settle(self) -> None:
+        # Before every save (`kdist.engine.checkpoint.saver`): a checkpoint holds
+        # averaged weights, the anchor and the outer momentum of that average, and a run
+        # resumed from it continues exactly as the run that saved it did.
+        if self._dirty:
+            self.average()
 
     def train_loop_end(self) -> dict[str, float]:
         if self._dirty:
