@@ -67,11 +67,13 @@ class SyncConfig:
     # every_step (all-reduce the gradients at every step), local_sgd or diloco (each replica
     # applies its own gradients; the weights are averaged every sync_every steps).
     mode: str = "every_step"
+    # local_sgd/diloco: average the weights every this many steps (a positive integer).
     sync_every: int = 8
     # First steps trained with every_step before local steps begin (post-local SGD).
     warmup_steps: int = 0
     # diloco's outer SGD with Nesterov momentum on the averaged change (the paper's values).
     outer_learning_rate: float = 0.7
+    # diloco's outer Nesterov momentum (the paper's value).
     outer_momentum: float = 0.9
 
 
