@@ -299,9 +299,9 @@ def main(argv: list[str] | None = None) -> None:
         work = Path(tmp)
         for part in parts:
             started = time.perf_counter()
-            results[part] = {"correctness": correctness, "speed": speed, "quality": quality}[
-                part
-            ](work)
+            results[part] = {"correctness": correctness, "speed": speed, "quality": quality}[part](
+                work
+            )
             results[part]["seconds"] = time.perf_counter() - started
             results[part]["load_after"] = os.getloadavg()[0]
             path.write_text(json.dumps(results, indent=2) + "\n")
