@@ -169,6 +169,27 @@ def test_diloco_trains_and_keeps_the_replicas_together(tmp_path: Path):
     assert _max_diff(anchors, [np.asarray(v) for v in exp.model.trainable_variables]) == 0.0
 
 
+def test_each_replicas_optimizer_state_is_gathered_for_a_save_and_spread_back(tmp_path: Path):
+    exp = _fit(tmp_path, "adam", *_local(every=4), "optimizer=adam", "optimizer.learning_rate=0.01")
+    runner, optimizer = exp.runner, exp.optimizer
+    runner.train_loop_begin(reset_metrics=True)
+    runner.train_steps(2)  # between averages: each replica's moments are its own
+    slots = [v for v in optimizer.variables if len(v.shape) == 2]
+    before = [[np.asarray(c) for c in v.value.values] for v in slots]
+    assert max(float(np.max(np.abs(a - b))) for a, b in before) > 0
+    runner.settle()  # what a save does first: average, then gather
+    gathered = [[np.asarray(c) for c in v.value.values] for v in slots]
+    for slot in slots:
+        slot.assign(np.zeros(slot.shape, "float32"))  # as a restore of the first copy would
+    assert runner.averager.replica_states.spread()
+    after = [[np.asarray(c) for c in v.value.values] for v in slots]
+    for kept, back in zip(gathered, after, strict=True):
+        for replica_kept, replica_back in zip(kept, back, strict=True):
+            np.testing.assert_array_equal(replica_kept, replica_back)
+    runner.train_steps(1)  # a later step: the banks are not of this step any more
+    assert not runner.averager.replica_states.spread()
+
+
 # -- refusals ---------------------------------------------------------------------------
 
 
@@ -222,7 +243,8 @@ def test_auto_with_one_device_refuses_a_local_mode(tmp_path: Path):
 RESUME = [
     *JOB,
     *MLP,
-    *SGD,
+    "optimizer=adam",  # each replica's own moments, kept across the kill
+    "optimizer.learning_rate=0.01",
     "trainer.epochs=3",
     "runtime.deterministic=true",
     "callbacks=default",
@@ -239,7 +261,8 @@ RESUME = [
 def test_sigkill_between_averages_resumes_from_the_last_save_exactly(tmp_path: Path):
     """Backups every 5 steps, averages every 4 (and at every save): a kill at step 23
     resumes from the backup of step 20 (or 15), whose weights, anchor and outer momentum
-    are an average's, and ends with the uninterrupted run's weights."""
+    are an average's and which holds each replica's Adam moments, and ends with the
+    uninterrupted run's weights."""
     import keras
 
     env = {"PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "tests")))}

@@ -2,10 +2,12 @@
 
 from kdist.engine.sync.averaging import SyncCount, WeightAverager, averager_of
 from kdist.engine.sync.local_updates import install_local_updates
+from kdist.engine.sync.replica_state import ReplicaStates
 from kdist.engine.sync.runner import LocalSGDRunner
 
 __all__ = [
     "LocalSGDRunner",
+    "ReplicaStates",
     "SyncCount",
     "WeightAverager",
     "averager_of",

@@ -88,6 +88,8 @@ class WeightAverager(tf.Module):
             ErrorFeedback(self._variables) if error_feedback and self.wire != tf.float32 else None
         )
         self.count = SyncCount(dtype)
+        # Each replica's optimizer state for checkpoints (`LocalSGDRunner` sets it).
+        self.replica_states: Any = None
         self._average = tf.function(self._cross_replica_average)
 
     def matches(self, variables: Sequence[Any], settings: SyncSettings, dtype: str) -> bool:

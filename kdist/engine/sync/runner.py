@@ -16,6 +16,7 @@ from kdist.engine.runner import Logs
 from kdist.engine.standard_runner import StandardRunner
 from kdist.engine.sync.averaging import WeightAverager, averager_of
 from kdist.engine.sync.local_updates import install_local_updates
+from kdist.engine.sync.replica_state import ReplicaStates
 
 __all__ = ["LocalSGDRunner"]
 
@@ -48,9 +49,11 @@ class LocalSGDRunner(StandardRunner):
     (all workers) of the values each replica measured on its own, drifting, weights.
 
     **Optimizer state:** each replica keeps its own optimizer slots (Adam's moments);
-    they are not averaged. A checkpoint holds the chief's first replica's slots (a
-    mirrored variable saves its first copy); the anchor and the outer momentum are
-    identical on every replica and saved whole (the averager is tracked by the optimizer).
+    they are not averaged. Before a save they are all-gathered into banks that the
+    chief's checkpoint holds (`kdist.engine.sync.replica_state.ReplicaStates`), and a
+    restore gives each replica its own back; the anchor and the outer momentum are
+    identical on every replica and saved whole (the averager is tracked by the
+    optimizer). A GAN's second optimizer keeps only its first replica's state.
 
     Arguments as for `StandardRunner`, plus:
 
@@ -93,6 +96,8 @@ class LocalSGDRunner(StandardRunner):
                     dtype=dtype,
                     error_feedback=feedback,
                 )
+                # Tracked by the averager, so saved with it.
+                averager.replica_states = ReplicaStates(strategy=strategy, optimizer=self.optimizer)
             # Tracked by the optimizer: every checkpoint of it holds the anchor and the
             # outer momentum (`optimizer/kdist_weight_average/...`).
             inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
@@ -149,6 +154,7 @@ class LocalSGDRunner(StandardRunner):
         # resumed from it continues exactly as the run that saved it did.
         if self._dirty:
             self.average()
+        self.averager.replica_states.gather()
 
     def train_loop_end(self) -> dict[str, float]:
         if self._dirty:
@@ -161,9 +167,11 @@ class LocalSGDRunner(StandardRunner):
         return super().evaluate()
 
     def set_train_dataset_fn(self, dataset_fn: DatasetFn) -> None:
-        # A restore: the restored weights, anchor and momentum are those of an average.
+        # A restore: the restored weights, anchor and momentum are those of an average,
+        # and each replica takes back its own optimizer state from the banks.
         self._dirty = False
         super().set_train_dataset_fn(dataset_fn)
+        self.averager.replica_states.spread()
 
 
 def _allreduce_dtype(kwargs: dict[str, Any]) -> str:
