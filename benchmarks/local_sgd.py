@@ -304,6 +304,10 @@ def main(argv: list[str] | None = None) -> None:
             )
             results[part]["seconds"] = time.perf_counter() - started
             results[part]["load_after"] = os.getloadavg()[0]
+            # Parts may run in separate processes: keep what another one wrote since.
+            done = results[part]
+            results = json.loads(path.read_text()) if path.exists() else results
+            results[part] = done
             path.write_text(json.dumps(results, indent=2) + "\n")
             (RESULTS / f"{args.name}.md").write_text(_markdown(results))
             print(json.dumps({part: results[part]}, indent=1), flush=True)

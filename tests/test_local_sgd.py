@@ -127,6 +127,31 @@ def test_warmup_steps_are_every_step_updates(tmp_path: Path):
     assert _max_diff(_weights(reference), _weights(local)) > 1e-4
 
 
+def test_diloco_after_a_warm_up_starts_its_outer_steps_from_the_warm_up(tmp_path: Path):
+    # 12 synchronous steps (one epoch), then 3 local steps and an average by hand: with
+    # no momentum, DiLoCo's outer step gives w12 + lr * (mean(w15) - w12), where w12 are
+    # the warm-up's weights (not the weights the run started with).
+    lr = 0.5
+    outer = [f"strategy.sync.outer_learning_rate={lr}", "strategy.sync.outer_momentum=0.0"]
+    exp = _fit(
+        tmp_path, "diloco", *_local("diloco", 8), "strategy.sync.warmup_steps=12", *outer,
+        "trainer.epochs=1",
+    )  # fmt: skip
+    w12 = [np.asarray(v) for v in exp.model.trainable_variables]
+    runner = exp.runner
+    runner.train_loop_begin(reset_metrics=True)
+    runner.train_steps(3)
+    assert _replica_spread(exp) > 0
+    mean15 = [
+        np.mean([np.asarray(c) for c in v.value.values], axis=0)
+        for v in exp.model.trainable_variables
+    ]
+    runner.average()
+    expected = [a + lr * (m - a) for a, m in zip(w12, mean15, strict=True)]
+    after = [np.asarray(v) for v in exp.model.trainable_variables]
+    assert _max_diff(after, expected) < 1e-6
+
+
 def test_an_average_falls_on_the_same_steps_whatever_steps_per_execution(tmp_path: Path):
     one = _fit(tmp_path, "one", *_local(every=4))
     five = _fit(tmp_path, "five", *_local(every=4), "trainer.steps_per_execution=5")

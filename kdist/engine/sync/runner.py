@@ -132,6 +132,11 @@ class LocalSGDRunner(StandardRunner):
                 count = min(num_steps, warmup - done)
             else:
                 count = min(num_steps, every - done % every)
+                if warmup and done == warmup:
+                    # The first local step after the warm-up: the replicas start from the
+                    # warm-up's weights, and DiLoCo's first outer step measures the change
+                    # from there (not from the weights the run started with).
+                    self.averager.reset_anchors()
             logs = super().train_steps(count)
             done += count
             num_steps -= count
