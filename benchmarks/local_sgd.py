@@ -197,6 +197,8 @@ QUALITY_JOBS = {
         "callbacks=minimal",
     ],
 }
+# Accuracy of a guess, for the jobs whose data a few epochs may not learn.
+CHANCE = {"cnn_synthetic": 0.25}
 MODES = {
     "every_step": [],
     "local_sgd_4": ["strategy.sync.mode=local_sgd", "strategy.sync.sync_every=4"],
@@ -272,15 +274,30 @@ def _markdown(results: dict[str, Any]) -> str:
         for job in QUALITY_JOBS:
             if job not in q:
                 continue
+            losses = q[job].get("last_epoch_train_loss", {})
+            chance = job in CHANCE and q[job]["mean_accuracy"]["every_step"] < CHANCE[job] + 0.1
             lines.append(f"### {job}")
             lines.append("")
-            lines.append("| mode | mean accuracy | points below every_step | target (<= 1) |")
-            lines.append("|---|---|---|---|")
+            if chance:
+                lines += [
+                    f"every_step ends near chance ({CHANCE[job]}; training loss near "
+                    "ln 4 = 1.386): as in the scaling suite's curves (a plateau near ln 10), "
+                    "the CNN does not learn this synthetic data in a few epochs, so this "
+                    "table is recorded, not judged.",
+                    "",
+                ]
+            lines.append(
+                "| mode | mean accuracy | points below every_step | last epoch's training "
+                "loss (mean) | target (<= 1 point) |"
+            )
+            lines.append("|---|---|---|---|---|")
             for mode in MODES:
                 below = q[job]["points_below_every_step"][mode]
-                verdict = "met" if below <= 1.0 else "missed"
+                verdict = "not judged" if chance else ("met" if below <= 1.0 else "missed")
+                loss = statistics.mean(losses[mode]) if mode in losses else float("nan")
                 lines.append(
-                    f"| {mode} | {q[job]['mean_accuracy'][mode]:.4f} | {below:.2f} | {verdict} |"
+                    f"| {mode} | {q[job]['mean_accuracy'][mode]:.4f} | {below:.2f} | "
+                    f"{loss:.4f} | {verdict} |"
                 )
             lines.append("")
     lines += [
@@ -321,6 +338,10 @@ def main(argv: list[str] | None = None) -> None:
             (RESULTS / f"{args.name}.md").write_text(_markdown(results))
             print(json.dumps({part: results[part]}, indent=1), flush=True)
     sys.stdout.flush()
+    sys.stderr.flush()
+    # After many experiments in one process (2-replica strategies, their executors) the
+    # interpreter's exit waited for minutes on the 2-core machine: the results are written.
+    os._exit(0)
 
 
 if __name__ == "__main__":
