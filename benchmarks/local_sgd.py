@@ -266,8 +266,10 @@ def _markdown(results: dict[str, Any]) -> str:
             f"{s['median_examples_per_sec']['every_step']:.1f}, local_sgd sync_every=8 "
             f"{s['median_examples_per_sec']['local_sgd_8']:.1f}",
             f"- ratio {ratio:.2f} (target >= 1.5: {'met' if ratio >= 1.5 else 'missed'})",
-            "",
         ]
+        for earlier in s.get("earlier_runs", []):
+            lines.append(f"- an earlier run on the same machine: {earlier}")
+        lines.append("")
     q = results.get("quality")
     if q:
         lines += [f"## Quality (validation accuracy, mean over seeds {q['seeds']})", ""]
