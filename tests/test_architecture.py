@@ -74,6 +74,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "kdist.launch",
         "kdist.server",
         "kdist.docs",
+        "kdist.pages",
         "kdist.doctor",
     ),
 )

@@ -130,9 +130,21 @@ def test_isolate_runs_each_suite_in_a_process_of_its_own(tmp_path: Path):
 @pytest.mark.slow
 def test_startup_suite_runs_both_commands(tmp_path: Path):
     results = _bench(["--only", "startup", "--rounds", "1"], tmp_path, 600)
-    (row,) = results["comparisons"]
+    rows = {row["id"]: row for row in results["comparisons"]}
+    row = rows["startup/kdist_train_vs_plain_script"]
     assert row["a"]["name"] == "python -m kdist.train"
     assert 0 < row["a"]["median"] < 300 and 0 < row["b"]["median"] < 300
+    # The help rows: each help command over `kdist --version`, the train help with its target.
+    helps = {name: rows[name] for name in rows if "help" in name}
+    assert set(helps) == {
+        "startup/train_help_vs_version",
+        "startup/tune_help_vs_version",
+        "startup/train_help_hydra_get_help_vs_version",
+    }
+    assert helps["startup/train_help_vs_version"]["target"] is not None
+    for help_row in helps.values():
+        assert help_row["b"]["name"] == "kdist --version"
+        assert 0 < help_row["a"]["median"] < 300 and help_row["ratio"]["median"] > 0
 
 
 @pytest.mark.slow

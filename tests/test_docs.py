@@ -12,6 +12,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers import REPO
 
 from kdist import docs
@@ -22,7 +23,7 @@ README = (REPO / "README.md").read_text()
 SITE_PAGES = {
     str(p.relative_to(REPO)): p.read_text()
     for p in sorted((REPO / "docs").rglob("*.md"))
-    if p.parent.name not in ("config", "notebooks")
+    if p.parent.name not in ("config", "notebooks") and p.name != "troubleshooting.md"
 }
 # The README and every hand-written page: where commands are shown to users.
 MANUAL = {"README.md": README, **SITE_PAGES}
@@ -57,17 +58,33 @@ def test_a_page_per_group_and_a_section_per_option(pages):
         assert f"({group}.md)" in pages["config/index.md"]
 
 
+def _split_row(line: str) -> list[str]:
+    """A Markdown table row's cells, as Python-Markdown splits it: at a `|` that is neither
+    escaped nor inside a code span (`int | None` is one cell)."""
+    cells, cell, in_code, previous = [], "", False, ""
+    for char in line.strip().removeprefix("|").removesuffix("|"):
+        if char == "`":
+            in_code = not in_code
+        if char == "|" and not in_code and previous != "\\":
+            cells.append(cell.strip())
+            cell = ""
+        else:
+            cell += char
+        previous = char
+    return [*cells, cell.strip()]
+
+
 def _row(page: str, key: str, section: str = "") -> list[str]:
     for line in page[page.index(section) :].splitlines():
         if line.startswith(f"| `{key}` |"):
-            return [cell.strip() for cell in line.strip("|").split(" | ")]
+            return _split_row(line)
     raise AssertionError(f"no row for {key}")
 
 
 def test_rows_take_types_defaults_and_descriptions_from_their_sources(pages):
     runtime = _row(pages["config/runtime.md"], "logical_devices")
     # The type from the schema, the default from the YAML, the text from its comment.
-    assert runtime[1:3] == ["`int \\| None`", "`null`"]
+    assert runtime[1:3] == ["`int | None`", "`null`"]
     assert "split the CPU" in runtime[3]
     # A comment above a schema field.
     scaling = _row(pages["config/optimizer.md"], "lr_scaling")
@@ -80,7 +97,10 @@ def test_rows_take_types_defaults_and_descriptions_from_their_sources(pages):
     assert "Defaults to" not in fraction[3]
 
 
-def test_check_and_write(tmp_path: Path, generated_once):
+def test_check_and_write(tmp_path: Path, generated_once, monkeypatch):
+    # The executed notebooks have their own tests (tests/test_docs_pages.py): not run here.
+    monkeypatch.setattr(docs, "refresh_notebooks", lambda folder, force=False: [])
+    monkeypatch.setattr(docs, "stale_notebooks", lambda folder: [])
     assert "config/index.md" in docs.check(tmp_path)
     docs.write(tmp_path)
     assert docs.check(tmp_path) == []
@@ -106,7 +126,7 @@ def _undescribed(pages: dict[str, str]) -> tuple[int, list[str]]:
         section = ""
         for line in page.splitlines():
             section = line if line.startswith("## ") else section
-            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            cells = _split_row(line)
             if line.startswith("| `") and len(cells) == 4:
                 rows += 1
                 if not cells[3]:
@@ -125,17 +145,8 @@ def test_every_row_has_a_description(pages):
 
 def test_the_row_check_sees_an_empty_description():
     page = "## `x=y`\n\n| key | type | default | description |\n|---|---|---|---|\n"
-    page += "| `a` | `int` | `1` | the a |\n| `b\\|c` | `int` | `1` |  |\n"
-    assert _undescribed({"config/x.md": page}) == (2, ["config/x.md ## `x=y`: `b\\|c`"])
-
-
-def test_a_page_per_notebook(pages):
-    notebooks = sorted((REPO / "recipes" / "notebooks").glob("*.ipynb"))
-    assert notebooks
-    for notebook in notebooks:
-        page = pages[f"notebooks/{notebook.stem}.md"]
-        assert f"recipes/notebooks/{notebook.name}" in page
-        assert "```python" in page, notebook.name
+    page += "| `a` | `int` | `1` | the a |\n| `b|c` | `int | None` | `1` |  |\n"
+    assert _undescribed({"config/x.md": page}) == (2, ["config/x.md ## `x=y`: `b|c`"])
 
 
 # --- the README and the site's pages ---------------------------------------------------------
@@ -261,6 +272,30 @@ def test_config_trees_list_every_option_and_only_existing_ones():
         assert present - listed == set(), f"{name}'s config tree lacks {sorted(present - listed)}"
 
 
+def _check_readme_links() -> None:
+    """README.md is also the package's description on an index, away from the repository:
+    each link is an absolute URL; one into the site (mkdocs.yml's `site_url`) names a page
+    that `make docs` builds, and a heading of that page when it has an anchor."""
+    from markdown.extensions.toc import slugify
+
+    site = yaml.safe_load((REPO / "mkdocs.yml").read_text())["site_url"]
+    links = re.findall(r"\]\(([^)\s]+)\)", README)
+    assert links
+    into_site = 0
+    for link in links:
+        assert re.match(r"https?://", link), f"README.md links to {link}: not a URL"
+        if not link.startswith(site):
+            continue
+        into_site += 1
+        page, _, anchor = link.removeprefix(site).partition("#")
+        source = REPO / "docs" / Path(page).with_suffix(".md")
+        assert page.endswith(".html") and source.is_file(), link
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", source.read_text(), flags=re.M)
+            assert anchor in {slugify(h, "-") for h in headings}, link
+    assert into_site >= 10, into_site
+
+
 def test_readme_is_a_front_page():
     assert len(README.splitlines()) <= 200
     for heading in (
@@ -270,8 +305,7 @@ def test_readme_is_a_front_page():
         "## On a cluster",
     ):
         assert heading in README, heading
-    for path in re.findall(r"\]\(([^)#]+\.md)(?:#[^)]*)?\)", README):
-        assert (REPO / path).is_file(), path
+    _check_readme_links()
     for target in ("train", "test", "docs", "doctor"):
         assert (
             f"make {target}" in README
@@ -285,14 +319,14 @@ def test_readme_is_a_front_page():
 
 def test_readme_points_at_files_that_exist():
     for path in (
-        "docs/config/index.md",
         "recipes/notebooks/quickstart.ipynb",
         "recipes/notebooks/multiworker.ipynb",
         "recipes/notebooks/parameter_server.ipynb",
-        "CHANGELOG.md",
     ):
         assert path in README, path
         assert (REPO / path).is_file(), path
+    for page in ("config/index", "changelog"):  # the site's pages, by URL
+        assert f"/{page}.html)" in README and (REPO / "docs" / f"{page}.md").is_file(), page
     assert "`recipes/cluster/`" in README
     for name in ("kubernetes-multiworker.yaml", "slurm-multiworker.sbatch"):
         assert f"`{name}`" in README and (REPO / "recipes" / "cluster" / name).is_file()

@@ -110,6 +110,66 @@ def _check_site(fetched: dict[str, str], expected: set[str]) -> None:
         assert argument in fit, argument
 
 
+def _render(markdown_text: str) -> str:
+    """`markdown_text` as MkDocs renders a page's body: Python-Markdown with the
+    `markdown_extensions` of mkdocs.yml, configured as there."""
+    import markdown
+
+    names, configs = [], {}
+    for entry in CONFIG["markdown_extensions"]:
+        name, options = next(iter(entry.items())) if isinstance(entry, dict) else (entry, {})
+        names.append(name)
+        configs[name] = {
+            **(options or {}),
+            **({"base_path": [str(REPO)]} if "snippets" in name else {}),
+        }
+    return markdown.markdown(markdown_text, extensions=names, extension_configs=configs)
+
+
+def _cells(page_html: str) -> list[list[str]]:
+    """The rows of every table of `page_html`, each as its cells' inner HTML."""
+    rows = re.findall(r"<tr>(.*?)</tr>", page_html, flags=re.S)
+    return [re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row, flags=re.S) for row in rows]
+
+
+def _check_reference_html(pages: dict[str, str]) -> None:
+    """The configuration reference's tables as a reader sees them: four cells a row, no
+    code span showing a backslash before a `|`, and the union types read `int | None`."""
+    unions = 0
+    for name, page_html in pages.items():
+        assert "\\|" not in page_html, (name, page_html[page_html.index("\\|") - 200 :][:400])
+        for cells in _cells(page_html):
+            assert len(cells) in (3, 4), (name, cells)  # the index's group table has 3
+        unions += len(re.findall(r"<code>[^<]*\w \| None</code>", page_html))
+    assert unions >= 40, unions  # 82 cells read `... \\| None` before the fix
+
+
+def test_reference_tables_render_as_the_site_shows_them():
+    """Each page of docs/config/ rendered with mkdocs.yml's Markdown extensions (the whole
+    site's build, `test_the_whole_site`, checks the same on the built HTML)."""
+    pages = {
+        p.name: _render(p.read_text()) for p in sorted((REPO / "docs" / "config").glob("*.md"))
+    }
+    _check_reference_html(pages)
+
+
+def test_a_pipe_in_code_and_in_prose():
+    """What the generator writes for a `|` in a type, a default and a description, as
+    rendered: the code shows a bare `|`, the prose too, and the row keeps its four cells."""
+    from kdist.config.reference.render import _table
+    from kdist.config.reference.rows import Row
+
+    row = Row(key="a.b", kind="int | None", default="x|y", description="one | two `c | d`")
+    text = "\n".join(_table([row]))
+    (_header, cells) = _cells(_render(text))
+    assert cells == [
+        "<code>a.b</code>",
+        "<code>int | None</code>",
+        "<code>x|y</code>",
+        "one | two <code>c | d</code>",
+    ]
+
+
 def test_site_config_is_strict():
     assert CONFIG["strict"] is True
     assert CONFIG["validation"]["links"]["not_found"] == "warn"  # a warning fails --strict
@@ -127,7 +187,11 @@ def _nav_pages(nav: list) -> list[str]:
 
 def test_nav_names_every_page_once():
     listed = _nav_pages(CONFIG["nav"])
-    present = {str(p.relative_to(REPO / "docs")) for p in (REPO / "docs").rglob("*.md")}
+    present = {
+        str(p.relative_to(REPO / "docs"))
+        for pattern in ("*.md", "*.ipynb")
+        for p in (REPO / "docs").rglob(pattern)
+    }
     assert len(listed) == len(set(listed))
     assert set(listed) == present
 
@@ -179,3 +243,9 @@ def test_the_whole_site(tmp_path: Path):
     assert expected <= set(fetched)
     _check_site(fetched, expected)
     assert "steps_per_execution" in fetched["guides/notebook.html"]
+    reference = {p: text for p, text in fetched.items() if p.startswith("config/")}
+    _check_reference_html(reference)
+    # The notebooks' pages show what they printed and their plots (an inline PNG).
+    for page in (p for p in expected if p.startswith("notebooks/")):
+        assert "data:image/png;base64," in fetched[page], page
+        assert "examples/s" in fetched[page] or "Epoch" in fetched[page], page

@@ -160,9 +160,14 @@ def test_docs_in_a_checkout_writes_its_docs_folder_whatever_the_current_one(
     elsewhere = tmp_path / "project"
     elsewhere.mkdir()
     monkeypatch.setattr(docs, "CHECKOUT", checkout)
+    refreshed: list[str] = []  # executing the notebooks is `make docs`'s, not this test's
+    monkeypatch.setattr(
+        docs, "refresh_notebooks", lambda folder, force: refreshed.append(folder) or []
+    )
     monkeypatch.chdir(elsewhere)
     docs.main([])
     assert list(elsewhere.iterdir()) == []
+    assert refreshed == [str(checkout / "docs")]
     assert (checkout / "docs" / "config" / "trainer.md").is_file()
     # An explicit --out is the user's choice.
     docs.main(["--out", str(elsewhere / "pages")])

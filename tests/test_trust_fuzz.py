@@ -13,6 +13,12 @@ a step that instantiates it as the command would), by a resumed run's check
 search reads its stored config with). Each either refuses with a `ConfigError` or accepts
 a config whose instantiation calls no canary; no refused resolver is ever called.
 
+Path arguments (issue 43): every allowed target with a path parameter that writes
+(`test_trust_writers.WRITERS`, found from the signatures) is planted with a path outside
+the run folder (absolute, through `..`, through a link inside the run folder, through an
+interpolation) or inside it; a config a reader accepts never gives a writer a path that
+resolves (links followed) outside the run folder, checked here on what it instantiates.
+
 `make test` runs `FAST_EXAMPLES` examples (derandomised); the `slow` variant
 (`tests/slow_cases.txt`) runs `KDIST_FUZZ_EXAMPLES` (default 400).
 """
@@ -33,6 +39,7 @@ from hydra.utils import instantiate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
+from test_trust_writers import ALLOWED, WRITERS
 
 from kdist import predict
 from kdist.compat.tools_private import resolver_registry
@@ -43,6 +50,7 @@ from kdist.runs import resume_check
 
 FAST_EXAMPLES = 25
 CALLS: list[str] = []
+INSTANTIATED: list[Any] = []
 CANARY = f"{__name__}.canary"
 ENV_NODE = "KDIST_FUZZ_NODE"
 
@@ -100,6 +108,34 @@ def _targets(victim: str) -> st.SearchStrategy[str]:
     )
 
 
+def _paths(victim: str) -> st.SearchStrategy[str]:
+    """A path outside the run folder (`<root>/run`), by every route, or one inside it."""
+    root = str(Path(victim).parent)
+    return st.sampled_from(
+        [
+            f"{victim}/keep",
+            f"{victim}/made",
+            f"{root}/run/../victim/made",
+            f"{root}/run/link/made",  # `link` -> the victim folder (`_plant`)
+            f"{root}/run/link/../../victim/keep",
+            "made",  # relative: opened from this process's folder
+            "${stash.outside}",
+            "${oc.select:stash.outside,x}",
+            f"{root}/run/sub/ok.png",
+            "${stash.inside}",
+        ]
+    )
+
+
+@st.composite
+def _writers(draw: Any, victim: str) -> dict[str, Any]:
+    """A node of an allowed target that writes, one of its path arguments planted."""
+    target = draw(st.sampled_from(WRITERS))
+    name = draw(st.sampled_from(ALLOWED[target]))
+    path = draw(_paths(victim))
+    return {"_target_": target, name: path if draw(st.booleans()) else [path]}
+
+
 def _expressions(victim: str) -> st.SearchStrategy[str]:
     node = _targets(victim)
     leaves = st.one_of(
@@ -143,7 +179,7 @@ def _values(victim: str) -> st.SearchStrategy[Any]:
     expression = _expressions(victim)
     parsed = _targets(victim).map(yaml.safe_load)
     return st.recursive(
-        st.one_of(expression, parsed),
+        st.one_of(expression, parsed, _writers(victim)),
         lambda inner: st.one_of(
             st.lists(inner, min_size=1, max_size=3),
             st.dictionaries(st.sampled_from(["a", "_args_", "b", "_target_"]), inner, max_size=2),
@@ -178,6 +214,8 @@ def _config(victim: str, draw: Any) -> dict[str, Any]:
         "escaped": "\\${kdist_fuzz_canary:}",
         "ref": draw(_expressions(victim)),
         "plain": "{_target_: keras.layers.Dense, units: 4}",
+        "outside": draw(_paths(victim)),
+        "inside": f"{Path(victim).parent}/run/sub/ok.png",
     }
     kept = draw(st.sets(st.sampled_from(sorted(stash))))
     if kept:
@@ -203,6 +241,7 @@ class _Stop(Exception):
 
 def _instantiate(cfg: Any) -> None:
     """What a command does with an accepted config: build every object it names."""
+    INSTANTIATED.append(OmegaConf.to_container(cfg, resolve=False))
     with contextlib.suppress(Exception):  # a Dense with odd arguments fails: not the point
         instantiate(cfg, _convert_="all")
     raise _Stop
@@ -231,7 +270,7 @@ def _readers(run_dir: Path) -> dict[str, Any]:
         resume_check.check_resume(run_dir, OmegaConf.create({"trainer": {"epochs": 1}}))
 
     def stored_search_config() -> None:
-        _instantiate(trusted_config(config))
+        _instantiate(trusted_config(config, run_dir=run_dir))
 
     return {
         "kdist.evaluate": evaluate_reader,
@@ -250,19 +289,68 @@ def _plant(root: Path, cfg: dict[str, Any]) -> Path:
     (run_dir / "backup").mkdir()
     (run_dir / "backup" / "ckpt-1.index").write_bytes(b"")
     (run_dir / "backup" / "config.yaml").write_text(text)
+    (run_dir / "link").symlink_to(root / "victim", target_is_directory=True)
     return run_dir
 
 
-def _check_one(data: Any) -> None:
+def _writer_paths(node: Any) -> list[str]:
+    """Every path argument of a writer in an instantiated config, as given."""
+    found: list[str] = []
+    if isinstance(node, dict):
+        target = node.get("_target_")
+        if target in ALLOWED and target in WRITERS:
+            for name in ALLOWED[target]:
+                value = node.get(name)
+                found.extend(v for v in (value if isinstance(value, list) else [value]) if v)
+        for value in node.values():
+            found.extend(_writer_paths(value))
+    elif isinstance(node, list):
+        for value in node:
+            found.extend(_writer_paths(value))
+    return found
+
+
+def _outside(path: str, run_dir: Path) -> bool:
+    """The test's own reading: where the path lands, links followed."""
+    landed = Path(os.path.realpath(Path.cwd() / path))
+    root = Path(os.path.realpath(run_dir))
+    return landed != root and root not in landed.parents
+
+
+def _path_config(victim: str, draw: Any) -> dict[str, Any]:
+    """A config whose only planted nodes are writers (so that many are accepted), at the
+    keys a run's config has, their paths inside or outside the run folder."""
+    cfg: dict[str, Any] = {
+        "strategy": {"kind": "one"},
+        "data": {"source": {"_target_": "keras.layers.Dense", "units": 3}},
+        "trainer": {"loss": "mse", "metrics": ["mae"]},
+        "stash": {
+            "outside": draw(_paths(victim)),
+            "inside": f"{Path(victim).parent}/run/sub/ok.png",
+        },
+    }
+    extra = draw(st.lists(_writers(victim), min_size=1, max_size=3))
+    where = draw(st.sampled_from(["callbacks.extra", "model.callback", "deep.a"]))
+    if where == "callbacks.extra":
+        cfg["callbacks"] = {"extra": extra}
+    elif where == "model.callback":
+        cfg["model"] = {"_target_": "keras.layers.Dense", "units": 1, "x": extra[0]}
+    else:
+        cfg["deep"] = {"a": {"b": extra}}
+    return cfg
+
+
+def _check_one(data: Any, make: Any = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         victim = root / "victim"
         victim.mkdir()
         (victim / "keep").write_text("keep me\n")
-        cfg = _config(str(victim), data.draw)
+        cfg = (make or _config)(str(victim), data.draw)
         run_dir = _plant(root, cfg)
         os.environ[ENV_NODE] = f"{{_target_: {CANARY}, _args_: [env]}}"
         CALLS.clear()
+        INSTANTIATED.clear()
         outcomes = {}
         try:
             with recorded_resolvers():
@@ -277,6 +365,9 @@ def _check_one(data: Any) -> None:
         finally:
             os.environ.pop(ENV_NODE, None)
         assert CALLS == [], (CALLS, outcomes, cfg)
+        for built in INSTANTIATED:
+            escaped = [p for p in _writer_paths(built) if _outside(str(p), run_dir)]
+            assert escaped == [], (escaped, outcomes, cfg)
         assert (victim / "keep").read_text() == "keep me\n", outcomes
         assert not (victim / "made").exists(), outcomes
 
@@ -305,6 +396,18 @@ def test_no_reader_calls_a_canary_larger_budget(data):
     _check_one(data)
 
 
+@_fuzz_settings(FAST_EXAMPLES, derandomize=True)
+@given(st.data())
+def test_no_reader_lets_a_writer_out_of_the_run_folder(data):
+    _check_one(data, _path_config)
+
+
+@_fuzz_settings(int(os.environ.get("KDIST_FUZZ_EXAMPLES", "400")), derandomize=False)
+@given(st.data())
+def test_no_reader_lets_a_writer_out_larger_budget(data):
+    _check_one(data, _path_config)
+
+
 def test_the_generator_reaches_every_outcome():
     """The fuzz is worth something: some configs are accepted and instantiated, some are
     refused for a target, some for a resolver (checked on fixed examples of each)."""
@@ -323,4 +426,13 @@ def test_the_generator_reaches_every_outcome():
             path.write_text(yaml.safe_dump(planted))
             with pytest.raises(ConfigError, match=match):
                 trusted_config(path)
+        # A writer's path: outside the run folder refused, inside accepted.
+        run_dir = root / "run"
+        for where, refused in ((root / "victim" / "x.png", True), (run_dir / "x.png", False)):
+            path.write_text(yaml.safe_dump({"a": {"_target_": WRITERS[0], "path": str(where)}}))
+            if refused:
+                with pytest.raises(ConfigError, match=r"^a\.path=.* points outside the run"):
+                    trusted_config(path, run_dir=run_dir)
+            else:
+                trusted_config(path, run_dir=run_dir)
         assert CALLS == []

@@ -28,10 +28,10 @@ from kdist.runs import lock as run_lock
 from kdist.tuning import fit_override
 from kdist.tuning import run as run_search
 from kdist.tuning.deadline import TrialTimeout, deadline
-from kdist.tuning.driver import _check_resume
 from kdist.tuning.folder import accept_search_dir
 from kdist.tuning.plan import TrialPlan
 from kdist.tuning.results import load_best
+from kdist.tuning.search_settings import check_resume as _check_resume
 from kdist.tuning.space import Space
 
 TINY = ["trainer=fast_dev", "trainer.verbose=0", "callbacks=minimal", "tuner.verbose=0"]

@@ -216,6 +216,10 @@ def register_help_resolver() -> None:
     """
     from omegaconf import Container, OmegaConf
 
+    from kdist.config.fast_help import install
+
+    install()  # Hydra lists no group the template does not print (kdist.config.fast_help)
+
     def resolve(command: str, *, _root_: Container) -> str:
         # The option each group has now (`model=cnn --help` marks cnn), as Hydra records it.
         choices = OmegaConf.select(_root_, "hydra.runtime.choices", default=None)

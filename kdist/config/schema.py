@@ -61,14 +61,33 @@ __all__ = [
 
 
 @dataclass
+class SyncConfig:
+    """`strategy.sync`: how often the replicas average their weights (`kdist.config.sync`)."""
+
+    # every_step (all-reduce the gradients at every step), local_sgd or diloco (each replica
+    # applies its own gradients; the weights are averaged every sync_every steps).
+    mode: str = "every_step"
+    # local_sgd/diloco: average the weights every this many steps (a positive integer).
+    sync_every: int = 8
+    # First steps trained with every_step before local steps begin (post-local SGD).
+    warmup_steps: int = 0
+    # diloco's outer SGD with Nesterov momentum on the averaged change (the paper's values).
+    outer_learning_rate: float = 0.7
+    # diloco's outer Nesterov momentum (the paper's value).
+    outer_momentum: float = 0.9
+
+
+@dataclass
 class AutoStrategyConfig:
     _target_: str = "kdist.strategies.auto"
+    sync: SyncConfig = field(default_factory=SyncConfig)
 
 
 @dataclass
 class OneDeviceStrategyConfig:
     _target_: str = "kdist.strategies.one_device"
     device: str | None = None
+    sync: SyncConfig = field(default_factory=SyncConfig)
 
 
 @dataclass
@@ -76,6 +95,7 @@ class MirroredStrategyConfig:
     _target_: str = "kdist.strategies.mirrored"
     devices: list[str] | None = None
     cross_device_ops: str = "auto"
+    sync: SyncConfig = field(default_factory=SyncConfig)
 
 
 @dataclass
@@ -85,6 +105,7 @@ class _ClusterStrategyConfig:
     _target_: str = MISSING
     cluster: str = "auto"
     port_base: int = 8888
+    sync: SyncConfig = field(default_factory=SyncConfig)
 
 
 @dataclass

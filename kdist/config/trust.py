@@ -26,6 +26,11 @@ environment, secrets included, into a config someone else wrote), `hydra:` (the 
 own Hydra state), and every resolver registered by other code (a user's `eval`, say).
 `trusted_config` does all of it for any file kdist reads back (`best.yaml`, a search's
 state); YAML files are read within `kdist.config.yaml_limits`.
+
+A trusted target may still write where it is told (`Curves(path=...)`,
+`EpochTensorBoard(log_dir=...)`): each of its path arguments must resolve, links followed,
+inside the run folder the file belongs to (`kdist.config.trust_paths`), or it is refused
+in one line naming the key and the path.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from kdist.compat.keras_private import KERAS_DEFINITION_MODULES, KERAS_UNTRUSTED
 from kdist.compat.moved import new_name
 from kdist.compat.tools_private import resolver_registry
 from kdist.config.errors import ConfigError
+from kdist.config.trust_paths import check_target_paths
 from kdist.config.yaml_limits import load_config
 
 __all__ = [
@@ -314,6 +320,7 @@ def trusted_config(
     source: str | None = None,
     key: str = "run_dir",
     exempt: tuple[str, ...] = (),
+    run_dir: str | os.PathLike[str] | None = None,
 ) -> DictConfig | ListConfig:
     """A config read back from a folder, as it will be instantiated, once trusted.
 
@@ -321,7 +328,8 @@ def trusted_config(
     written (a run's `.hydra/config.yaml`, `best.yaml`, a search's stored config): the file
     is read within `kdist.config.yaml_limits`, its interpolations are resolved with
     `SAFE_RESOLVERS` only (`resolve_untrusted`), and every `_target_` of the resolved tree
-    must name a building block (`check_trusted_targets`).
+    must name a building block whose path arguments stay in `run_dir`
+    (`check_trusted_targets`).
 
     Args:
         path_or_cfg: the file, or a config already read from one.
@@ -330,6 +338,8 @@ def trusted_config(
             `"run_dir"`.
         exempt: dotted keys set by the user on their own command line (their targets
             are theirs). Defaults to `()`.
+        run_dir: the run folder the file belongs to, where a target's path arguments
+            must point. Defaults to `None`: no path argument is accepted.
 
     Returns:
         The resolved config: no interpolation left in it.
@@ -349,7 +359,7 @@ def trusted_config(
         where = source or str(path_or_cfg)
         cfg = load_config(Path(path_or_cfg), key=key)
     resolved = resolve_untrusted(cfg, source=where)
-    check_trusted_targets(resolved, source=where, exempt=exempt)
+    check_trusted_targets(resolved, source=where, exempt=exempt, run_dir=run_dir)
     return resolved
 
 
@@ -369,23 +379,33 @@ def _targets(node: Any, key: str = "") -> list[tuple[str, Any]]:
 
 
 def check_trusted_targets(
-    cfg: DictConfig | ListConfig | dict[str, Any], *, source: str, exempt: tuple[str, ...] = ()
+    cfg: DictConfig | ListConfig | dict[str, Any],
+    *,
+    source: str,
+    exempt: tuple[str, ...] = (),
+    run_dir: str | os.PathLike[str] | None = None,
 ) -> None:
-    """Refuse a config read from a file when a `_target_` names code outside the allow-list.
+    """Refuse a config read from a file when a `_target_` names code outside the allow-list,
+    or a path argument of one points outside the run folder.
 
     Interpolations are resolved with `SAFE_RESOLVERS` only, as they will be when the
     config is instantiated; an interpolation through another resolver is refused too.
+    Each path argument of a target that writes (`kdist.config.trust_paths`) must resolve,
+    links followed, inside `run_dir`.
 
     Args:
         cfg: the config read from `source`.
         source: the file or folder it was read from, for the message.
         exempt: dotted keys the user set on the command line (their own targets, and
             everything under them, are trusted). Defaults to `()`.
+        run_dir: the run folder the file belongs to. Defaults to `None`: none is known,
+            and no path argument of a writing target is accepted.
 
     Raises:
         ConfigError: naming the first key whose `_target_` is not trusted, its value and
-            the flag that allows it; or the key of an interpolation through a resolver
-            outside `SAFE_RESOLVERS`.
+            the flag that allows it; the key of an interpolation through a resolver
+            outside `SAFE_RESOLVERS`; or the key and value of a path argument outside
+            `run_dir`.
     """
     found: list[tuple[str, Any]] = []
     # Resolved as they will be when instantiated, with the safe resolvers only: a
@@ -405,3 +425,17 @@ def check_trusted_targets(
             value=target,
             hint=f"pass {TRUST_FLAG}=true if you trust whoever wrote this run folder",
         )
+    plain: Any = cfg
+    if isinstance(cfg, (DictConfig, ListConfig)):
+        with safe_resolvers():
+            try:
+                plain = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+            except OmegaConfBaseException as error:
+                raise _resolver_error("", error, source) from None
+    check_target_paths(
+        plain if isinstance(plain, (dict, list)) else {},
+        source=source,
+        run_dir=run_dir,
+        exempt=exempt,
+        hint=f"pass {TRUST_FLAG}=true if you trust whoever wrote this run folder",
+    )

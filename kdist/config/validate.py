@@ -25,6 +25,7 @@ from kdist.config.constants import (
 )
 from kdist.config.errors import ConfigError
 from kdist.config.groups import TRAIN_GROUPS
+from kdist.config.sync import check_sync
 from kdist.config.targets import check_target_keys
 
 __all__ = [
@@ -258,6 +259,7 @@ def validate(cfg: DictConfig) -> None:
     check_positive("trainer.validation_freq", trainer.validation_freq)
     check_positive("trainer.accumulate_steps", trainer.get("accumulate_steps", 1))
     check_allreduce_dtype(cfg)
+    check_sync(cfg)
     check_compile(trainer)
 
     optimizer = cfg.optimizer
@@ -294,7 +296,7 @@ def validate(cfg: DictConfig) -> None:
     check_positive("runtime.seed", runtime.seed, strict=False)
 
     strategy = cfg.strategy
-    check_target_keys("strategy", strategy)
+    check_target_keys("strategy", strategy, ignore=("sync",))  # kdist.config.sync
     if "cross_device_ops" in strategy:
         check_choice("strategy.cross_device_ops", strategy.cross_device_ops, CROSS_DEVICE_OPS)
 

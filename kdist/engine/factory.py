@@ -6,15 +6,21 @@ from typing import Any
 
 import tensorflow as tf
 
+from kdist.config.sync import SyncSettings
 from kdist.engine.ps_runner import ParameterServerRunner
 from kdist.engine.runner import Runner
 from kdist.engine.standard_runner import StandardRunner
+from kdist.engine.sync.runner import LocalSGDRunner
 
 __all__ = ["make_runner"]
 
 
 def make_runner(
-    strategy: tf.distribute.Strategy, *, steps_per_schedule: int, **kwargs: Any
+    strategy: tf.distribute.Strategy,
+    *,
+    steps_per_schedule: int,
+    sync: SyncSettings | None = None,
+    **kwargs: Any,
 ) -> Runner:
     """The runner that trains under `strategy`.
 
@@ -22,6 +28,8 @@ def make_runner(
         strategy: the run's strategy.
         steps_per_schedule: steps in one function a parameter-server chief schedules on a
             worker (`strategy.steps_per_schedule`); unused by other strategies.
+        sync: `strategy.sync`; a local mode (`local_sgd`, `diloco`) makes a
+            `LocalSGDRunner`. Defaults to `None` (`every_step`).
         **kwargs: `StepRunner`'s arguments (model, data, batch, steps per execution, ...).
 
     Raises:
@@ -32,4 +40,6 @@ def make_runner(
         return ParameterServerRunner(
             strategy=strategy, steps_per_schedule=steps_per_schedule, **kwargs
         )
+    if sync is not None and sync.local:
+        return LocalSGDRunner(strategy=strategy, sync=sync, **kwargs)
     return StandardRunner(strategy=strategy, **kwargs)

@@ -98,7 +98,7 @@ def load_trusted_config(
     if not trust_run_dir:
         # Before anything imports or calls a target; the user's own overrides are theirs.
         exempt = tuple(o.partition("=")[0].lstrip("+~") for o in overrides)
-        check_trusted_targets(cfg, source=str(run_dir), exempt=exempt)
+        check_trusted_targets(cfg, source=str(run_dir), exempt=exempt, run_dir=run_dir)
     return cfg
 
 

@@ -14,6 +14,7 @@ from kdist import models
 from kdist.compat.keras_private import distribute_strategy, flatten_layers, outputs_struct
 from kdist.config import compile_rules
 from kdist.config.errors import ConfigError
+from kdist.config.sync import sync_settings
 from kdist.data.checks import check_label_range
 from kdist.data.pipeline import run_dataset_fn
 from kdist.data.source import ArraySource, Source
@@ -336,6 +337,7 @@ def runner_for(
             return make_runner(
                 strategy,
                 steps_per_schedule=int(cfg.strategy.get("steps_per_schedule", 1)),
+                sync=sync_settings(cfg.strategy),
                 model=model,
                 train_dataset_fn=train_fn,
                 validation_dataset_fn=(

@@ -18,7 +18,9 @@ optimizer's hyperparameters (`beta_1`, a schedule, ...) are its constructor's, a
 learning rate, which the checkpoint holds, is set again after the restore
 (`apply_allowed_changes`). A change the checkpoint's optimizer state cannot take (another
 optimizer class, a constant learning rate turned into a schedule, loss scaling, EMA or
-momentum slots added or removed) is refused with one line instead.
+momentum slots added or removed, Adagrad's `initial_accumulator_value`, whose accumulators
+the checkpoint holds) is refused with one line instead. `tests/test_trust_resume_changes.py`
+checks each optimizer key against a run that started from the same checkpoint with it.
 """
 
 from __future__ import annotations
@@ -73,8 +75,9 @@ MAY_CHANGE = (
 )
 # Marks "the saved config is unknown" in the accepted changes.
 UNKNOWN = "*"
-# Accepted changes of a run folder (its real path), from `check_resume` to the restore.
-_ACCEPTED: dict[str, list[str]] = {}
+# Accepted changes of a run folder (its real path), from `check_resume` to the restore,
+# with the config they were accepted for (flattened, resolved).
+_ACCEPTED: dict[str, tuple[list[str], dict[str, Any]]] = {}
 
 
 def _flatten(node: Any, key: str = "") -> dict[str, Any]:
@@ -130,6 +133,8 @@ def _optimizer_layout(cfg: dict[str, Any]) -> dict[str, Any]:
         "optimizer.use_ema": bool(optimizer.get("use_ema")),
         "optimizer.amsgrad": bool(optimizer.get("amsgrad")),
         "optimizer.momentum": "momentum slots" if optimizer.get("momentum") else "none",
+        # Adagrad's accumulators start at it, and the checkpoint holds them.
+        "optimizer.initial_accumulator_value": optimizer.get("initial_accumulator_value"),
     }
 
 
@@ -198,8 +203,21 @@ def check_resume(run_dir: str | os.PathLike[str], cfg: DictConfig, *, record: bo
     allowed = bool(OmegaConf.select(cfg, ALLOW_KEY, default=False))
     found = _saved_config(Path(run_dir))
     key = str(Path(run_dir).resolve())
+    mine = _plain(cfg)
     if record:
-        _ACCEPTED.pop(key, None)
+        earlier = _ACCEPTED.pop(key, None)
+        if (
+            earlier is not None
+            and isinstance(found, tuple)
+            and not changed_keys(earlier[1], mine)
+            and not changed_keys(found[1], mine)
+        ):
+            # Checked again once this very config was saved over the folder's (the
+            # command line checks under the lock and writes `.hydra/` and the copies
+            # beside the checkpoints before the Experiment restores): the changes
+            # accepted for it still wait to be applied after the restore.
+            _ACCEPTED[key] = earlier
+            return
     if found is None:
         return
     if found is False:
@@ -213,7 +231,7 @@ def check_resume(run_dir: str | os.PathLike[str], cfg: DictConfig, *, record: bo
             )
         if record:
             log.warning("resuming checkpoints without a saved config (%s=true)", ALLOW_KEY)
-            _ACCEPTED[key] = [UNKNOWN]
+            _ACCEPTED[key] = ([UNKNOWN], mine)
         return
     assert not isinstance(found, bool)
     path, saved = found
@@ -242,7 +260,7 @@ def check_resume(run_dir: str | os.PathLike[str], cfg: DictConfig, *, record: bo
             )
     if record:
         log.warning("resuming with changed settings (%s=true): %s", ALLOW_KEY, shown)
-        _ACCEPTED[key] = changed
+        _ACCEPTED[key] = (changed, mine)
 
 
 def optimizer_hyperparameters(optimizer: Any) -> dict[str, float]:
@@ -268,7 +286,7 @@ def apply_allowed_changes(
     Returns:
         The keys set again (e.g. `["optimizer.learning_rate"]`), each logged.
     """
-    changed = _ACCEPTED.pop(str(Path(run_dir).resolve()), [])
+    changed, _ = _ACCEPTED.pop(str(Path(run_dir).resolve()), ([], {}))
     if not any(k == UNKNOWN or k.startswith("optimizer.") for k in changed):
         return []  # the restored rate is the run's own (a callback may have lowered it)
     inner = getattr(optimizer, "inner_optimizer", optimizer)

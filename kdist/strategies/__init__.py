@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from omegaconf import DictConfig, OmegaConf
+
 from kdist.config.build import instantiate
 from kdist.strategies.multi_worker import multi_worker_mirrored
 from kdist.strategies.parameter_server import parameter_server
@@ -28,4 +30,8 @@ def build(strategy_cfg: Any) -> Any:
     Returns:
         A `tf.distribute.Strategy`.
     """
-    return instantiate(strategy_cfg, _convert_="all")
+    # `sync` configures the engine (`kdist.engine.sync`), not the tf.distribute strategy.
+    keys = [str(key) for key in strategy_cfg if key != "sync"]
+    if isinstance(strategy_cfg, DictConfig):
+        return instantiate(OmegaConf.masked_copy(strategy_cfg, keys), _convert_="all")
+    return instantiate({key: strategy_cfg[key] for key in keys}, _convert_="all")

@@ -21,17 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from kdist.config.errors import ConfigError
 from kdist.config.objective import direction_of, resolve_objective
 from kdist.config.validate import validate
-from kdist.config.yaml_limits import load_yaml
 from kdist.models import hypermodel
 from kdist.runs import lock as run_lock
-from kdist.tuning import fit_override, hparams, oracles, results
-from kdist.tuning.folder import SEARCH_SETTINGS, SEARCH_STATE, accept_search_dir
+from kdist.tuning import fit_override, hparams, oracles, results, search_settings
+from kdist.tuning.folder import SEARCH_STATE, accept_search_dir
 from kdist.tuning.oracle_chief import OracleServer
 from kdist.tuning.oracle_client import DeadlineOracleClient
 from kdist.tuning.plan import TrialPlan, base_overrides, trial_config_name
@@ -43,7 +41,6 @@ __all__ = ["SearchResult", "check", "run", "uses_hypermodel"]
 
 log = logging.getLogger(__name__)
 
-_SEARCH_FILE = SEARCH_SETTINGS
 # Strategies whose trials span several processes; parallel tuning runs one trial per tuner.
 _MULTI_PROCESS = ("multi_worker", "parameter_server")
 
@@ -212,40 +209,6 @@ def _auto_objective(cfg: DictConfig, found: hypermodel.SpaceFound) -> None:
     )
 
 
-def _same_overrides(before: Any, now: Sequence[str]) -> bool:
-    """Whether two lists of overrides set the same config: in any order, unless a key is
-    set twice (the last one wins, so their order matters)."""
-    if not isinstance(before, list):
-        return False
-    if sorted(map(str, before)) != sorted(now):
-        return False
-    keys = [o.split("=", 1)[0].lstrip("~+") for o in now]
-    return len(set(keys)) == len(keys) or list(map(str, before)) == list(now)
-
-
-def _check_resume(project: Path, plan: TrialPlan, target: str) -> None:
-    settings = {**plan.describe(), "tuner": target}
-    path = project / _SEARCH_FILE
-    if path.is_file():
-        before = load_yaml(path, key="hydra.run.dir") or {}
-        for key, value in settings.items():
-            if key == "overrides" and _same_overrides(before.get(key), value):
-                continue
-            if before.get(key) != value:
-                raise ConfigError(
-                    "hydra.run.dir",
-                    f"holds a search with other settings ({key} was {before.get(key)!r}, "
-                    f"now {value!r})",
-                    value=str(project.parent),
-                    hint="resume with the same overrides, start afresh with "
-                    "tuner.overwrite=true, or use another run directory",
-                )
-        log.info("resuming the search in %s", project.parent)
-        return
-    project.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(settings, sort_keys=False))
-
-
 def _strategy_target(cfg: DictConfig) -> str:
     return str(OmegaConf.select(cfg, "strategy._target_", default="") or "")
 
@@ -365,7 +328,7 @@ def run(
                 for name in (SEARCH_STATE, "trials", "trials.csv", "best.yaml"):
                     path = run_dir / name
                     shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
-            _check_resume(project, plan, str(tuner_cfg._target_))
+            search_settings.check_resume(project, plan, str(tuner_cfg._target_))
             if on_accepted is not None:
                 on_accepted()
         return _search(

@@ -26,6 +26,7 @@ from kdist.config.errors import ConfigError
 from kdist.config.yaml_limits import load_yaml
 from kdist.runs.fileio import write_csv_atomic, write_text_atomic
 from kdist.runs.sweep import plot_table
+from kdist.tuning import search_settings
 from kdist.tuning.oracles import TrialStatus, reason
 from kdist.tuning.plan import TrialPlan
 
@@ -203,6 +204,30 @@ def _best_file(search_dir: str | os.PathLike[str], key: str) -> dict[str, Any]:
     return content
 
 
+def _check_config_dir(search_dir: Path, config_dir: Any, *, key: str) -> None:
+    """`best.yaml`'s `config_dir`: the folder the search recorded when it started
+    (`keras_tuner/search.yaml`), or one inside the search folder; else one line."""
+    if config_dir is None:
+        return
+    folder = (
+        search_dir.parent if search_dir.name == BEST and not search_dir.is_dir() else search_dir
+    )
+    recorded, expected = search_settings.recorded_config_dir(folder, key=key)
+    if recorded and expected is not None and str(config_dir) == expected:
+        return
+    real, root = os.path.realpath(str(config_dir)), os.path.realpath(folder)
+    if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
+        return
+    said = f"it recorded {expected}" if recorded and expected else "it recorded none"
+    raise ConfigError(
+        "config_dir",
+        f"in {folder}/{BEST} is not the config folder the search started with ({said}) "
+        "nor a folder inside the search's",
+        value=str(config_dir),
+        hint=f"pass trust=True if you trust whoever wrote {folder}",
+    )
+
+
 def load_best(
     search_dir: str | os.PathLike[str],
     *,
@@ -216,8 +241,12 @@ def load_best(
     `config_dir`) and `overrides`, and checks every `_target_` of the composed config with
     kdist's trust check (`kdist.config.trust.check_trusted_targets`), as `kdist.evaluate`
     checks a run folder's config: a `best.yaml` someone else could write cannot make
-    `kdist.Experiment` run code of theirs. Interpolations through a resolver
-    (`${oc.decode:...}`) in its overrides are refused too.
+    `kdist.Experiment` run code of theirs, nor make a writer (`Curves(path=...)`, ...)
+    write outside the run folder you give with `run_dir=` (none given: no path argument
+    is accepted). Interpolations through a resolver (`${oc.decode:...}`), `run_dir` and
+    `hydra.*` in its overrides are refused too, and its `config_dir` must be the folder
+    the search recorded when it started (`keras_tuner/search.yaml`) or inside the search
+    folder.
 
     Args:
         search_dir: the search's run folder (or its `best.yaml`).
@@ -253,7 +282,16 @@ def load_best(
     config_name = str(content.get("config_name") or "train")
     config_dir = content.get("config_dir")
     if not trust:
+        _check_config_dir(Path(search_dir), config_dir, key=key)
         for override in best:
+            name = override.split("=", 1)[0].lstrip("~+")
+            if name in ("run_dir", "hydra") or name.startswith(("hydra.", "hydra/")):
+                raise ConfigError(
+                    name,
+                    f"in {where}/{BEST} says where the run writes, which only you choose",
+                    value=override,
+                    hint="pass overrides=['run_dir=...'] yourself",
+                )
             if _RESOLVER_CALL.search(override):
                 raise ConfigError(
                     override.split("=", 1)[0].lstrip("~+"),
@@ -273,8 +311,12 @@ def load_best(
     if not trust:
         mine = {o.split("=", 1)[0].lstrip("~+") for o in overrides if "=" in o}
         try:
+            # A writer's path must stay in the run folder you give (`run_dir=`).
             check_trusted_targets(
-                cfg, source=f"{where}/{BEST}", exempt=tuple(sorted({*exempt, *mine}))
+                cfg,
+                source=f"{where}/{BEST}",
+                exempt=tuple(sorted({*exempt, *mine})),
+                run_dir=cfg.get("run_dir"),
             )
         except ConfigError as error:
             raise ConfigError(

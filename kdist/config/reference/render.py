@@ -14,7 +14,19 @@ __all__ = ["group_page", "primary_configs"]
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """`text` as the prose of a table cell: a `|` outside backticks is escaped, so that it
+    does not end the cell; one inside a code span is left bare (see `_code`)."""
+    parts = text.replace("\n", " ").split("`")
+    for i in range(0, len(parts), 2):
+        parts[i] = parts[i].replace("|", "\\|")
+    return "`".join(parts)
+
+
+def _code(text: str) -> str:
+    """`text` as a code span of a table cell. Python-Markdown's tables (which MkDocs uses)
+    do not end a cell at a `|` between backticks and show a backslash there as it is: an
+    escaped `|` in code would read `int \\| None` on the site."""
+    return "`" + text.replace("\n", " ") + "`"
 
 
 def _table(rows: list[Row]) -> list[str]:
@@ -22,10 +34,10 @@ def _table(rows: list[Row]) -> list[str]:
         return ["(no keys)", ""]
     lines = ["| key | type | default | description |", "|---|---|---|---|"]
     for row in rows:
-        kind = f"`{_cell(row.kind)}`" if row.kind else ""
-        default = f"`{_cell(row.default)}`" if row.default else ""
+        kind = _code(row.kind) if row.kind else ""
+        default = _code(row.default) if row.default else ""
         note = prose(_cell(row.description))
-        lines.append(f"| `{_cell(row.key)}` | {kind} | {default} | {note} |")
+        lines.append(f"| {_code(row.key)} | {kind} | {default} | {note} |")
     return [*lines, ""]
 
 

@@ -156,6 +156,10 @@ class PeriodicCheckpoint:
             if wait:
                 self.sync()
             return None
+        if self._runner is not None:
+            # Local SGD: the replicas' weights are averaged before they are saved
+            # (`LocalSGDRunner.settle`), so every save is the state of an average.
+            self._runner.settle()
         if self._writer is not None:
             path = self._save_async(steps, defer=not wait)
         else:

@@ -1,0 +1,174 @@
+"""`WeightAverager`: the replicas' weights made one again (local SGD's mean, DiLoCo's step)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from kdist.config.sync import SyncSettings
+from kdist.strategies.compression import ErrorFeedback
+
+__all__ = ["SyncCount", "WeightAverager", "averager_of"]
+
+
+@dataclass
+class SyncCount:
+    """What one weight average sends, counted while its function is traced.
+
+    `all_reduces` is the number of all-reduce calls in one average (one: the changes of
+    every weight travel as one batch), `bytes` what each replica hands them, `syncs` the
+    averages run so far by this process (counted on the host, per call).
+    """
+
+    dtype: str
+    all_reduces: int = 0
+    bytes: int = 0
+    syncs: int = 0
+    traces: list[int] = field(default_factory=list)
+
+
+class WeightAverager(tf.Module):
+    """Averages each replica's weights, starting from the weights of the last average.
+
+    Each replica sends the change of its weights since the last average (its *delta*),
+    in `dtype` (16 bits halve the bytes; with `error_feedback` each replica keeps what
+    the cast dropped and adds it to its next delta, as for gradients in
+    `kdist.strategies.compression`). The mean delta gives the new weights:
+
+    - `local_sgd`: `anchor + mean(delta)`, the mean of the replicas' weights;
+    - `diloco`: an outer SGD step with Nesterov momentum whose gradient is
+      `-mean(delta)` (DiLoCo's outer gradient, `anchor - mean(weights)`):
+      `m = mu * m + g`, `anchor -= lr * (g + mu * m)` (PyTorch's `SGD(nesterov=True)`).
+
+    The anchor (the weights of the last average) and the outer momentum are mirrored
+    variables, identical on every replica, so a checkpoint made right after an average
+    holds everything the next one needs. Build it inside `strategy.scope()`.
+
+    Args:
+        strategy: the run's strategy (mirrored or multi-worker mirrored).
+        variables: the trainable variables to average.
+        settings: the sync mode and its outer optimizer.
+        dtype: the type the deltas travel in: `float32`, `bfloat16` or `float16`.
+            Defaults to `"float32"`.
+        error_feedback: carry each replica's rounding residual into its next delta
+            (16-bit `dtype` only). Defaults to `True`.
+    """
+
+    def __init__(
+        self,
+        *,
+        strategy: tf.distribute.Strategy,
+        variables: Sequence[Any],
+        settings: SyncSettings,
+        dtype: str = "float32",
+        error_feedback: bool = True,
+    ):
+        super().__init__(name="kdist_weight_average")
+        self._strategy = strategy
+        self._variables = list(variables)
+        self.settings = settings
+        self.wire = tf.as_dtype(dtype)
+        self.anchors = [
+            tf.Variable(_value(v), trainable=False, name=f"anchor_{i}")
+            for i, v in enumerate(self._variables)
+        ]
+        self.momentum = (
+            [
+                tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False, name=f"outer_m_{i}")
+                for i, v in enumerate(self._variables)
+            ]
+            if settings.mode == "diloco"
+            else []
+        )
+        self.residuals = (
+            ErrorFeedback(self._variables) if error_feedback and self.wire != tf.float32 else None
+        )
+        self.count = SyncCount(dtype)
+        # Each replica's optimizer state for checkpoints (`LocalSGDRunner` sets it).
+        self.replica_states: Any = None
+        self._average = tf.function(self._cross_replica_average)
+
+    def matches(self, variables: Sequence[Any], settings: SyncSettings, dtype: str) -> bool:
+        """Whether this averager serves `variables` with `settings` in `dtype`."""
+        same = len(variables) == len(self._variables) and all(
+            a is b for a, b in zip(variables, self._variables, strict=True)
+        )
+        return same and settings == self.settings and tf.as_dtype(dtype) == self.wire
+
+    def reset_anchors(self) -> None:
+        """Take the current (identical) weights as the last average's: a new start."""
+        for anchor, variable in zip(self.anchors, self._variables, strict=True):
+            anchor.assign(_value(variable))
+
+    def average(self) -> None:
+        """Average the replicas' weights now (call in cross-replica context, eagerly)."""
+        self._average()
+        self.count.syncs += 1
+
+    # -- the traced average --------------------------------------------------------------
+
+    def _cross_replica_average(self) -> None:
+        strategy = self._strategy
+        new_values = strategy.run(self._replica_average)
+        # The new values are the same on every replica; each replica's copy of a mirrored
+        # variable is assigned its own replica's value, with no further reduction (as the
+        # optimizer does: `strategy.extended.update`).
+        targets = [_tf_variable(v) for v in self._variables] + self.anchors + self.momentum
+        for target, value in zip(targets, new_values, strict=True):
+            strategy.extended.update(target, _assign, args=(value,), group=False)
+
+    def _replica_average(self) -> list[tf.Tensor]:
+        context = tf.distribute.get_replica_context()
+        replicas = context.num_replicas_in_sync
+        # Read in replica context: each replica's own copies.
+        weights = [tf.convert_to_tensor(_tf_variable(v)) for v in self._variables]
+        anchors = [tf.convert_to_tensor(a) for a in self.anchors]
+        deltas = [w - a for w, a in zip(weights, anchors, strict=True)]
+        sent = [self._cast(d, v) for d, v in zip(deltas, self._variables, strict=True)]
+        self.count.all_reduces = 1
+        self.count.bytes = sum(int(s.shape.num_elements() or 0) * s.dtype.size for s in sent)
+        self.count.traces.append(self.count.bytes)
+        summed = context.all_reduce(tf.distribute.ReduceOp.SUM, sent)
+        means = [tf.cast(s, d.dtype) / replicas for s, d in zip(summed, deltas, strict=True)]
+        if self.settings.mode == "local_sgd":
+            averaged = [a + m for a, m in zip(anchors, means, strict=True)]
+            return averaged + averaged
+        lr = self.settings.outer_learning_rate
+        mu = self.settings.outer_momentum
+        new_anchors, new_momentum = [], []
+        for anchor, mean, buffer in zip(anchors, means, self.momentum, strict=True):
+            gradient = -mean  # DiLoCo's outer gradient: anchor - mean(weights)
+            buffer = mu * tf.convert_to_tensor(buffer) + gradient
+            new_anchors.append(anchor - lr * (gradient + mu * buffer))
+            new_momentum.append(buffer)
+        return new_anchors + new_anchors + new_momentum
+
+    def _cast(self, delta: tf.Tensor, variable: Any) -> tf.Tensor:
+        if self.wire == tf.float32 or not delta.dtype.is_floating:
+            return delta
+        if self.residuals is not None:
+            return self.residuals.feed(delta, variable, self.wire)
+        return tf.cast(delta, self.wire)
+
+
+def _assign(variable: Any, value: tf.Tensor) -> Any:
+    return variable.assign(value)
+
+
+def _tf_variable(variable: Any) -> Any:
+    return variable.value if isinstance(variable, keras.Variable) else variable
+
+
+def _value(variable: Any) -> tf.Tensor:
+    return tf.identity(tf.convert_to_tensor(_tf_variable(variable)))
+
+
+def averager_of(optimizer: Any) -> WeightAverager | None:
+    """The averager a `LocalSGDRunner` gave `optimizer` (kept across runners), or `None`."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    found = getattr(inner, "kdist_weight_average", None)
+    return found if isinstance(found, WeightAverager) else None

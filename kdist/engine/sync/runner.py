@@ -1,0 +1,183 @@
+"""`LocalSGDRunner`: local SGD and DiLoCo under mirrored and multi-worker mirrored strategies."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import tensorflow as tf
+
+from kdist.config.errors import ConfigError
+from kdist.config.sync import SyncSettings
+from kdist.data.pipeline import DatasetFn
+from kdist.engine.building import optimizer_steps, own_optimizers
+from kdist.engine.runner import Logs
+from kdist.engine.standard_runner import StandardRunner
+from kdist.engine.sync.averaging import WeightAverager, averager_of
+from kdist.engine.sync.local_updates import install_local_updates
+from kdist.engine.sync.replica_state import ReplicaStates
+
+__all__ = ["LocalSGDRunner"]
+
+log = logging.getLogger(__name__)
+
+
+class LocalSGDRunner(StandardRunner):
+    """A `StandardRunner` whose replicas train apart and average their weights.
+
+    Each replica applies its own gradients to its own copy of the weights (no gradient
+    all-reduce, `kdist.engine.sync.local_updates`), and the copies are averaged
+    (`kdist.engine.sync.averaging.WeightAverager`) after every global step that is a
+    multiple of `sync_every`, at the end of every epoch and before every save
+    (`settle`), so that validation, checkpoints, backups and the saved model all hold
+    averaged weights: a save is an average. The first
+    `warmup_steps` steps all-reduce their gradients as `every_step` does.
+
+    **Where the average falls:** on a call boundary, not inside the traced loop of
+    `steps_per_execution` steps. A call is cut where an average is due (a call runs
+    `min(steps_per_execution, steps to the next average)` steps), and the average is
+    its own compiled function, run between two calls. The loop inside a call then has
+    no branch holding a collective (a `tf.cond` around an all-reduce inside
+    `tf.range`, which multi-worker collectives would have to order identically on every
+    worker), the traced step is the same as `every_step`'s, and the steps between two
+    averages still run in one call when `steps_per_execution >= sync_every`. The cost
+    is one extra call per average (under a millisecond on CPU).
+
+    **Logged metrics:** the training loss and metrics are Keras's sync-on-read
+    metrics, summed over the replicas when read: each is the mean over all replicas
+    (all workers) of the values each replica measured on its own, drifting, weights.
+
+    **Optimizer state:** each replica keeps its own optimizer slots (Adam's moments);
+    they are not averaged. Before a save they are all-gathered into banks that the
+    chief's checkpoint holds (`kdist.engine.sync.replica_state.ReplicaStates`), and a
+    restore gives each replica its own back; the anchor and the outer momentum are
+    identical on every replica and saved whole (the averager is tracked by the
+    optimizer). A GAN's second optimizer keeps only its first replica's state.
+
+    Arguments as for `StandardRunner`, plus:
+
+    Args:
+        sync: the sync settings (`strategy.sync`); `sync.local` must be true.
+
+    Raises:
+        ConfigError: naming `strategy.sync.mode` under a strategy with one replica.
+    """
+
+    def __init__(self, *, sync: SyncSettings, **kwargs: Any):
+        if not sync.local:
+            raise ValueError("`sync.mode` must be local_sgd or diloco for LocalSGDRunner.")
+        self.sync = sync
+        # Read while a train function is traced (`install_local_updates`).
+        self._warming = sync.warmup_steps > 0
+        self._dirty = False  # weights changed since the last average
+        super().__init__(**kwargs)
+        strategy = self.strategy
+        if isinstance(strategy, tf.distribute.OneDeviceStrategy):
+            # `strategy=auto` that found one device (the config check refuses one_device).
+            raise ConfigError(
+                "strategy.sync.mode",
+                "averages the replicas' weights, and the strategy (OneDeviceStrategy, what "
+                "strategy=auto chose on this machine) has one replica",
+                value=sync.mode,
+                hint="use strategy=mirrored or multi_worker_mirrored, or sync.mode=every_step",
+            )
+        for optimizer in [self.optimizer, *own_optimizers(self.model)]:
+            install_local_updates(optimizer, lambda: self._warming)
+        dtype = _allreduce_dtype(kwargs)
+        feedback = bool(kwargs.get("allreduce_error_feedback", True))
+        averager = averager_of(self.optimizer)
+        if averager is None or not averager.matches(self.variables, sync, dtype):
+            with strategy.scope():
+                averager = WeightAverager(
+                    strategy=strategy,
+                    variables=self.variables,
+                    settings=sync,
+                    dtype=dtype,
+                    error_feedback=feedback,
+                )
+                # Tracked by the averager, so saved with it.
+                averager.replica_states = ReplicaStates(strategy=strategy, optimizer=self.optimizer)
+            # Tracked by the optimizer: every checkpoint of it holds the anchor and the
+            # outer momentum (`optimizer/kdist_weight_average/...`).
+            inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+            inner.kdist_weight_average = averager
+        self.averager = averager
+        log.info(
+            "strategy.sync: %s, averaging every %d steps after %d synchronous steps",
+            sync.mode,
+            sync.sync_every,
+            sync.warmup_steps,
+        )
+
+    def _make_train_function(self) -> Callable[..., tuple[Logs, tf.Tensor]]:
+        # Two traces of the same train function: the warm-up one sums the gradients
+        # across replicas, the local one does not (`install_local_updates` reads
+        # `_warming` while tracing).
+        synchronous = super()._make_train_function()
+        local = super()._make_train_function()
+
+        def train_function(*args: Any) -> tuple[Logs, tf.Tensor]:
+            return (synchronous if self._warming else local)(*args)
+
+        return train_function
+
+    def train_steps(self, num_steps: int) -> Logs:
+        done = optimizer_steps(self.model)
+        every, warmup = self.sync.sync_every, self.sync.warmup_steps
+        logs: Logs | None = None
+        while num_steps > 0:
+            self._warming = done < warmup
+            if self._warming:
+                count = min(num_steps, warmup - done)
+            else:
+                count = min(num_steps, every - done % every)
+                if warmup and done == warmup:
+                    # The first local step after the warm-up: the replicas start from the
+                    # warm-up's weights, and DiLoCo's first outer step measures the change
+                    # from there (not from the weights the run started with).
+                    self.averager.reset_anchors()
+            logs = super().train_steps(count)
+            done += count
+            num_steps -= count
+            if self._warming:
+                continue
+            self._dirty = True
+            if done % every == 0:
+                self.average()
+        assert logs is not None
+        return logs
+
+    def average(self) -> None:
+        """Average the replicas' weights now."""
+        self.averager.average()
+        self._dirty = False
+
+    def settle(self) -> None:
+        # Before every save (`kdist.engine.checkpoint.saver`): a checkpoint holds
+        # averaged weights, the anchor and the outer momentum of that average, and a run
+        # resumed from it continues exactly as the run that saved it did.
+        if self._dirty:
+            self.average()
+        self.averager.replica_states.gather()
+
+    def train_loop_end(self) -> dict[str, float]:
+        if self._dirty:
+            self.average()
+        return super().train_loop_end()
+
+    def evaluate(self) -> dict[str, float]:
+        if self._dirty:
+            self.average()  # validation runs on the averaged weights
+        return super().evaluate()
+
+    def set_train_dataset_fn(self, dataset_fn: DatasetFn) -> None:
+        # A restore: the restored weights, anchor and momentum are those of an average,
+        # and each replica takes back its own optimizer state from the banks.
+        self._dirty = False
+        super().set_train_dataset_fn(dataset_fn)
+        self.averager.replica_states.spread()
+
+
+def _allreduce_dtype(kwargs: dict[str, Any]) -> str:
+    return str(kwargs.get("allreduce_dtype", "float32"))
