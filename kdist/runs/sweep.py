@@ -20,6 +20,7 @@ sweep folder; the sweep's own process reads these records back at the end.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -180,6 +181,18 @@ def _record(sweep_dir: Path, row: Mapping[str, Any]) -> None:
         log.warning("could not record job %s in %s: %s", row["job"], sweep_dir / JOBS, error)
 
 
+def _log_keys(sweep_dir: Path) -> list[str]:
+    """Keys the sweeper samples on a log scale (`tag(log, ...)` in `hydra.sweeper.params`)."""
+    try:
+        saved = load_yaml(sweep_dir / "multirun.yaml", key="hydra.sweep.dir") or {}
+        params = ((saved.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
+    except Exception:  # no multirun.yaml (a hand-made table), or not a mapping
+        return []
+    if not isinstance(params, Mapping):
+        return []
+    return [str(key) for key, text in params.items() if "tag(log" in str(text).replace(" ", "")]
+
+
 def _records(sweep_dir: Path) -> dict[str, dict[str, Any]]:
     """Rows the processes that ran the jobs recorded (`_record`), by the job folder's path."""
     rows: dict[str, dict[str, Any]] = {}
@@ -225,6 +238,13 @@ class SummaryCallback(Callback):
             raise ValueError(f"`filename` ({filename!r}) must be a plain file name.")
         self.filename = filename
         self._rows: dict[str, dict[str, Any]] = {}
+        self._sweep_dir: Path | None = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        # Hydra's sweepers raise a failed job's error once the jobs have returned, and
+        # then skip `on_multirun_end`: the summary of every job is written at exit instead.
+        self._sweep_dir = Path(str(config.hydra.sweep.dir))
+        atexit.register(self._end_after_failure)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         hydra_cfg = config.get("hydra")
@@ -260,7 +280,15 @@ class SummaryCallback(Callback):
         self._write(sweep_dir)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(config.hydra.sweep.dir)
+        self._sweep_dir = None
+        self._finish(Path(config.hydra.sweep.dir))
+
+    def _end_after_failure(self) -> None:
+        if self._sweep_dir is not None:
+            self._finish(self._sweep_dir)
+            self._sweep_dir = None
+
+    def _finish(self, sweep_dir: Path) -> None:
         if sweep_dir.is_dir():
             rows = self._write(sweep_dir)
             # Printed, not logged: the logging set up by the last job writes to its train.log.
@@ -274,7 +302,7 @@ class SummaryCallback(Callback):
         path = sweep_dir / self.filename
         write_csv_atomic(path, ordered, _columns(ordered))
         log.debug("wrote %s (%d rows)", path, len(ordered))
-        plot_table(path)
+        plot_table(path, log_keys=_log_keys(sweep_dir))
         return ordered
 
 
