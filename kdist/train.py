@@ -60,6 +60,7 @@ from kdist.runs.layout import (
     foreign_entries,
     linked_entries,
 )
+from kdist.runs.sweep import set_chief
 
 __all__ = ["accept_run_dir", "main", "non_chief_overrides", "precheck", "run"]
 
@@ -210,6 +211,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if run_dir is None:
             return _train(cfg, None)
         is_chief = resolve_cluster().is_chief
+        set_chief(is_chief)  # the multirun summary's row is the chief's to write
         if not is_chief:
             _stop_file_logging(run_dir)
         if is_chief:

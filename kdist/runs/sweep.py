@@ -42,11 +42,22 @@ __all__ = [
     "SummaryCallback",
     "best_row",
     "plot_table",
+    "set_chief",
     "summary_row",
     "where_message",
 ]
 
 log = logging.getLogger(__name__)
+
+# Whether this process's job task is its cluster's chief: `kdist.train.run` says (through
+# `set_chief`) before the job trains; `kdist.cluster` is not imported here (it imports runs).
+_CHIEF = [True]
+
+
+def set_chief(is_chief: bool) -> None:
+    """Tell the summary whether this process's task records its job (the chief only)."""
+    _CHIEF[0] = bool(is_chief)
+
 
 # The sweep folder's records of finished jobs, one `<num>.json` each (see the module's text).
 JOBS = ".jobs"
@@ -250,13 +261,8 @@ class SummaryCallback(Callback):
         hydra_cfg = config.get("hydra")
         if hydra_cfg is None or hydra_cfg.get("mode") != RunMode.MULTIRUN:
             return
-        from kdist.cluster import resolve
-
-        try:
-            if not resolve().is_chief:
-                return  # another task of a multi-task job: the chief writes
-        except Exception:  # a bad cluster was reported by the job itself
-            pass
+        if not _CHIEF[0]:
+            return  # another task of a multi-task job: the chief records the job
         run_dir = Path(hydra_cfg.runtime.output_dir)
         sweep_dir = Path(hydra_cfg.sweep.dir)
         failed = job_return.status == JobStatus.FAILED
