@@ -63,9 +63,7 @@ def test_a_joblib_sweep_gives_what_the_basic_launchers_sweep_gives(tmp_path: Pat
     assert (joblib / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     best = best_row(rows)
     assert best is not None
-    assert (
-        f"best job {best['job']} (val_accuracy {float(best['objective']):.4g})" in done.stdout
-    )
+    assert f"best job {best['job']} (val_accuracy {float(best['objective']):.4g})" in done.stdout
     # Two multiruns under one logdir: each job's session is named by its own folder, so the
     # two job 0s are two rows in TensorBoard, each with its own value.
     groups = {}
@@ -208,3 +206,39 @@ def test_a_submitit_local_task_finds_its_place():
     assert resolve({"SUBMITIT_LOCAL_NTASKS": "1", "SUBMITIT_LOCAL_GLOBALID": "0"}).source == "none"
     with pytest.raises(ConfigError, match="SUBMITIT_LOCAL_GLOBALID"):
         resolve({**env, "SUBMITIT_LOCAL_GLOBALID": "2"})
+
+
+LAUNCHER_RECIPES = {
+    "joblib_sweep": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
+    "slurm_sweep": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher",
+    "submitit_local_sweep": (
+        "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAUNCHER_RECIPES))
+def test_each_launcher_recipe_picks_its_launcher(name: str, tmp_path: Path):
+    done = run_module(
+        "kdist.train",
+        ["-cd", str(REPO / "recipes"), "-cn", name, "--cfg", "hydra", "-p", "hydra.launcher"],
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"_target_: {LAUNCHER_RECIPES[name]}" in done.stdout
+
+
+def test_train_help_shows_the_launchers(tmp_path: Path):
+    done = run_module("kdist.train", ["--help"], cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for option in ("joblib", "submitit_slurm", "submitit_local"):
+        assert f"hydra/launcher={option}" in done.stdout
+        # Each option named there is one Hydra finds (its plugin is installed).
+        listed = run_module(
+            "kdist.train",
+            [f"hydra/launcher={option}", "--cfg", "hydra", "-p", "hydra.launcher._target_"],
+            cwd=tmp_path,
+            timeout=120,
+        )
+        assert listed.returncode == 0 and "Launcher" in listed.stdout, listed.stderr[-2000:]

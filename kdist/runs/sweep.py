@@ -44,6 +44,7 @@ __all__ = [
     "plot_table",
     "set_chief",
     "summary_row",
+    "sweep_log_keys",
     "where_message",
 ]
 
@@ -192,7 +193,7 @@ def _record(sweep_dir: Path, row: Mapping[str, Any]) -> None:
         log.warning("could not record job %s in %s: %s", row["job"], sweep_dir / JOBS, error)
 
 
-def _log_keys(sweep_dir: Path) -> list[str]:
+def sweep_log_keys(sweep_dir: Path) -> list[str]:
     """Keys the sweeper samples on a log scale (`tag(log, ...)` in `hydra.sweeper.params`)."""
     try:
         saved = load_yaml(sweep_dir / "multirun.yaml", key="hydra.sweep.dir") or {}
@@ -308,7 +309,7 @@ class SummaryCallback(Callback):
         path = sweep_dir / self.filename
         write_csv_atomic(path, ordered, _columns(ordered))
         log.debug("wrote %s (%d rows)", path, len(ordered))
-        plot_table(path, log_keys=_log_keys(sweep_dir))
+        plot_table(path, log_keys=sweep_log_keys(sweep_dir))
         return ordered
 
 
