@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 from kdist.cluster import resolve
 from kdist.config.errors import ConfigError
 from kdist.runs.fileio import read_csv
-from kdist.runs.sweep import JOBS, SummaryCallback, best_row
+from kdist.runs.sweep import JOBS, SummaryCallback, best_row, set_chief
 
 FAST = ["trainer=fast_dev", "trainer.verbose=2", "callbacks=minimal"]
 # submitit's own bound on a job (minutes): a stuck job is stopped by submitit itself.
@@ -182,6 +182,17 @@ def test_jobs_another_process_ran_keep_their_status_and_error(tmp_path: Path):
         ("1", "FAILED", "RuntimeError: out of memory on the node"),
     ]
     assert best_row(rows)["job"] == "0"
+
+
+def test_another_task_of_a_multi_task_job_records_nothing(tmp_path: Path):
+    sweep = tmp_path / "sweep"
+    _, config = _config(sweep, 0, ["model=mlp"])
+    set_chief(False)  # what kdist.train.run says in task 1 of a 2-task job
+    try:
+        SummaryCallback().on_job_end(config, JobReturn(status=JobStatus.COMPLETED))
+    finally:
+        set_chief(True)
+    assert not (sweep / JOBS).exists() and not (sweep / "summary.csv").exists()
 
 
 def test_best_row_follows_the_objectives_direction():
