@@ -284,7 +284,9 @@ class SummaryCallback(Callback):
         )
         self._rows[str(run_dir.resolve())] = row
         _record(sweep_dir, row)
-        self._write(sweep_dir)
+        # A launcher's worker process (no `on_multirun_start` here) leaves the plot to the
+        # sweep's own process: drawing it would import matplotlib in every worker.
+        self._write(sweep_dir, plot=self._sweep_dir is not None)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self._sweep_dir = None
@@ -301,7 +303,7 @@ class SummaryCallback(Callback):
             # Printed, not logged: the logging set up by the last job writes to its train.log.
             print(where_message(sweep_dir / self.filename, rows), flush=True)
 
-    def _write(self, sweep_dir: Path) -> list[dict[str, Any]]:
+    def _write(self, sweep_dir: Path, *, plot: bool = True) -> list[dict[str, Any]]:
         rows = {**_scan(sweep_dir), **_records(sweep_dir), **self._rows}
         ordered = sorted(
             rows.values(), key=lambda r: (r["job"] is None, r["job"] or 0, r["run_dir"])
@@ -309,7 +311,8 @@ class SummaryCallback(Callback):
         path = sweep_dir / self.filename
         write_csv_atomic(path, ordered, _columns(ordered))
         log.debug("wrote %s (%d rows)", path, len(ordered))
-        plot_table(path, log_keys=sweep_log_keys(sweep_dir))
+        if plot:
+            plot_table(path, log_keys=sweep_log_keys(sweep_dir))
         return ordered
 
 
