@@ -42,12 +42,13 @@ SUITES = {
     "startup": "benchmarks.startup",
     "defaults": "benchmarks.defaults",
     "threads": "benchmarks.threads",
+    "launchers": "benchmarks.launchers",
     # Not in a default run: only when named in --only.
     "cluster_loops": "benchmarks.cluster_loops",
     "scaling": "benchmarks.scaling",
 }
 # Suites that start other processes: minutes, not seconds; not in quick mode.
-SUBPROCESS_SUITES = ("cluster", "startup", "threads", "cluster_loops", "scaling")
+SUBPROCESS_SUITES = ("cluster", "startup", "threads", "launchers", "cluster_loops", "scaling")
 # Suites that run only when `--only` names them (spot checks).
 ON_REQUEST = ("cluster_loops", "scaling")
 # The longest a suite's own process may run (the full `cluster` suite takes about 8 min).

@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from kdist.cluster import ClusterInfo
@@ -59,6 +60,7 @@ from kdist.runs.layout import (
     foreign_entries,
     linked_entries,
 )
+from kdist.runs.sweep import set_chief
 
 __all__ = ["accept_run_dir", "main", "non_chief_overrides", "precheck", "run"]
 
@@ -209,6 +211,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if run_dir is None:
             return _train(cfg, None)
         is_chief = resolve_cluster().is_chief
+        set_chief(is_chief)  # the multirun summary's row is the chief's to write
+        if not is_chief:
+            _stop_file_logging(run_dir)
         if is_chief:
             accept_run_dir(run_dir, cfg)  # reads only: a refused run changes nothing
         with run_lock.hold(run_dir, enabled=is_chief):
@@ -226,6 +231,22 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         log.warning("%s", message)
         print(f"kdist: {message}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_INTERRUPTED) from None
+
+
+def _stop_file_logging(run_dir: str) -> None:
+    """A non-chief task writes nothing in the run folder, its `train.log` included.
+
+    `kdist.train.main` keeps Hydra from opening the file in a task it starts; a task of a
+    multi-task job that Hydra's submitit launcher started (`tasks_per_node` > 1) had its
+    logging set up by Hydra in that task, so its file handlers are closed here.
+    """
+    folder = Path(run_dir).resolve()
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        name = getattr(handler, "baseFilename", None)
+        if name is not None and Path(name).resolve().parent == folder:
+            root.removeHandler(handler)
+            handler.close()
 
 
 def _train(cfg: DictConfig, run_dir: str | None, *, write_config: bool = False) -> dict[str, Any]:
@@ -348,6 +369,10 @@ def _app(cfg: DictConfig) -> float | None:
     accuracy = metrics["validation"].get("accuracy")
     if accuracy is not None:
         print(f"validation accuracy: {accuracy:.4f}", flush=True)
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN and resolve_cluster().is_chief:
+        # As a multirun ends with where its summary is (kdist.runs.sweep.where_message).
+        print(f"kdist: run done; its folder {hydra_cfg.runtime.output_dir}", flush=True)
     # The configured objective, so Hydra sweepers (Optuna, ...) can optimise it.
     value = metrics.get("objective", {}).get("value")
     return None if value is None else float(value)

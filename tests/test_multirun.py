@@ -78,7 +78,7 @@ def test_a_two_job_multirun_compares_in_tensorboard_and_plots_the_swept_value(tm
     assert done.returncode == 0, done.stderr[-3000:]
     for job, rate in (("0", 1e-3), ("1", 3e-3)):
         (session,) = sessions(sweep / job / "tensorboard")
-        assert session["group"] == job
+        assert session["group"] == f"sweep/{job}"  # the folder from the working directory
         assert session["hparams"]["optimizer.learning_rate"] == pytest.approx(rate)
         assert session["hparams"]["callbacks"] == "minimal"
         objective = json.loads((sweep / job / "metrics.json").read_text())["objective"]

@@ -302,14 +302,16 @@ def test_the_multirun_end_says_where_the_summary_and_plot_are(tmp_path: Path):
     table = _write_csv(tmp_path / "summary.csv", MULTIRUN)
     rows = [dict(r) for r in MULTIRUN]
     assert where_message(table, rows) == (
-        f"kdist: multirun done, 4 of 4 job(s) completed; summary {table} "
+        # The best job by the objective's own direction (val_mae: min).
+        f"kdist: multirun done, 4 of 4 job(s) completed, best job 1 (val_mae 0.2); summary {table} "
         "(no plot: no job has a value to draw)"
     )
     plots.write_sweep(table)
     (tmp_path / "0" / "tensorboard").mkdir(parents=True)
     rows[0]["run_dir"] = "0"
     assert where_message(table, rows) == (
-        f"kdist: multirun done, 4 of 4 job(s) completed; summary {table}, "
+        f"kdist: multirun done, 4 of 4 job(s) completed, best job 1 (val_mae 0.2); "
+        f"summary {table}, "
         f"plot {tmp_path / 'summary.png'}; compare the jobs: tensorboard --logdir {tmp_path} "
         "(HParams tab)"
     )

@@ -8,7 +8,12 @@ import pytest
 from hparams_events import sessions
 from omegaconf import OmegaConf
 
-from kdist.callbacks.run_hparams import RunHParams, overridden_values, task_overrides
+from kdist.callbacks.run_hparams import (
+    RunHParams,
+    overridden_values,
+    session_name,
+    task_overrides,
+)
 
 
 def test_overridden_values_take_the_configs_typed_value():
@@ -46,13 +51,16 @@ def test_outside_a_hydra_app_there_are_no_overrides():
 def test_the_session_holds_the_values_and_the_final_metrics(tmp_path: Path):
     folder = tmp_path / "3" / "tensorboard"
     hparams = {"optimizer.learning_rate": 0.003, "model": "cnn"}
-    callback = RunHParams(log_dir=folder, hparams=hparams)
+    callback = RunHParams(log_dir=folder, hparams=hparams, objective="val_mae")
     callback.on_train_begin()
     callback.on_epoch_end(0, {"loss": 1.0, "val_mae": 0.5})
     callback.on_epoch_end(1, {"loss": 0.75})  # no validation this epoch
     callback.on_train_end({"loss": 0.75, "note": "not a number"})
     (session,) = sessions(folder)
-    assert session["group"] == "3"  # the multirun job's folder
+    # The run's folder, not its last part (a job number repeats between sweeps).
+    assert session["group"] == (tmp_path / "3").resolve().as_posix()
+    # The objective is declared first, then the other metrics.
+    assert session["declared"] == ["val_mae", "loss"]
     assert session["hparams"] == {"optimizer.learning_rate": 0.003, "model": "cnn"}
     assert session["scalars"] == {"loss": 0.75, "val_mae": 0.5}
 
@@ -68,3 +76,10 @@ def test_a_failed_write_is_a_warning(tmp_path: Path, caplog):
 def test_non_finite_config_values_are_text(value):
     cfg = OmegaConf.create({"trainer": {"clip": value}})
     assert overridden_values([f"trainer.clip={value}"], cfg) == {"trainer.clip": str(value)}
+
+
+def test_a_session_is_named_by_its_folder_relative_to_the_root(tmp_path: Path):
+    assert session_name(tmp_path / "multirun" / "a" / "0", root=tmp_path) == "multirun/a/0"
+    assert session_name(tmp_path / "0", root=tmp_path / "elsewhere") == str(
+        (tmp_path / "0").resolve()
+    )

@@ -209,7 +209,14 @@ def build_run(
     if is_chief and node.tensorboard.enabled and overrides is not None:
         # The command's overrides with the final metrics: TensorBoard's HParams tab.
         hparams = overridden_values(overrides, cfg)
-        run.callbacks.append(RunHParams(log_dir=output_dir / layout.TENSORBOARD, hparams=hparams))
+        objective = (cfg.get("objective") or {}).get("name")
+        run.callbacks.append(
+            RunHParams(
+                log_dir=output_dir / layout.TENSORBOARD,
+                hparams=hparams,
+                objective=None if objective in (None, "auto") else str(objective),
+            )
+        )
     savers = _savers(
         node,
         model=controller.model,

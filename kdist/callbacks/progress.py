@@ -26,6 +26,8 @@ from typing import Any
 import keras
 import numpy as np
 
+from kdist.runs.log_file import to_log_files
+
 __all__ = ["ProgressBar", "epoch_line", "is_terminal"]
 
 
@@ -240,6 +242,7 @@ class ProgressBar(keras.callbacks.ProgbarLogger):
             logs=logs,
         )
         print(line, flush=True)
+        to_log_files(line)  # train.log holds the lines stdout shows
 
     # -- bar mode ------------------------------------------------------------------------
 

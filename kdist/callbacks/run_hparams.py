@@ -27,7 +27,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from kdist.runs.hparams import write_session
 
-__all__ = ["RunHParams", "overridden_values", "task_overrides"]
+__all__ = ["RunHParams", "overridden_values", "session_name", "task_overrides"]
 
 log = logging.getLogger(__name__)
 
@@ -86,23 +86,50 @@ def overridden_values(overrides: Sequence[str], cfg: Any) -> dict[str, Scalar]:
     return values
 
 
+def session_name(run_dir: str | Path, *, root: str | Path | None = None) -> str:
+    """A run's HParams session name: its folder relative to `root`, else its absolute path.
+
+    The name groups a session's rows in TensorBoard: two runs with one name are merged
+    into one row (their values averaged). A multirun job's number or a run's time repeats
+    between sweeps, the folder's path does not (`multirun/2026-11-26/10-00-00/0`).
+
+    Args:
+        run_dir: the run's folder.
+        root: where `tensorboard --logdir` is likely pointed. Defaults to `None`: the
+            working directory (where Hydra's `outputs/` and `multirun/` are).
+    """
+    folder = Path(run_dir).resolve()
+    try:
+        return folder.relative_to(Path(root or Path.cwd()).resolve()).as_posix()
+    except ValueError:
+        return folder.as_posix()
+
+
 class RunHParams(keras.callbacks.Callback):
     """Write the run's HParams session (its overridden keys, its final metrics) at the end.
 
     Args:
         log_dir: the run's TensorBoard folder (`<run_dir>/tensorboard`).
         hparams: key -> value (see `overridden_values`).
-        session: the session's name in TensorBoard. Defaults to `None`: `log_dir`'s
-            parent folder's name (a multirun job's number, a run's time).
+        session: the session's name in TensorBoard. Defaults to `None`: the run folder
+            (`log_dir`'s parent) as `session_name` gives it, unique across sweeps.
+        objective: the metric the run is judged by (`objective.name`), declared first
+            among the session's metrics. Defaults to `None`: none declared.
     """
 
     def __init__(
-        self, *, log_dir: str | Path, hparams: Mapping[str, Scalar], session: str | None = None
+        self,
+        *,
+        log_dir: str | Path,
+        hparams: Mapping[str, Scalar],
+        session: str | None = None,
+        objective: str | None = None,
     ):
         super().__init__()
         self.log_dir = Path(log_dir)
         self.hparams = dict(hparams)
-        self.session = session or self.log_dir.resolve().parent.name
+        self.session = session or session_name(self.log_dir.parent)
+        self.objective = objective
         self._started = time.time()
         self._epochs = 0
         self._logs: dict[str, Any] = {}
@@ -129,6 +156,7 @@ class RunHParams(keras.callbacks.Callback):
                 metrics=metrics,
                 step=self._epochs,
                 started=self._started,
+                objective=self.objective,
             )
         except Exception as error:  # TensorBoard's record must not fail a finished run
             log.warning("no TensorBoard HParams written in %s: %s", self.log_dir, error)

@@ -5,9 +5,9 @@ description fails with one line naming the problem instead of a silent 1-replica
 misspelled TF_CONFIG key gives exactly that in TensorFlow). Who is chief is decided by
 one function, `is_chief_task`; `is_chief(strategy)` and `ClusterInfo.is_chief` use it.
 
-Modules: `info` (`ClusterInfo`), `tf_config`, `slurm`, `resolver` (TensorFlow's cluster
-resolver of a `ClusterInfo`), `discovery` (`resolve`), `chief`
-(who is chief, chief-only writes and per-task scratch folders).
+Modules: `info` (`ClusterInfo`), `tf_config`, `slurm`, `submitit` (a `submitit_local`
+job's tasks), `resolver` (TensorFlow's cluster resolver of a `ClusterInfo`), `discovery`
+(`resolve`), `chief` (who is chief, chief-only writes and per-task scratch folders).
 """
 
 from kdist.cluster.chief import (
@@ -26,6 +26,7 @@ from kdist.cluster.discovery import resolve
 from kdist.cluster.info import TASK_TYPES, ClusterInfo
 from kdist.cluster.resolver import cluster_resolver
 from kdist.cluster.slurm import slurm_info
+from kdist.cluster.submitit import submitit_local_info
 from kdist.cluster.tf_config import parse_tf_config, tf_config_for
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "scratch_dir",
     "scratch_prefix",
     "slurm_info",
+    "submitit_local_info",
     "task_info",
     "tf_config_for",
     "writable_dir",

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from kdist.cluster.info import ClusterInfo
 from kdist.cluster.slurm import slurm_info
+from kdist.cluster.submitit import LOCAL_TASKS, submitit_local_info
 from kdist.cluster.tf_config import parse_tf_config
 from kdist.config.errors import ConfigError
 
@@ -16,7 +17,11 @@ __all__ = ["resolve"]
 def resolve(
     env: Mapping[str, str] | None = None, *, mode: str = "auto", port_base: int = 8888
 ) -> ClusterInfo:
-    """Find this process's cluster: TF_CONFIG first, then a multi-task SLURM step, else none.
+    """Find this process's cluster: TF_CONFIG, a multi-task SLURM step or submitit job, or none.
+
+    A task of Hydra's `submitit_slurm` launcher is a SLURM step (srun); a task of
+    `submitit_local` with `tasks_per_node` > 1 reads submitit's variables
+    (`kdist.cluster.submitit`).
 
     Args:
         env: the environment to read. Defaults to `None`: `os.environ`.
@@ -48,4 +53,7 @@ def resolve(
     slurm_tasks = env.get("SLURM_STEP_NUM_TASKS")
     if mode == "slurm" or (mode == "auto" and slurm_tasks and int(slurm_tasks) > 1):
         return slurm_info(env, port_base=port_base)
+    local_tasks = env.get(LOCAL_TASKS, "")
+    if mode == "auto" and local_tasks.isdigit() and int(local_tasks) > 1:
+        return submitit_local_info(env, port_base=port_base)
     return ClusterInfo()

@@ -17,7 +17,8 @@ class ClusterInfo:
     """Where this process sits in its cluster.
 
     Attributes:
-        source: `"tf_config"`, `"slurm"` or `"none"` (a single process).
+        source: `"tf_config"`, `"slurm"`, `"submitit"` (a `submitit_local` job's tasks) or
+            `"none"` (a single process).
         cluster: job name -> list of `host:port` addresses (empty for `"none"`).
         task_type: this process's job (`"worker"`, `"chief"`, `"ps"`, ...), or `None`.
         task_index: this process's index in its job.

@@ -31,6 +31,7 @@ def write_session(
     metrics: Mapping[str, Any],
     step: int,
     started: float | None = None,
+    objective: str | None = None,
 ) -> None:
     """Write one trial's or run's HParams session: its values and final metrics at `step`.
 
@@ -41,6 +42,10 @@ def write_session(
         metrics: metric name -> final value (non-finite values are skipped).
         step: the step the metrics belong to (epochs trained).
         started: the trial's start time (seconds since the epoch). Defaults to `None`: now.
+        objective: the metric the run is judged by. Defaults to `None`. When given, the
+            folder also declares the experiment (`hparams_config`): the keys, and the
+            metrics with the objective first, so TensorBoard's HParams tab lists it first
+            and shows metrics a session did not log as missing, not as absent columns.
     """
     import tensorflow as tf
     from tensorboard.plugins.hparams import api as hp
@@ -49,6 +54,13 @@ def write_session(
     writer = tf.summary.create_file_writer(str(logdir))
     try:
         with writer.as_default():
+            if objective is not None:
+                names = [objective, *sorted(set(metrics) - {objective})]
+                hp.hparams_config(
+                    hparams=[hp.HParam(key) for key in hparams],
+                    metrics=[hp.Metric(name) for name in names],
+                    time_created_secs=int(started or time.time()),
+                )
             hp.hparams(
                 {key: hparam_value(value) for key, value in hparams.items()},
                 trial_id=trial_id,

@@ -10,11 +10,17 @@ leaves `multirun/<date>/<time>/summary.csv` beside the 4 job folders, with each 
 swept values, status, objective and final metrics, and `summary.png`, the objective
 against each swept key (`kdist.runs.plots.sweep_figure`). The files are rewritten after
 every job (so a sweep that stops half-way still has them) and once more when the sweep
-ends, which prints where they are.
+ends, which prints where they are and names the best job.
+
+The same holds on Hydra's launchers that run the jobs in other processes (`joblib`,
+`submitit_local`, `submitit_slurm`): the callback's `on_job_end` runs in the process that ran
+the job, which records the job's row (status, error, objective) in `.jobs/<num>.json` of the
+sweep folder; the sweep's own process reads these records back at the end.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,17 +34,34 @@ from omegaconf import DictConfig
 
 from kdist.compat.tools_private import job_return_value
 from kdist.config.yaml_limits import load_yaml
-from kdist.runs.fileio import write_csv_atomic
+from kdist.runs.fileio import write_csv_atomic, write_text_atomic
 from kdist.runs.layout import METRICS, SUMMARY, TENSORBOARD
 
 __all__ = [
+    "JOBS",
     "SummaryCallback",
+    "best_row",
     "plot_table",
+    "set_chief",
     "summary_row",
+    "sweep_log_keys",
     "where_message",
 ]
 
 log = logging.getLogger(__name__)
+
+# Whether this process's job task is its cluster's chief: `kdist.train.run` says (through
+# `set_chief`) before the job trains; `kdist.cluster` is not imported here (it imports runs).
+_CHIEF = [True]
+
+
+def set_chief(is_chief: bool) -> None:
+    """Tell the summary whether this process's task records its job (the chief only)."""
+    _CHIEF[0] = bool(is_chief)
+
+
+# The sweep folder's records of finished jobs, one `<num>.json` each (see the module's text).
+JOBS = ".jobs"
 
 _LEADING = ("job", "status")
 _TRAILING = (
@@ -159,6 +182,39 @@ def plot_table(path: Path, **kwargs: Any) -> None:
         log.info("no sweep plot for %s yet: %s", path.name, error)
 
 
+def _record(sweep_dir: Path, row: Mapping[str, Any]) -> None:
+    """Keep a finished job's row where the sweep's own process finds it (`JOBS`)."""
+    name = f"{row['job']}.json" if row.get("job") is not None else None
+    if name is None:
+        return
+    try:
+        write_text_atomic(sweep_dir / JOBS / name, json.dumps(dict(row), default=str))
+    except OSError as error:  # the summary still has the job's folder (status UNKNOWN)
+        log.warning("could not record job %s in %s: %s", row["job"], sweep_dir / JOBS, error)
+
+
+def sweep_log_keys(sweep_dir: Path) -> list[str]:
+    """Keys the sweeper samples on a log scale (`tag(log, ...)` in `hydra.sweeper.params`)."""
+    try:
+        saved = load_yaml(sweep_dir / "multirun.yaml", key="hydra.sweep.dir") or {}
+        params = ((saved.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
+    except Exception:  # no multirun.yaml (a hand-made table), or not a mapping
+        return []
+    if not isinstance(params, Mapping):
+        return []
+    return [str(key) for key, text in params.items() if "tag(log" in str(text).replace(" ", "")]
+
+
+def _records(sweep_dir: Path) -> dict[str, dict[str, Any]]:
+    """Rows the processes that ran the jobs recorded (`_record`), by the job folder's path."""
+    rows: dict[str, dict[str, Any]] = {}
+    for path in sorted((sweep_dir / JOBS).glob("*.json")):
+        row = _read_json(path)
+        if row.get("run_dir") is not None:
+            rows[str((sweep_dir / str(row["run_dir"])).resolve())] = row
+    return rows
+
+
 def _scan(sweep_dir: Path) -> dict[str, dict[str, Any]]:
     """Rows for the job folders found on disk (jobs another launcher ran elsewhere)."""
     rows: dict[str, dict[str, Any]] = {}
@@ -180,9 +236,10 @@ class SummaryCallback(Callback):
     """A Hydra callback writing `summary.csv` in a multirun's sweep folder.
 
     Registered in `conf/train.yaml` as `hydra.callbacks.summary`; single runs are left
-    alone. Rows come from the jobs this process ran (with their status and error) and
-    from the job folders found in the sweep folder (for launchers that run jobs in other
-    processes).
+    alone. Rows come from the jobs this process ran (with their status and error), from
+    the records of jobs other processes ran (`JOBS`: joblib's and submitit's launchers)
+    and from the job folders found in the sweep folder. In a job that is itself a cluster
+    (submitit's `tasks_per_node`), only the chief task records and writes.
 
     Args:
         filename: the file's name in the sweep folder. Defaults to `"summary.csv"`.
@@ -193,11 +250,20 @@ class SummaryCallback(Callback):
             raise ValueError(f"`filename` ({filename!r}) must be a plain file name.")
         self.filename = filename
         self._rows: dict[str, dict[str, Any]] = {}
+        self._sweep_dir: Path | None = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        # Hydra's sweepers raise a failed job's error once the jobs have returned, and
+        # then skip `on_multirun_end`: the summary of every job is written at exit instead.
+        self._sweep_dir = Path(str(config.hydra.sweep.dir))
+        atexit.register(self._end_after_failure)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         hydra_cfg = config.get("hydra")
         if hydra_cfg is None or hydra_cfg.get("mode") != RunMode.MULTIRUN:
             return
+        if not _CHIEF[0]:
+            return  # another task of a multi-task job: the chief records the job
         run_dir = Path(hydra_cfg.runtime.output_dir)
         sweep_dir = Path(hydra_cfg.sweep.dir)
         failed = job_return.status == JobStatus.FAILED
@@ -207,7 +273,7 @@ class SummaryCallback(Callback):
         if failed:
             lines = [line.strip() for line in str(value).splitlines() if line.strip()]
             error = f"{type(value).__name__}: {' '.join(lines)}"[:500]
-        self._rows[str(run_dir.resolve())] = summary_row(
+        row = summary_row(
             run_dir,
             sweep_dir=sweep_dir,
             overrides=list(hydra_cfg.overrides.task),
@@ -216,24 +282,37 @@ class SummaryCallback(Callback):
             error=error,
             objective=None if failed else value,
         )
-        self._write(sweep_dir)
+        self._rows[str(run_dir.resolve())] = row
+        _record(sweep_dir, row)
+        # A launcher's worker process (no `on_multirun_start` here) leaves the plot to the
+        # sweep's own process: drawing it would import matplotlib in every worker.
+        self._write(sweep_dir, plot=self._sweep_dir is not None)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(config.hydra.sweep.dir)
+        self._sweep_dir = None
+        self._finish(Path(config.hydra.sweep.dir))
+
+    def _end_after_failure(self) -> None:
+        if self._sweep_dir is not None:
+            self._finish(self._sweep_dir)
+            self._sweep_dir = None
+
+    def _finish(self, sweep_dir: Path) -> None:
         if sweep_dir.is_dir():
             rows = self._write(sweep_dir)
             # Printed, not logged: the logging set up by the last job writes to its train.log.
             print(where_message(sweep_dir / self.filename, rows), flush=True)
 
-    def _write(self, sweep_dir: Path) -> list[dict[str, Any]]:
-        rows = {**_scan(sweep_dir), **self._rows}
+    def _write(self, sweep_dir: Path, *, plot: bool = True) -> list[dict[str, Any]]:
+        rows = {**_scan(sweep_dir), **_records(sweep_dir), **self._rows}
         ordered = sorted(
             rows.values(), key=lambda r: (r["job"] is None, r["job"] or 0, r["run_dir"])
         )
         path = sweep_dir / self.filename
         write_csv_atomic(path, ordered, _columns(ordered))
         log.debug("wrote %s (%d rows)", path, len(ordered))
-        plot_table(path)
+        if plot:
+            plot_table(path, log_keys=sweep_log_keys(sweep_dir))
         return ordered
 
 
@@ -247,10 +326,37 @@ def where_message(path: Path, rows: Sequence[Mapping[str, Any]]) -> str:
     finished = sum(1 for row in rows if row.get("status") == "COMPLETED")
     plot = path.with_suffix(".png")
     shown = f", plot {plot}" if plot.is_file() else " (no plot: no job has a value to draw)"
+    best = best_row(rows)
+    named = ""
+    if best is not None:
+        name = best.get("objective_name") or "objective"
+        named = f", best job {best.get('job')} ({name} {float(best['objective']):.4g})"
     message = (
-        f"kdist: multirun done, {finished} of {len(rows)} job(s) completed; summary {path}{shown}"
+        f"kdist: multirun done, {finished} of {len(rows)} job(s) completed{named}; "
+        f"summary {path}{shown}"
     )
     boards = [path.parent / str(row.get("run_dir")) / TENSORBOARD for row in rows]
     if any(board.is_dir() for board in boards):
         message += f"; compare the jobs: tensorboard --logdir {path.parent} (HParams tab)"
     return message
+
+
+def best_row(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The completed job with the best objective (its own `objective_direction`), else `None`.
+
+    Args:
+        rows: `summary.csv`'s rows (or `summary_row`'s).
+    """
+    scored = []
+    for row in rows:
+        try:
+            value = float(row.get("objective"))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue
+        if row.get("status") == "COMPLETED" and value == value:  # NaN is no score
+            scored.append((value, row))
+    if not scored:
+        return None
+    directions = {str(row.get("objective_direction") or "max") for _, row in scored}
+    pick = min if directions == {"min"} else max
+    return pick(scored, key=lambda pair: pair[0])[1]
