@@ -263,11 +263,17 @@ def _chdir(tmp_path: Path) -> Any:
 
 
 def mirrored_strategy() -> Any:
-    """Keras's own judge under mirrored: `MirroredStrategy` over the 2 logical CPUs that
-    tests/conftest.py makes."""
-    import tensorflow as tf
+    """Keras's own judge under mirrored: `tf.distribute.MirroredStrategy` over the 2 logical
+    CPUs that tests/conftest.py makes, TensorFlow's default all-reduce.
 
-    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    Made through kdist's `mirrored()` only for its collective-key bookkeeping: every
+    MirroredStrategy of a process starts its collective keys at the same base, so the
+    second one's all-reduce fails ("Detected at node .../CollectiveReduceV2") unless the
+    base moves, as kdist moves it for each strategy it makes (its own runs included).
+    """
+    from kdist.strategies.single_host import mirrored
+
+    return mirrored(devices=["/cpu:0", "/cpu:1"])
 
 
 def run_keras(program: ModuleType, tmp_path: Path, strategy: Any = None) -> Outcome:

@@ -20,10 +20,13 @@ import harness
 import numpy as np
 import pytest
 from generator import Program
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 
 SHUFFLED_LOSS_TOLERANCE = 0.1
 COMMON = {
+    # No shrinking: each example trains twice (seconds); the failure names the drawn
+    # program's choices, which is what a reader needs to make it a corpus program.
+    "phases": [Phase.explicit, Phase.reuse, Phase.generate],
     "deadline": None,
     "derandomize": True,
     "database": None,
