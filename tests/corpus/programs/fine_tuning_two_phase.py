@@ -59,7 +59,9 @@ def _unfreeze_and_recompile(model):
 
 def fit_keras(model, kwargs):
     model.fit(verbose=0, **kwargs)
-    _unfreeze_and_recompile(model)
+    # The new optimizer belongs to the model's strategy (Keras's mirrored judge too).
+    with model.distribute_strategy.scope():
+        _unfreeze_and_recompile(model)
     return model.fit(verbose=0, **kwargs)
 
 
