@@ -8,6 +8,9 @@ import numpy as np
 
 FIT_KWARGS = {"epochs": 2, "batch_size": 16, "shuffle": False}
 COMPARE = "weights"
+# Keras's own multi-step train function (steps_per_execution=4) under MirroredStrategy fails:
+# "You must feed a value for placeholder tensor 'while/.../while/cond/Placeholder_1'".
+KERAS_MIRRORED_FAILS = "steps_per_execution=4: Keras's multi-step function fails under mirrored"
 
 
 def make_data(seed):
