@@ -17,8 +17,20 @@ interface:
 - optional `WARNINGS`: warning filters the program needs (Keras's own warnings about it).
 - optional `run_keras(tmp_path)`, `run_kdist(tmp_path, overrides)`: programs whose user
   code is not `fit` itself (a keras-tuner search).
+- optional `TRACE`: `False` with a comment saying why where the program's user code is
+  not one `fit` call (a search); `TRACE_TOLERANCE`: the logs' values in the callback trace
+  within this (1e-4 by default; the program's `TOLERANCE` when it compares losses).
+- optional `KERAS_MIRRORED_FAILS`: why Keras's own `fit` cannot run the program under
+  `MirroredStrategy` (the check asserts it still cannot, then that kdist trains);
+  `KDIST_MIRRORED_REFUSAL`: the regex of the one line kdist refuses it with under mirrored.
 
-The reference runs `model.fit` on one device with no strategy scope. kdist's side is the
+Every `fit` of both sides gets a `TraceRecorder` after the program's callbacks: each
+callback call (hook, epoch or batch index, the logs' keys and values) is recorded, and the
+two traces must be equal (`compare_traces`), batch hooks as the model's
+`steps_per_execution` batches them in Keras.
+
+The reference runs `model.fit` on one device with no strategy scope (or, for the mirrored
+check, inside `tf.distribute.MirroredStrategy` over the 2 logical CPUs). kdist's side is the
 notebook API: `Experiment(cfg)`, the model made inside `exp.strategy.scope()`,
 `exp.build_model(model=m)`, `exp.fit(**same arguments)`.
 """
@@ -47,6 +59,131 @@ BASE = [LOGICAL, "callbacks=minimal", "trainer.verbose=0"]
 
 # name -> {"one_device": "pass" | "fail: ...", "mirrored": ...}; read by conftest's summary.
 RESULTS: dict[str, dict[str, str]] = {}
+# name -> the mirrored check's judge: "keras" (Keras's fit under MirroredStrategy),
+# "trains" (Keras's fit cannot run it: KERAS_MIRRORED_FAILS) or "refusal".
+MIRRORED_JUDGE: dict[str, str] = {}
+# The hooks of `keras.callbacks.Callback` the recorder traces (`on_batch_*` are the
+# train hooks' aliases in Keras and are not called by `fit` on their own).
+HOOKS = (
+    "on_train_begin",
+    "on_train_end",
+    "on_epoch_begin",
+    "on_epoch_end",
+    "on_train_batch_begin",
+    "on_train_batch_end",
+    "on_test_begin",
+    "on_test_end",
+    "on_test_batch_begin",
+    "on_test_batch_end",
+    "on_predict_begin",
+    "on_predict_end",
+    "on_predict_batch_begin",
+    "on_predict_batch_end",
+)
+
+
+def _plain(value: Any) -> Any:
+    array = np.asarray(value)
+    if array.dtype.kind in "fiub":
+        return float(array) if array.ndim == 0 else array.astype("float64")
+    return repr(value)
+
+
+class TraceRecorder(keras.callbacks.Callback):
+    """Records every callback call: `(hook, index, {key: value})`, index the epoch or
+    batch number (None for begin/end hooks), values as Python floats (arrays kept)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, int | None, dict[str, Any]]] = []
+
+    def _record(self, hook: str, index: int | None, logs: Any) -> None:
+        logs = dict(logs or {})
+        self.calls.append((hook, index, {k: _plain(v) for k, v in sorted(logs.items())}))
+
+
+def _hook(name: str, indexed: bool) -> Callable[..., None]:
+    if indexed:
+
+        def method(self: TraceRecorder, index: int, logs: Any = None) -> None:
+            self._record(name, int(index), logs)
+    else:
+
+        def method(self: TraceRecorder, logs: Any = None) -> None:
+            self._record(name, None, logs)
+
+    method.__name__ = name
+    return method
+
+
+for _name in HOOKS:
+    setattr(TraceRecorder, _name, _hook(_name, "batch" in _name or "epoch" in _name))
+
+
+def _describe(call: tuple[str, int | None, dict[str, Any]] | None) -> str:
+    if call is None:
+        return "nothing"
+    hook, index, logs = call
+    values = ", ".join(
+        f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v!r}"[:60] for k, v in logs.items()
+    )
+    where = "" if index is None else f"{index}, "
+    return f"{hook}({where}{{{values}}})"
+
+
+def _counts(calls: Sequence[tuple[str, int | None, dict[str, Any]]]) -> str:
+    counted: dict[str, int] = {}
+    for hook, _, _ in calls:
+        counted[hook] = counted.get(hook, 0) + 1
+    return ", ".join(f"{h} x{n}" for h, n in counted.items())
+
+
+def compare_traces(
+    reference: list, ours: list, tolerance: float, who: str = "fit", batch_values: bool = True
+) -> str:
+    """Assert the two callback traces are equal: the same hooks in the same order with the
+    same indexes and log keys, every value within `tolerance` (absolute and relative).
+    The message names the first call that differs and both sides' call counts."""
+
+    def mismatch(i: int, why: str) -> AssertionError:
+        a = ours[i] if i < len(ours) else None
+        b = reference[i] if i < len(reference) else None
+        return AssertionError(
+            f"callback trace differs (kdist made {len(ours)} calls, {who} {len(reference)}), "
+            f"first at call {i} ({why}): kdist {_describe(a)}, {who} {_describe(b)}; "
+            f"kdist's calls: {_counts(ours)}; {who}'s: {_counts(reference)}"
+        )
+
+    for i in range(max(len(reference), len(ours))):
+        if i >= len(ours) or i >= len(reference):
+            raise mismatch(i, "one trace ended")
+        (hook, index, logs), (ref_hook, ref_index, ref_logs) = ours[i], reference[i]
+        if (hook, index) != (ref_hook, ref_index):
+            raise mismatch(i, "hook or index")
+        if sorted(logs) != sorted(ref_logs):
+            raise mismatch(i, f"log keys {sorted(logs)} against {sorted(ref_logs)}")
+        if not batch_values and "batch" in hook:
+            continue  # the program's two sides draw other orders: batch logs differ
+        for key, value in logs.items():
+            ref_value = ref_logs[key]
+            if isinstance(value, str) or isinstance(ref_value, str):
+                same = value == ref_value
+            else:
+                a, b = np.asarray(value), np.asarray(ref_value)
+                same = a.shape == b.shape and bool(
+                    np.allclose(a, b, atol=tolerance, rtol=tolerance, equal_nan=True)
+                )
+            if not same:
+                raise mismatch(i, f"{key!r} beyond {tolerance:g}")
+    return f"trace of {len(reference)} calls equal"
+
+
+def trace_tolerance(program: ModuleType) -> float:
+    if hasattr(program, "TRACE_TOLERANCE"):
+        return float(program.TRACE_TOLERANCE)
+    if getattr(program, "COMPARE", "weights") == "loss":
+        return float(getattr(program, "TOLERANCE", 1e-5))
+    return 1e-4
 
 
 def program_names() -> list[str]:
@@ -88,9 +225,13 @@ def _fit_arguments(program: ModuleType) -> tuple[dict[str, Any], list[Any]]:
     data = program.make_data(SEED)
     callbacks = list(program.make_callbacks()) if hasattr(program, "make_callbacks") else []
     kwargs = {**data, **getattr(program, "FIT_KWARGS", {})}
-    if callbacks:
-        kwargs["callbacks"] = callbacks
+    # The recorder comes last, so it sees the logs as the program's callbacks left them.
+    kwargs["callbacks"] = [*callbacks, TraceRecorder()]
     return kwargs, callbacks
+
+
+def _trace(kwargs: dict[str, Any]) -> list:
+    return kwargs["callbacks"][-1].calls
 
 
 def _evaluate_predict(program: ModuleType, evaluate: Callable, predict: Callable) -> tuple:
@@ -103,15 +244,59 @@ def _evaluate_predict(program: ModuleType, evaluate: Callable, predict: Callable
     return evaluated, predicted
 
 
-def run_keras(program: ModuleType, tmp_path: Path) -> Outcome:
-    """The reference: `model.fit` on one device, as the program's author runs it."""
+def _chdir(tmp_path: Path) -> Any:
+    """Programs whose callbacks write files write them under their side's own folder."""
+    import os
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    here = os.getcwd()
+
+    @contextmanager
+    def inside() -> Iterator[None]:
+        os.chdir(tmp_path)
+        try:
+            yield
+        finally:
+            os.chdir(here)
+
+    return inside()
+
+
+def mirrored_strategy() -> Any:
+    """Keras's own judge under mirrored: `tf.distribute.MirroredStrategy` over the 2 logical
+    CPUs that tests/conftest.py makes, TensorFlow's default all-reduce.
+
+    Made through kdist's `mirrored()` only for its collective-key bookkeeping: every
+    MirroredStrategy of a process starts its collective keys at the same base, so the
+    second one's all-reduce fails ("Detected at node .../CollectiveReduceV2") unless the
+    base moves, as kdist moves it for each strategy it makes (its own runs included).
+    """
+    from kdist.strategies.single_host import mirrored
+
+    return mirrored(devices=["/cpu:0", "/cpu:1"])
+
+
+def run_keras(program: ModuleType, tmp_path: Path, strategy: Any = None) -> Outcome:
+    """The reference: `model.fit` on one device (or inside `strategy.scope()`), as the
+    program's author runs it."""
     if hasattr(program, "run_keras"):
         return program.run_keras(tmp_path)
-    kwargs, callbacks = _fit_arguments(program)
-    model = program.make_model()
-    history = model.fit(verbose=0, **kwargs)
-    evaluated, predicted = _evaluate_predict(program, model.evaluate, model.predict)
-    return Outcome(model, dict(history.history), evaluated, predicted, callbacks)
+    with _chdir(tmp_path):
+        kwargs, callbacks = _fit_arguments(program)
+        if strategy is None:
+            model = program.make_model()
+        else:
+            with strategy.scope():
+                model = program.make_model()
+        if hasattr(program, "fit_keras"):  # a program with more than one fit (two phases)
+            history = program.fit_keras(model, kwargs)
+        else:
+            history = model.fit(verbose=0, **kwargs)
+        evaluated, predicted = _evaluate_predict(program, model.evaluate, model.predict)
+    outcome = Outcome(model, dict(history.history), evaluated, predicted, callbacks)
+    outcome.extra["trace"] = _trace(kwargs)
+    outcome.extra["folder"] = tmp_path
+    return outcome
 
 
 def run_kdist(program: ModuleType, tmp_path: Path, strategy: str) -> Outcome:
@@ -121,18 +306,26 @@ def run_kdist(program: ModuleType, tmp_path: Path, strategy: str) -> Outcome:
     overrides = [*BASE, f"strategy={strategy}", f"run_dir={tmp_path / 'run'}"]
     if hasattr(program, "run_kdist"):
         return program.run_kdist(tmp_path, overrides)
-    kwargs, callbacks = _fit_arguments(program)
-    exp = kdist.Experiment(kdist.compose(overrides))
-    with exp.strategy.scope():
-        model = program.make_model()
-    exp.build_model(model=model)
-    history = exp.fit(verbose=0, **kwargs)
-    outcome = Outcome(exp.model, dict(history.history), callbacks=callbacks)
-    outcome.extra["experiment"] = exp
-    try:
-        outcome.evaluated, outcome.predicted = _evaluate_predict(program, exp.evaluate, exp.predict)
-    except Exception as error:  # reported after the training's comparison (`raise_later`)
-        outcome.extra["evaluate_error"] = error
+    with _chdir(tmp_path):
+        kwargs, callbacks = _fit_arguments(program)
+        exp = kdist.Experiment(kdist.compose(overrides))
+        with exp.strategy.scope():
+            model = program.make_model()
+        exp.build_model(model=model)
+        if hasattr(program, "fit_kdist"):  # a program with more than one fit (two phases)
+            history = program.fit_kdist(exp, kwargs)
+        else:
+            history = exp.fit(verbose=0, **kwargs)
+        outcome = Outcome(exp.model, dict(history.history), callbacks=callbacks)
+        outcome.extra["experiment"] = exp
+        outcome.extra["trace"] = _trace(kwargs)
+        outcome.extra["folder"] = tmp_path
+        try:
+            outcome.evaluated, outcome.predicted = _evaluate_predict(
+                program, exp.evaluate, exp.predict
+            )
+        except Exception as error:  # reported after the training's comparison (`raise_later`)
+            outcome.extra["evaluate_error"] = error
     return outcome
 
 
@@ -159,8 +352,9 @@ def _flat(value: Any) -> list[np.ndarray]:
     return [np.asarray(v, dtype="float64") for v in keras.tree.flatten(value)]
 
 
-def compare(program: ModuleType, reference: Outcome, ours: Outcome) -> str:
-    """Assert that `ours` trained as `reference`; returns what was measured."""
+def compare(program: ModuleType, reference: Outcome, ours: Outcome, who: str = "fit") -> str:
+    """Assert that `ours` trained as `reference` (weights or losses, then the callback
+    trace, then `evaluate`/`predict` and the program's `check`); returns what was measured."""
     tolerance = float(getattr(program, "TOLERANCE", 1e-5))
     how = getattr(program, "COMPARE", "weights")
     measured = ""
@@ -178,6 +372,15 @@ def compare(program: ModuleType, reference: Outcome, ours: Outcome) -> str:
         assert diff <= tolerance, f"{measured} > {tolerance:g}"
     elif how != "custom":
         raise ValueError(f"COMPARE={how!r}")
+    if getattr(program, "TRACE", True):
+        traced = compare_traces(
+            reference.extra["trace"],
+            ours.extra["trace"],
+            trace_tolerance(program),
+            who,
+            batch_values=getattr(program, "TRACE_BATCH_VALUES", True),
+        )
+        measured = f"{measured}; {traced}" if measured else traced
     try:
         raise_later(ours)
     except Exception as error:
@@ -243,12 +446,16 @@ def record(name: str, mode: str, run: Callable[[], str]) -> None:
 def summary_lines() -> Sequence[str]:
     programs = sorted(RESULTS)
     one = [p for p in programs if "one_device" in RESULTS[p]]
-    mirrored = [p for p in programs if "mirrored" in RESULTS[p]]
     equal = sum(RESULTS[p]["one_device"].startswith("pass") for p in one)
-    trains = sum(RESULTS[p]["mirrored"].startswith("pass") for p in mirrored)
+
+    def rate(judge: str) -> str:
+        names = [p for p in programs if "mirrored" in RESULTS[p] and MIRRORED_JUDGE[p] == judge]
+        return f"{sum(RESULTS[p]['mirrored'].startswith('pass') for p in names)}/{len(names)}"
+
     lines = [
-        f"corpus: {equal}/{len(one)} programs equal fit under one device, "
-        f"{trains}/{len(mirrored)} train under mirrored"
+        f"corpus: {equal}/{len(one)} programs equal fit under one device; under mirrored "
+        f"{rate('keras')} equal Keras's fit under mirrored, {rate('trains')} train where "
+        f"Keras's fit cannot run them, {rate('refusal')} refused in one line as meant"
     ]
     for p in programs:
         for mode, result in sorted(RESULTS[p].items()):

@@ -2,7 +2,11 @@
 
 For each program: kdist under one_device equals `model.fit` (weights within 1e-5, or the
 loss per epoch within the program's stated tolerance; `evaluate`/`predict` too where the
-program uses them), and kdist under mirrored (2 logical CPUs) trains with finite logs.
+program uses them; and the callback trace), and kdist under mirrored (2 logical CPUs) equals
+Keras's own `fit` under `MirroredStrategy` (weights within 1e-5 and the trace) wherever Keras
+can run the program there; where it cannot (`KERAS_MIRRORED_FAILS`, checked), kdist trains
+with finite logs; where kdist refuses it on purpose (`KDIST_MIRRORED_REFUSAL`), the refusal
+is one line.
 The fast suite runs a handful; the rest are in tests/slow_cases.txt. A session's summary
 prints the pass rate (conftest.py).
 """
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from pathlib import Path
 
 import harness
@@ -35,15 +40,65 @@ def test_equals_fit_under_one_device(name: str, tmp_path: Path):
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
-def test_trains_under_mirrored(name: str, tmp_path: Path):
+def test_under_mirrored(name: str, tmp_path: Path):
+    """Under mirrored the judge is Keras itself: its `fit` inside `MirroredStrategy` over the
+    same 2 logical CPUs. Where Keras cannot run the program there (the program says why in
+    `KERAS_MIRRORED_FAILS`, and this checks that Keras still fails), kdist must train;
+    where kdist refuses it on purpose, the refusal must be its one line."""
     program = harness.load(name)
+    refusal = getattr(program, "KDIST_MIRRORED_REFUSAL", None)
+    keras_fails = getattr(program, "KERAS_MIRRORED_FAILS", None)
+    custom = hasattr(program, "run_keras")
+    harness.MIRRORED_JUDGE[name] = (
+        "refusal" if refusal else "trains" if keras_fails or custom else "keras"
+    )
 
     def run() -> str:
         with harness.program_warnings(program):
+            if refusal:
+                return _refused(program, tmp_path, refusal)
+            if keras_fails or custom:
+                why = _keras_still_fails(program, tmp_path / "keras") if keras_fails else "a search"
+                ours = harness.run_kdist(program, tmp_path / "kdist", "mirrored")
+                return f"trains: {harness.check_trains(program, ours)}; Keras's fit: {why}"
+            try:
+                reference = harness.run_keras(
+                    program, tmp_path / "keras", harness.mirrored_strategy()
+                )
+            except Exception as error:
+                raise AssertionError(
+                    f"Keras's own fit under MirroredStrategy raised "
+                    f"{harness.one_line(error)}: if Keras cannot run this program there, "
+                    f"say why in the program's KERAS_MIRRORED_FAILS"
+                ) from error
             ours = harness.run_kdist(program, tmp_path / "kdist", "mirrored")
-            return harness.check_trains(program, ours)
+            return harness.compare(program, reference, ours, who="Keras's mirrored fit")
 
     harness.record(name, "mirrored", run)
+
+
+def _keras_still_fails(program, tmp_path: Path) -> str:
+    try:
+        harness.run_keras(program, tmp_path, harness.mirrored_strategy())
+    except Exception as error:
+        return harness.one_line(error)[:120]
+    raise AssertionError(
+        "Keras's own fit now runs this program under MirroredStrategy: drop "
+        "KERAS_MIRRORED_FAILS so that kdist is compared with it"
+    )
+
+
+def _refused(program, tmp_path: Path, pattern: str) -> str:
+    import kdist
+
+    try:
+        harness.run_kdist(program, tmp_path / "kdist", "mirrored")
+    except kdist.ConfigError as error:
+        text = str(error)
+        assert "\n" not in text.strip(), f"the refusal is not one line: {text!r}"
+        assert re.search(pattern, text), f"refused with {text!r}, not /{pattern}/"
+        return f"refused in one line: {text[:120]}"
+    raise AssertionError(f"kdist trained it under mirrored; it was to refuse it (/{pattern}/)")
 
 
 @pytest.mark.parametrize("name", BY_WEIGHTS)

@@ -13,6 +13,9 @@ IMAGE_SIZE, EMA = 16, 0.999
 MIN_SIGNAL_RATE, MAX_SIGNAL_RATE = 0.02, 0.95
 FIT_KWARGS = {"epochs": 2}
 COMPARE = "weights"
+# A model with no `call`: Keras's own fit cannot build it under a strategy ("Unable to
+# automatically build the model"); kdist builds it through its own train_step and trains.
+KERAS_MIRRORED_FAILS = "no `call`: Keras's fit cannot build the model under a strategy"
 LOSS_KEY = "n_loss"
 
 

@@ -12,6 +12,9 @@ from keras import layers, ops
 LATENT_DIM = 8
 FIT_KWARGS = {"epochs": 2}
 COMPARE = "weights"
+# A model with no `call`: Keras's own fit cannot build it under a strategy ("Unable to
+# automatically build the model"); kdist builds it through its own train_step and trains.
+KERAS_MIRRORED_FAILS = "no `call`: Keras's fit cannot build the model under a strategy"
 LOSS_KEY = "d_loss"
 
 

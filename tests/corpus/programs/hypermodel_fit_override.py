@@ -17,6 +17,9 @@ from harness import BASE, Outcome
 
 EXAMPLES, EPOCHS, TRIALS = 100, 2, 2
 COMPARE = "custom"
+# Its user code is a keras-tuner search (a fit per trial, at batch sizes the two searches
+# draw independently), not one fit: no callback trace to set side by side.
+TRACE = False
 CALLS: list[dict] = []
 
 

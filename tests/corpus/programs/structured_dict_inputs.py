@@ -10,6 +10,10 @@ import tensorflow as tf
 
 FIT_KWARGS = {"epochs": 2}
 COMPARE = "weights"
+# String features in the model: Keras's own fit under MirroredStrategy fails ("Value for
+# attr 'T' of string is not in the list of allowed values", a string tensor where the
+# distributed step wants numbers); kdist trains it.
+KERAS_MIRRORED_FAILS = "string inputs: Keras's fit under MirroredStrategy cannot run them"
 PREDICT = EVALUATE = True
 
 

@@ -10,6 +10,9 @@ from keras import layers, ops
 LATENT_DIM = 2
 FIT_KWARGS = {"epochs": 2, "batch_size": 32, "shuffle": False}
 COMPARE = "weights"
+# A model with no `call`: Keras's own fit cannot build it under a strategy ("Unable to
+# automatically build the model"); kdist builds it through its own train_step and trains.
+KERAS_MIRRORED_FAILS = "no `call`: Keras's fit cannot build the model under a strategy"
 LOSS_KEY = "total_loss"
 
 
