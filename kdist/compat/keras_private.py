@@ -18,6 +18,7 @@ __all__ = [
     "call_has_training_arg",
     "class_weight_to_sample_weights",
     "close_tensorboard_writers",
+    "compile_config",
     "compile_loss",
     "compile_metrics",
     "compute_loss",
@@ -136,6 +137,13 @@ def inputs_struct(model: Any) -> Any:
 def outputs_struct(model: Any) -> Any:
     """A functional model's output structure, or `None` for a subclassed model."""
     return getattr(model, "_outputs_struct", None)
+
+
+def compile_config(model: Any) -> Any:
+    """The object Keras's `compile` makes anew at every call (`Trainer._compile_config`),
+    or `None` before the first: kdist tells a recompile by it, as Keras's `compile`
+    drops its `train_function`."""
+    return getattr(model, "_compile_config", None)
 
 
 def compile_loss(model: Any) -> Any:

@@ -33,10 +33,11 @@ from kdist.config.objective import (
 )
 from kdist.config.validate import validate
 from kdist.data.in_hand import Given, check_inputs, given_batches
+from kdist.data.in_hand.dispatch import kind_of
 from kdist.data.pipeline import build_source, run_dataset_fn
 from kdist.data.pipeline import steps_per_epoch as steps_per_epoch_of
 from kdist.data.source import Source
-from kdist.engine import Controller, FitResult, Runner
+from kdist.engine import Controller, FitResult, Runner, Schedule
 from kdist.engine.building import optimizer_steps
 from kdist.experiment import batch_plan, outputs
 from kdist.experiment.build import (
@@ -45,6 +46,13 @@ from kdist.experiment.build import (
     compiled_model,
     output_classes,
     runner_for,
+)
+from kdist.experiment.compile_state import (
+    CompileWatch,
+    StepSettings,
+    check_optimizer,
+    eager_if,
+    step_settings,
 )
 from kdist.experiment.evaluating import evaluate_batches, keras_return
 from kdist.experiment.fit_arguments import (
@@ -60,7 +68,10 @@ from kdist.process import runtime
 from kdist.runs import resume_check
 from kdist.runs.layout import SAVE_FOLDERS, default_run_dir
 
-__all__ = ["Experiment"]
+__all__ = ["KERAS_BATCH_SIZE", "Experiment"]
+
+# `model.fit`'s batch of arrays when `batch_size` is left out.
+KERAS_BATCH_SIZE = 32
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +135,13 @@ class Experiment:
         self._bound: Source | None = None
         self._model_from_config = False
         self._own_compile = False
+        # The compile kdist's step was built for: a recompile rebuilds it, as Keras's
+        # `compile` drops its `train_function`; the step settings it was built with.
+        self._watch = CompileWatch()
+        self._settings = StepSettings(
+            steps_per_execution=int(cfg.trainer.steps_per_execution),
+            jit_compile=bool(cfg.runtime.jit_compile),
+        )
         self._fitted = False
         self._resume_checked = False
         log.info(
@@ -181,6 +199,7 @@ class Experiment:
             cfg, self.strategy, self.source, total_steps=schedule.total_steps, model=model
         )
         self.model, self.optimizer = model, model.optimizer
+        self._watch.seen(model)
         self._model_from_config = from_config
         self.runner, self.controller, self._bound = None, None, None
         # A user's model is built as `fit` builds it: on the first batch of the data `fit`
@@ -208,11 +227,20 @@ class Experiment:
             return False
         return True
 
-    def _bind(self) -> None:
+    def _schedule(self) -> Schedule:
+        """The controller's schedule: the config's, with the step settings' hooks."""
+        return batch_plan.schedule(
+            self.cfg.trainer,
+            self.steps_per_epoch,
+            steps_per_execution=self._settings.steps_per_execution,
+        )
+
+    def _bind(self, *, recompiled: bool = False) -> None:
         """Build the runner (and controller) that trains `self.model` on `self.source`.
 
         The model is built from the data (if unbuilt), the targets, inputs and objective
-        are checked, and a controller that already trained this model goes on with it.
+        are checked, and a controller that already trained this model goes on with it
+        (with a new checkpoint of its new optimizer when it was `recompiled`).
         """
         cfg, model = self.cfg, self.model
         assert model is not None
@@ -228,9 +256,19 @@ class Experiment:
         )
         with self.strategy.scope():  # a model built here makes its variables in the scope
             check_inputs(model, self.source.dataset("train").element_spec, key=key)
-        schedule = batch_plan.schedule(cfg.trainer, self.steps_per_epoch)
+        # Keras's `make_train_function` reads the model's compile: so does kdist's step.
+        settings = step_settings(model, cfg, own_compile=self._own_compile, strategy=self.strategy)
+        check_optimizer(model.optimizer, self.strategy)
+        self._settings = settings
+        schedule = self._schedule()
         runner = runner_for(
-            cfg, self.strategy, model, self.source, schedule, validates=self.validates
+            cfg,
+            self.strategy,
+            model,
+            self.source,
+            schedule,
+            validates=self.validates,
+            jit_compile=settings.jit_compile,
         )
         self._check_objective(model)
         # The config as resolved (batch, objective), before training; over a folder
@@ -240,9 +278,10 @@ class Experiment:
         ):
             outputs.write_config(self.output_dir, cfg)
         train_data = functools.partial(run_dataset_fn, cfg, self.source, "train")
-        if self.controller is not None and self.controller.model is model:
-            self.controller.schedule = schedule
-            self.controller.use_runner(runner, train_data)
+        previous = self.controller
+        if previous is not None and previous.model is model and not recompiled:
+            previous.schedule = schedule
+            previous.use_runner(runner, train_data)
         else:
             self.controller = Controller(
                 runner,
@@ -252,11 +291,25 @@ class Experiment:
                 strategy_name=type(self.strategy).__name__,
                 num_replicas=self.num_replicas,
             )
+            if previous is not None and previous.model is model:
+                # A recompile (a new optimizer in the checkpoint): the run's steps and
+                # epochs go on from where the last `fit` left them.
+                self.controller.global_step = previous.global_step
+                self.controller.epoch_origin = previous.epoch_origin
+                self.controller.use_runner(runner, train_data)
+        self._watch.seen(model)
         self.runner, self._bound = runner, self.source
 
     def _controller(self) -> Controller:
         if self.model is None:
             self.build_model()
+        elif self._watch.changed(self.model):
+            # Keras's `compile` drops its `train_function`: a new optimizer, loss,
+            # metrics, trainable set and step settings, so kdist's step is built anew.
+            log.info("%s was compiled again: its step is built anew", self.model.name)
+            self._own_compile = True
+            self.optimizer = self.model.optimizer
+            self._bind(recompiled=True)
         elif self._bound is not self.source:
             if self._model_from_config and not self._fitted and not self._takes_source(self.model):
                 # kdist's own model, built for other data and not trained: built anew
@@ -384,6 +437,10 @@ class Experiment:
             ConfigError: naming the argument (or key), for data that does not fit the
                 model or the strategy, before any training.
         """
+        if batch_size is None and x is not None and self._user_compiled():
+            # Keras's `fit` batches arrays by 32 when `batch_size` is left out; the
+            # config's batch is the default of the command line and of kdist's models.
+            batch_size = KERAS_BATCH_SIZE if kind_of(x) == "arrays" else None
         arguments = FitArguments(
             x,
             y,
@@ -419,7 +476,7 @@ class Experiment:
         if verbose is None:
             verbose = int(self.cfg.trainer.verbose) if self.is_chief else 0
         # A notebook may change `trainer.epochs` between two `fit` calls.
-        controller.schedule = batch_plan.schedule(self.cfg.trainer, self.steps_per_epoch)
+        controller.schedule = self._schedule()
         if not self._fitted:
             if self.cfg.callbacks.backup.enabled:
                 self.restore()
@@ -455,7 +512,8 @@ class Experiment:
         self.best_model = run.best_model
         started = time.perf_counter()
         self._fitted = True
-        self.result = controller.fit(run.callbacks, savers=run.savers, verbose=verbose)
+        with eager_if(self._settings.run_eagerly):
+            self.result = controller.fit(run.callbacks, savers=run.savers, verbose=verbose)
         summary = self.metrics() | {"wall_seconds": time.perf_counter() - started}
         outputs.write(
             self.output_dir,
@@ -466,6 +524,11 @@ class Experiment:
             model=controller.model,
         )
         return self.result.history
+
+    def _user_compiled(self) -> bool:
+        """Whether the model is compiled by the user (its own compile, or a recompile)."""
+        model = self.model
+        return model is not None and (self._own_compile or self._watch.changed(model))
 
     def _use_data(self, found: FitData | None) -> None:
         """Make `fit`'s data (`read_fit_data`) the run's: `self.source` and the config keys."""
