@@ -3,12 +3,14 @@
 It assembles a run, one call per step: config -> runtime -> strategy -> data -> model ->
 runner -> controller. The controller (`kdist.engine.controller`) runs it; the callbacks
 come from `kdist.callbacks.factory`; the files it leaves come from `kdist.experiment.outputs`.
+Its roles live beside it: binding the model, data and compile into a runner
+(`kdist.experiment.binding`), evaluate/predict and summaries (`kdist.experiment.results`),
+resuming a run folder (`kdist.experiment.resuming`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -23,38 +25,29 @@ from kdist import strategies
 from kdist.callbacks.best_model import BestModelExport
 from kdist.callbacks.factory import build_run
 from kdist.cluster import chief
-from kdist.compat.keras_private import flatten_layers, inputs_struct
-from kdist.config.errors import ConfigError
+from kdist.compat.keras_private import flatten_layers
 from kdist.config.objective import (
-    check_monitors,
-    check_objective,
     metric_directions,
     resolve_objective,
 )
 from kdist.config.validate import validate
-from kdist.data.in_hand import Given, check_inputs, given_batches
+from kdist.data.in_hand import Given, check_inputs
 from kdist.data.in_hand.dispatch import kind_of
-from kdist.data.pipeline import build_source, run_dataset_fn
+from kdist.data.pipeline import build_source
 from kdist.data.pipeline import steps_per_epoch as steps_per_epoch_of
 from kdist.data.source import Source
-from kdist.engine import Controller, FitResult, Runner, Schedule
-from kdist.engine.building import optimizer_steps
+from kdist.engine import Controller, FitResult, Runner
 from kdist.experiment import batch_plan, outputs
+from kdist.experiment.binding import Binding
 from kdist.experiment.build import (
     check_targets,
-    compiled_losses,
     compiled_model,
-    output_classes,
-    runner_for,
 )
 from kdist.experiment.compile_state import (
     CompileWatch,
     StepSettings,
-    check_optimizer,
     eager_if,
-    step_settings,
 )
-from kdist.experiment.evaluating import evaluate_batches, keras_return
 from kdist.experiment.fit_arguments import (
     FitArguments,
     FitData,
@@ -63,10 +56,10 @@ from kdist.experiment.fit_arguments import (
     set_key,
     warn_stream_resume,
 )
-from kdist.experiment.predicting import predict_dataset, predict_split
+from kdist.experiment.results import Results
+from kdist.experiment.resuming import Resuming
 from kdist.process import runtime
-from kdist.runs import resume_check
-from kdist.runs.layout import SAVE_FOLDERS, default_run_dir
+from kdist.runs.layout import default_run_dir
 
 __all__ = ["KERAS_BATCH_SIZE", "Experiment"]
 
@@ -76,7 +69,7 @@ KERAS_BATCH_SIZE = 32
 log = logging.getLogger(__name__)
 
 
-class Experiment:
+class Experiment(Binding, Results, Resuming):
     """Set up devices, seeds, precision and the strategy for a config, then train it.
 
     Creating an `Experiment` validates the config, applies `runtime`, builds the strategy
@@ -152,19 +145,6 @@ class Experiment:
             batch,
         )
 
-    def _check_objective(self, model: keras.Model) -> None:
-        """`objective` and the callbacks' monitors against what `model` logs."""
-        logged = list(model.get_metrics_result())
-        check_objective(
-            self.cfg.get("objective"),
-            logged,
-            validates=self.validates,
-            auto=self._objective_auto,
-            direction_auto=self._direction_auto,
-            directions=metric_directions(model),
-        )
-        check_monitors(self.cfg, logged)
-
     def build_model(self, model: keras.Model | None = None) -> keras.Model:
         """Build the model, optimizer, loss, metrics, runner and controller for training.
 
@@ -213,93 +193,6 @@ class Experiment:
             self._bind()
         return model
 
-    def _takes_source(self, model: keras.Model) -> bool:
-        """Whether `model`'s inputs take the config's data (a subclassed model: yes, it
-        is built from it, as `build_model` has always done)."""
-        if inputs_struct(model) is None and not model.built:
-            return True
-        try:
-            # A built subclassed model is called on the data (symbolically): in the scope,
-            # where the layers it may build must make their variables.
-            with self.strategy.scope():
-                check_inputs(model, self.source.dataset("train").element_spec, key="data.source")
-        except ConfigError:
-            return False
-        return True
-
-    def _schedule(self) -> Schedule:
-        """The controller's schedule: the config's, with the step settings' hooks."""
-        return batch_plan.schedule(
-            self.cfg.trainer,
-            self.steps_per_epoch,
-            steps_per_execution=self._settings.steps_per_execution,
-        )
-
-    def _bind(self, *, recompiled: bool = False) -> None:
-        """Build the runner (and controller) that trains `self.model` on `self.source`.
-
-        The model is built from the data (if unbuilt), the targets, inputs and objective
-        are checked, and a controller that already trained this model goes on with it
-        (with a new checkpoint of its new optimizer when it was `recompiled`).
-        """
-        cfg, model = self.cfg, self.model
-        assert model is not None
-        key = "x" if self._given is not None else "data.source"
-        # The targets against the loss the model trains with (the user's own compile
-        # when kept, not the config's) and the model's classes (a functional model's).
-        if self._own_compile:
-            loss, loss_key = compiled_losses(model), f"{model.name}'s compiled loss"
-        else:
-            loss, loss_key = cfg.trainer.get("loss"), "trainer.loss"
-        check_targets(
-            loss, self.source, key=loss_key, data_key=key, num_classes=output_classes(model)
-        )
-        with self.strategy.scope():  # a model built here makes its variables in the scope
-            check_inputs(model, self.source.dataset("train").element_spec, key=key)
-        # Keras's `make_train_function` reads the model's compile: so does kdist's step.
-        settings = step_settings(model, cfg, own_compile=self._own_compile, strategy=self.strategy)
-        check_optimizer(model.optimizer, self.strategy)
-        self._settings = settings
-        schedule = self._schedule()
-        runner = runner_for(
-            cfg,
-            self.strategy,
-            model,
-            self.source,
-            schedule,
-            validates=self.validates,
-            jit_compile=settings.jit_compile,
-        )
-        self._check_objective(model)
-        # The config as resolved (batch, objective), before training; over a folder
-        # with checkpoints only once `restore` has checked it against theirs.
-        if self.is_chief and (
-            self._resume_checked or not resume_check.holds_checkpoints(self.run_dir)
-        ):
-            outputs.write_config(self.output_dir, cfg)
-        train_data = functools.partial(run_dataset_fn, cfg, self.source, "train")
-        previous = self.controller
-        if previous is not None and previous.model is model and not recompiled:
-            previous.schedule = schedule
-            previous.use_runner(runner, train_data)
-        else:
-            self.controller = Controller(
-                runner,
-                model=model,
-                schedule=schedule,
-                train_data=train_data,
-                strategy_name=type(self.strategy).__name__,
-                num_replicas=self.num_replicas,
-            )
-            if previous is not None and previous.model is model:
-                # A recompile (a new optimizer in the checkpoint): the run's steps and
-                # epochs go on from where the last `fit` left them.
-                self.controller.global_step = previous.global_step
-                self.controller.epoch_origin = previous.epoch_origin
-                self.controller.use_runner(runner, train_data)
-        self._watch.seen(model)
-        self.runner, self._bound = runner, self.source
-
     def _controller(self) -> Controller:
         if self.model is None:
             self.build_model()
@@ -320,41 +213,6 @@ class Experiment:
                 self._bind()
         assert self.controller is not None
         return self.controller
-
-    def restore(self) -> int:
-        """Resume from `<run_dir>/backup` (else `checkpoints/`): `Controller.restore`.
-
-        The folder's checkpoints are first checked as the command line checks them
-        (`kdist.runs.resume_check.check_resume`): the same refusals and allowed changes.
-
-        Returns:
-            The global step to continue from (0 when there is nothing to restore).
-
-        Raises:
-            ConfigError: naming the changed keys when the checkpoints were trained with
-                other settings (unless `trainer.allow_resume_changes=true`).
-        """
-        if not self._resume_checked:
-            # The command line's resume check, before this run's config is written over
-            # the folder's: a changed setting is refused in one line, one allowed by
-            # `trainer.allow_resume_changes` is applied after the restore (below).
-            resume_check.check_resume(self.run_dir, self.cfg)
-            self._resume_checked = True
-        controller = self._controller()
-        if self.is_chief:
-            outputs.write_config(self.output_dir, self.cfg)
-            if resume_check.holds_checkpoints(self.run_dir):
-                resume_check.save_config(self.run_dir, self.cfg)
-        # A change allowed on resume is applied after the restore (`kdist.runs.resume_check`).
-        configured = resume_check.optimizer_hyperparameters(controller.model.optimizer)
-        step = controller.restore(
-            *(self.run_dir / folder for folder in SAVE_FOLDERS), clean=self.is_chief
-        )
-        if step:
-            resume_check.apply_allowed_changes(self.run_dir, controller.model.optimizer, configured)
-        if step and self.is_chief:
-            outputs.trim_history(self.output_dir, step // self.steps_per_epoch)
-        return step
 
     def fit(
         self,
@@ -547,145 +405,3 @@ class Experiment:
         self._bound = None  # the runner reads the data anew (the pipeline's keys changed)
         if given is not None:
             log.info("%s; %d steps per epoch", given.describe(), self.steps_per_epoch)
-
-    def evaluate(
-        self,
-        x: Any = None,
-        y: Any = None,
-        *,
-        batch_size: int | None = None,
-        verbose: Any = "auto",
-        sample_weight: Any = None,
-        steps: int | None = None,
-        callbacks: Sequence[keras.callbacks.Callback] | None = None,
-        return_dict: bool | None = None,
-    ) -> Any:
-        """Evaluate the model under the run's strategy, as `model.evaluate` does.
-
-        Without `x`, the run's validation split (the config's data, or the data given
-        to `fit`), returned as a dict (kdist's run-folder form). With `x`, the data as
-        `model.evaluate` reads it (`kdist.data.in_hand.given_batches`: arrays in batches of
-        `batch_size`, the last one partial), each batch cut over the replicas as
-        `tf.distribute` cuts it for Keras.
-
-        Args:
-            x: arrays (or a dict or list of them), a `tf.data.Dataset`, a
-                `keras.utils.PyDataset` or a generator. Defaults to `None`: the
-                validation split.
-            y: targets of arrays `x`. Defaults to `None`.
-            batch_size: rows per batch of arrays. Defaults to `None`: 32, as in Keras.
-            verbose: accepted for `model.evaluate`'s signature; kdist shows no
-                progress bar here. Defaults to `"auto"`.
-            sample_weight: per-example weights of arrays `x`. Defaults to `None`.
-            steps: batches to read. Defaults to `None`: all.
-            callbacks: Keras callbacks; their `on_test_begin`/`on_test_end` run.
-                Defaults to `None`.
-            return_dict: a dict `{metric: value}` when true; when false, Keras's form
-                (one value alone, else a list in the model's metrics' order).
-                Defaults to `None`: false with `x` (Keras's default), true without.
-
-        Returns:
-            The metrics, as `return_dict` says.
-
-        Raises:
-            ConfigError: naming the argument, for data the model cannot take.
-        """
-        del verbose  # no progress bar: one compiled loop over the batches
-        if x is None:
-            for name, value in (("y", y), ("sample_weight", sample_weight)):
-                if value is not None:
-                    raise ConfigError(name, "needs x: give the data it goes with")
-        controller = self._controller()
-        model = controller.model
-        callback_list = keras.callbacks.CallbackList(list(callbacks or ()), model=model)
-        callback_list.on_test_begin()
-        if x is None:
-            logs = controller.runner.evaluate()
-        else:
-            batches = given_batches(
-                x, y, sample_weight=sample_weight, batch_size=batch_size, steps=steps
-            )
-            check_inputs(model, _unbatched_spec(batches), key="x")
-            logs = evaluate_batches(self.strategy, controller.runner, batches)
-        callback_list.on_test_end(logs)
-        return keras_return(
-            model, logs, return_dict=x is None if return_dict is None else return_dict
-        )
-
-    def predict(
-        self,
-        x: Any = None,
-        *,
-        batch_size: int | None = None,
-        verbose: Any = "auto",
-        steps: int | None = None,
-        callbacks: Sequence[keras.callbacks.Callback] | None = None,
-        split: str = "validation",
-    ) -> Any:
-        """Predict with the model under the run's strategy, as `model.predict` does.
-
-        Args:
-            x: features (arrays, or a dict or list of them; a `tf.data.Dataset`, a
-                `keras.utils.PyDataset` or a generator), read as `model.predict`
-                reads them. Defaults to `None`: the examples of `split`.
-            batch_size: rows per batch of arrays. Defaults to `None`: 32 (Keras's)
-                for `x`, the run's global batch for a split.
-            verbose: accepted for `model.predict`'s signature; no progress bar.
-                Defaults to `"auto"`.
-            steps: batches to read. Defaults to `None`: all.
-            callbacks: Keras callbacks; their `on_predict_begin`/`on_predict_end` run.
-                Defaults to `None`.
-            split: without `x`, `"validation"` or `"train"`: the split's examples,
-                read once in order. Defaults to `"validation"`.
-
-        Returns:
-            NumPy arrays with the structure of the model's outputs, one row per example.
-
-        Raises:
-            ConfigError: naming the argument, for data the model cannot take.
-        """
-        del verbose
-        if isinstance(x, str):  # the older form `predict("train")`
-            x, split = None, x
-        model = self._controller().model
-        callback_list = keras.callbacks.CallbackList(list(callbacks or ()), model=model)
-        callback_list.on_predict_begin()
-        if x is None:
-            outputs = predict_split(
-                self.strategy,
-                model,
-                self.source,
-                batch_size=int(batch_size or self.cfg.trainer.global_batch_size),
-                split=split,
-            )
-        else:
-            batches = given_batches(x, batch_size=batch_size, steps=steps)
-            check_inputs(model, _unbatched_spec(batches), key="x", needs_targets=False)
-            outputs = predict_dataset(self.strategy, model, batches)
-        callback_list.on_predict_end()
-        return outputs
-
-    def objective(self) -> float:
-        """The value of `objective.name` after `fit`: what sweeps and the tuner optimise."""
-        if self.result is None:
-            raise RuntimeError("`objective()` needs a finished `fit()`.")
-        return float(self.result.final_logs[str(self.cfg.objective.name)])
-
-    def metrics(self) -> dict[str, Any]:
-        """The summary written to `metrics.json` after `fit`."""
-        if self.result is None or self.model is None:
-            raise RuntimeError("`metrics()` needs a finished `fit()`.")
-        return outputs.summary(
-            self.result,
-            self.cfg,
-            steps=optimizer_steps(self.model),
-            strategy_name=type(self.strategy).__name__,
-            num_replicas=self.num_replicas,
-        )
-
-
-def _unbatched_spec(batches: tf.data.Dataset) -> Any:
-    """One example's spec of a dataset of batches (the batch axis dropped)."""
-    return tf.nest.map_structure(
-        lambda spec: tf.TensorSpec(spec.shape[1:], spec.dtype), batches.element_spec
-    )
