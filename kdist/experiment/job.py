@@ -372,6 +372,9 @@ class Experiment(Binding, Results, Resuming):
         self._fitted = True
         with eager_if(self._settings.run_eagerly):
             self.result = controller.fit(run.callbacks, savers=run.savers, verbose=verbose)
+        # Keras's `fit` ends so: `use_ema=True` copies the averages into the model (it only
+        # assigns them, so a second call, e.g. by the controller, changes nothing).
+        controller.model.optimizer.finalize_variable_values(controller.model.trainable_weights)
         summary = self.metrics() | {"wall_seconds": time.perf_counter() - started}
         outputs.write(
             self.output_dir,

@@ -6,6 +6,7 @@ these read; each reads data as `model.evaluate`/`model.predict` do.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ import keras
 import tensorflow as tf
 from omegaconf import DictConfig
 
+from kdist.callbacks.batch_hooks import TEST_HOOKS, overridden_hooks
 from kdist.config.errors import ConfigError
 from kdist.data.in_hand import check_inputs, given_batches
 from kdist.data.source import Source
@@ -23,7 +25,24 @@ from kdist.experiment.compile_state import StepSettings, eager_if
 from kdist.experiment.evaluating import evaluate_batches, keras_return
 from kdist.experiment.predicting import predict_dataset, predict_split
 
-__all__ = ["Results"]
+__all__ = ["PREDICT_HOOKS", "Results", "say_unbatched_hooks"]
+
+log = logging.getLogger(__name__)
+
+PREDICT_HOOKS = ("on_predict_batch_begin", "on_predict_batch_end")
+
+
+def say_unbatched_hooks(
+    callbacks: Sequence[keras.callbacks.Callback], hooks: Sequence[str], call: str
+) -> None:
+    """One log line naming the batch hooks of `callbacks` that `call` does not run."""
+    names = [f"{type(c).__name__}.{hook}" for c in callbacks for hook in overridden_hooks(c, hooks)]
+    if names:
+        log.warning(
+            "%s are not called by %s: kdist reads all the batches in one compiled call",
+            ", ".join(names),
+            call,
+        )
 
 
 class Results:
@@ -90,6 +109,7 @@ class Results:
                     raise ConfigError(name, "needs x: give the data it goes with")
         controller = self._controller()
         model = controller.model
+        say_unbatched_hooks(list(callbacks or ()), TEST_HOOKS, "evaluate")
         callback_list = keras.callbacks.CallbackList(list(callbacks or ()), model=model)
         callback_list.on_test_begin()
         with eager_if(self._settings.run_eagerly):
@@ -142,6 +162,7 @@ class Results:
         if isinstance(x, str):  # the older form `predict("train")`
             x, split = None, x
         model = self._controller().model
+        say_unbatched_hooks(list(callbacks or ()), PREDICT_HOOKS, "predict")
         callback_list = keras.callbacks.CallbackList(list(callbacks or ()), model=model)
         callback_list.on_predict_begin()
         with eager_if(self._settings.run_eagerly):
