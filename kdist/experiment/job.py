@@ -258,7 +258,8 @@ class Experiment(Binding, Results, Resuming):
                 `keras.utils.PyDataset` or a generator of batches. Defaults to `None`.
             y: targets of arrays `x`. Defaults to `None`.
             batch_size: the global batch for arrays or single examples
-                (`trainer.global_batch_size`). Defaults to `None`: the config's.
+                (`trainer.global_batch_size`). Defaults to `None`: 32 for arrays and a
+                model the user compiled (Keras's), else the config's.
             epochs: the epoch to train to, from `initial_epoch`. Defaults to `None`:
                 until `trainer.epochs`.
             verbose: 0 silent, 1 progress bar, 2 one line per epoch. Defaults to `None`:
