@@ -193,13 +193,19 @@ def _eager_model() -> keras.Model:
     return model
 
 
-def test_run_eagerly_runs_the_step_eagerly(tmp_path: Path):
-    exp = _experiment(tmp_path)
+@pytest.mark.parametrize("strategy", ["one_device", "mirrored"])
+def test_run_eagerly_runs_the_step_eagerly(tmp_path: Path, strategy: str):
+    overrides = [f"strategy={strategy}"]
+    if strategy == "mirrored":  # Keras's own fit runs eagerly under MirroredStrategy too
+        overrides.append("runtime.logical_devices=2")
+    exp = _experiment(tmp_path, *overrides)
     reference, model = _pair(exp, _eager_model)
     exp.build_model(model=model)
-    reference.fit(X, Y, batch_size=32, epochs=2, shuffle=False, verbose=0)
-    exp.fit(X, Y, batch_size=32, epochs=2, shuffle=False)
-    assert len(exp.model.seen_losses) == len(reference.seen_losses) == 6
+    reference.fit(X[:64], Y[:64], batch_size=32, epochs=2, shuffle=False, verbose=0)
+    exp.fit(X[:64], Y[:64], batch_size=32, epochs=2, shuffle=False)
+    # 4 steps, each replica's train_step reading its loss with `.numpy()`.
+    replicas = exp.strategy.num_replicas_in_sync
+    assert len(exp.model.seen_losses) == len(reference.seen_losses) == 4 * replicas
     np.testing.assert_allclose(exp.model.seen_losses, reference.seen_losses, rtol=1e-6)
     assert _max_diff(exp.model, reference) <= 1e-6
     assert not tf.config.functions_run_eagerly()  # only during the fit
