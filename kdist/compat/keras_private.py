@@ -31,6 +31,7 @@ __all__ = [
     "learning_rate_variable",
     "loss_tracker",
     "metric_direction",
+    "optimizer_variables",
     "outputs_struct",
     "patch_variable_copy_to_cpu",
     "replace_all_reduce",
@@ -190,6 +191,19 @@ def unscale_loss_function() -> Callable[[Any], Any]:
 def distribute_strategy(model: Any) -> Any:
     """The strategy `model` was created under (`Model._distribute_strategy`), or `None`."""
     return getattr(model, "_distribute_strategy", None)
+
+
+def optimizer_variables(optimizer: Any) -> list[Any] | None:
+    """The variables a built `optimizer` updates (`BaseOptimizer._trainable_variables`),
+    or `None` before it is built (or where Keras no longer keeps them).
+
+    Keras's step keeps the trainable variables it was traced with until `compile`
+    drops it; the optimizer was built with the same list (`kdist.engine.step`).
+    """
+    if not getattr(optimizer, "built", False):
+        return None
+    variables = getattr(optimizer, "_trainable_variables", None)
+    return list(variables) if variables else None
 
 
 def flat_metrics(metric: Any) -> list[Any]:
