@@ -95,7 +95,8 @@ SURFACE: tuple[Entry, ...] = (
     _h(
         "fit.initial_epoch",
         f"{_DATA}::test_a_second_fit_trains_more_epochs_and_the_history_goes_on",
-        "trains epochs - initial_epoch more epochs",
+        "trains epochs - initial_epoch more epochs; the epoch numbers callbacks see are "
+        "the epoch loop's part of issue 42",
     ),
     _h("fit.steps_per_epoch", f"{_DATA}::test_a_generator_trains_for_steps_per_epoch", ""),
     _r(
@@ -109,7 +110,12 @@ SURFACE: tuple[Entry, ...] = (
         "validation_batch_size is not supported: validation reads batches of the training "
         "batch size",
     ),
-    _h("fit.validation_freq", f"{_ENGINE}::test_validation_freq_and_final_validation", ""),
+    _h(
+        "fit.validation_freq",
+        f"{_ENGINE}::test_validation_freq_and_final_validation",
+        "every validation_freq epochs (trainer.validation_freq); the last epoch's extra "
+        "validation is the epoch loop's part of issue 42",
+    ),
     # -- Model.evaluate ------------------------------------------------------------------
     _h("evaluate.x", f"{_FIT}::test_evaluate_and_predict_take_data_as_keras_does", ""),
     _h("evaluate.y", f"{_FIT}::test_evaluate_and_predict_take_data_as_keras_does", ""),
