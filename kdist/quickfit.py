@@ -73,8 +73,9 @@ def fit(
         strategy: the `strategy=` config option (`one_device`, `mirrored`, `auto`, ...).
             Defaults to `None`: the config's, as on the command line (`one_device`).
         epochs: epochs to train, as in `model.fit`. Defaults to `1`.
-        batch_size: the global batch (over all replicas). Defaults to `None`: the
-            config's `trainer.global_batch_size` (64), or the data's own batches.
+        batch_size: the global batch (over all replicas). Defaults to `None`: 32 for
+            arrays and a model you compiled (Keras's), else the config's
+            `trainer.global_batch_size` (64); a dataset's own batches.
         validation_data: as in `model.fit`. Defaults to `None`.
         overrides: config keys, as a dict (`{"runtime.logical_devices": 2}`) or a list
             of Hydra overrides (`["trainer.steps_per_execution=16"]`). Defaults to `None`.

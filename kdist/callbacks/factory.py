@@ -204,7 +204,8 @@ def build_run(
     # `build` puts the `callbacks.extra` ones last: with the caller's, the user's callbacks.
     users = configured[len(configured) - len(node.extra or []) :] + list(extra)
     if is_chief:
-        say_batch_hooks(users, steps_per_execution=int(cfg.trainer.steps_per_execution))
+        # The controller's (a model's own compile sets it, else the config).
+        say_batch_hooks(users, steps_per_execution=int(controller.schedule.steps_per_execution))
     overrides = task_overrides()
     if is_chief and node.tensorboard.enabled and overrides is not None:
         # The command's overrides with the final metrics: TensorBoard's HParams tab.

@@ -18,6 +18,7 @@ __all__ = [
     "call_has_training_arg",
     "class_weight_to_sample_weights",
     "close_tensorboard_writers",
+    "compile_config",
     "compile_loss",
     "compile_metrics",
     "compute_loss",
@@ -30,6 +31,7 @@ __all__ = [
     "learning_rate_variable",
     "loss_tracker",
     "metric_direction",
+    "optimizer_variables",
     "outputs_struct",
     "patch_variable_copy_to_cpu",
     "replace_all_reduce",
@@ -138,6 +140,13 @@ def outputs_struct(model: Any) -> Any:
     return getattr(model, "_outputs_struct", None)
 
 
+def compile_config(model: Any) -> Any:
+    """The object Keras's `compile` makes anew at every call (`Trainer._compile_config`),
+    or `None` before the first: kdist tells a recompile by it, as Keras's `compile`
+    drops its `train_function`."""
+    return getattr(model, "_compile_config", None)
+
+
 def compile_loss(model: Any) -> Any:
     """The model's compiled loss (`Model._compile_loss`), `None` when compiled without."""
     return private_attribute(
@@ -182,6 +191,19 @@ def unscale_loss_function() -> Callable[[Any], Any]:
 def distribute_strategy(model: Any) -> Any:
     """The strategy `model` was created under (`Model._distribute_strategy`), or `None`."""
     return getattr(model, "_distribute_strategy", None)
+
+
+def optimizer_variables(optimizer: Any) -> list[Any] | None:
+    """The variables a built `optimizer` updates (`BaseOptimizer._trainable_variables`),
+    or `None` before it is built (or where Keras no longer keeps them).
+
+    Keras's step keeps the trainable variables it was traced with until `compile`
+    drops it; the optimizer was built with the same list (`kdist.engine.step`).
+    """
+    if not getattr(optimizer, "built", False):
+        return None
+    variables = getattr(optimizer, "_trainable_variables", None)
+    return list(variables) if variables else None
 
 
 def flat_metrics(metric: Any) -> list[Any]:

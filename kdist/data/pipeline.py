@@ -14,7 +14,7 @@ from kdist.config.compile_rules import check_class_weight
 from kdist.config.errors import ConfigError
 from kdist.data.augment import augment, check_augment, is_enabled
 from kdist.data.files import FileSource
-from kdist.data.source import Source
+from kdist.data.source import ArraySource, Source
 
 __all__ = [
     "DatasetFn",
@@ -432,7 +432,9 @@ def run_dataset_fn(cfg: Any, source: Source, split: str, skip_examples: int = 0)
     train = split == "train"
     if train:
         accumulate = int(trainer.get("accumulate_steps", 1))
-        if accumulate > 1 and partial_batches(source):
+        # Arrays whose passes split into whole global batches leave no partial batch.
+        whole = isinstance(source, ArraySource) and source.size("train") % batch == 0
+        if accumulate > 1 and partial_batches(source) and not whole:
             raise ConfigError(
                 "trainer.accumulate_steps",
                 "does not apply to data given to fit, whose partial last batch cannot be "

@@ -14,6 +14,7 @@ from kdist.compat.keras_private import (
     compile_metrics,
     compute_loss,
     loss_tracker,
+    optimizer_variables,
     unscale_loss_function,
 )
 from kdist.config.errors import ConfigError
@@ -139,7 +140,11 @@ class StepRunner(Runner):
                 "cannot run inside XLA; training runs without XLA (validation uses it)",
                 type(model).__name__,
             )
-        self.variables = training_variables(model)
+        # Keras's step trains the variables that were trainable when it was traced (after
+        # each `compile`), which the optimizer was built with: a `trainable` change
+        # without a recompile keeps them, as `fit` does (`build_for_training` builds a new
+        # optimizer on today's `training_variables`).
+        self.variables = optimizer_variables(self.optimizer) or training_variables(model)
         if allreduce_dtype != "float32" and isinstance(strategy, tf.distribute.OneDeviceStrategy):
             # The rule `strategy=one_device` gets before TensorFlow starts
             # (`kdist.config.validate.check_allreduce_dtype`), for `strategy=auto` that

@@ -63,12 +63,17 @@ def global_batch_size(cfg: Any, num_replicas: int) -> int:
     return batch
 
 
-def schedule(trainer: Any, steps_per_epoch: int) -> Schedule:
-    """The controller's `Schedule` for a `trainer` node (after `global_batch_size`)."""
+def schedule(
+    trainer: Any, steps_per_epoch: int, *, steps_per_execution: int | None = None
+) -> Schedule:
+    """The controller's `Schedule` for a `trainer` node (after `global_batch_size`).
+
+    `steps_per_execution` overrides `trainer.steps_per_execution` (a model's own compile).
+    """
     return Schedule(
         epochs=int(trainer.epochs),
         steps_per_epoch=steps_per_epoch,
-        steps_per_execution=int(trainer.steps_per_execution),
+        steps_per_execution=int(steps_per_execution or trainer.steps_per_execution),
         global_batch_size=int(trainer.global_batch_size),
         validation_freq=int(trainer.validation_freq),
     )

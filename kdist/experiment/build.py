@@ -316,11 +316,15 @@ def runner_for(
     schedule: Schedule,
     *,
     validates: bool,
+    jit_compile: bool | None = None,
 ) -> Runner:
     """Build `model` from the data's element spec (if unbuilt) and make its runner.
 
     Models that create their variables on the first call (subclassed models, layers
     without an input shape) are built before the optimizer, as `fit` does.
+
+    `jit_compile` overrides `runtime.jit_compile` (a model's own compile); the steps per
+    call are `schedule.steps_per_execution`.
 
     Raises:
         ConfigError: naming `model` when the runner cannot train it.
@@ -345,7 +349,7 @@ def runner_for(
                 ),
                 global_batch_size=schedule.global_batch_size,
                 steps_per_execution=schedule.steps_per_execution,
-                jit_compile=bool(cfg.runtime.jit_compile),
+                jit_compile=bool(cfg.runtime.jit_compile if jit_compile is None else jit_compile),
                 accumulate_steps=int(cfg.trainer.get("accumulate_steps", 1)),
                 allreduce_dtype=str(cfg.trainer.get("allreduce_dtype", "float32")),
                 allreduce_error_feedback=bool(cfg.trainer.get("allreduce_error_feedback", True)),

@@ -3,12 +3,14 @@
 It assembles a run, one call per step: config -> runtime -> strategy -> data -> model ->
 runner -> controller. The controller (`kdist.engine.controller`) runs it; the callbacks
 come from `kdist.callbacks.factory`; the files it leaves come from `kdist.experiment.outputs`.
+Its roles live beside it: binding the model, data and compile into a runner
+(`kdist.experiment.binding`), evaluate/predict and summaries (`kdist.experiment.results`),
+resuming a run folder (`kdist.experiment.resuming`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -23,31 +25,30 @@ from kdist import strategies
 from kdist.callbacks.best_model import BestModelExport
 from kdist.callbacks.factory import build_run
 from kdist.cluster import chief
-from kdist.compat.keras_private import flatten_layers, inputs_struct
-from kdist.config.errors import ConfigError
+from kdist.compat.keras_private import flatten_layers
 from kdist.config.objective import (
-    check_monitors,
-    check_objective,
     metric_directions,
     resolve_objective,
 )
 from kdist.config.validate import validate
-from kdist.data.in_hand import Given, check_inputs, given_batches
+from kdist.data.in_hand import Given, check_inputs
+from kdist.data.in_hand.dispatch import kind_of
 from kdist.data.in_hand.raised import data_errors
-from kdist.data.pipeline import build_source, run_dataset_fn
+from kdist.data.pipeline import build_source
 from kdist.data.pipeline import steps_per_epoch as steps_per_epoch_of
 from kdist.data.source import Source
 from kdist.engine import Controller, FitResult, Runner
-from kdist.engine.building import optimizer_steps
 from kdist.experiment import batch_plan, outputs
+from kdist.experiment.binding import Binding
 from kdist.experiment.build import (
     check_targets,
-    compiled_losses,
     compiled_model,
-    output_classes,
-    runner_for,
 )
-from kdist.experiment.evaluating import evaluate_batches, keras_return
+from kdist.experiment.compile_state import (
+    CompileWatch,
+    StepSettings,
+    eager_if,
+)
 from kdist.experiment.fit_arguments import (
     FitArguments,
     FitData,
@@ -56,17 +57,20 @@ from kdist.experiment.fit_arguments import (
     set_key,
     warn_stream_resume,
 )
-from kdist.experiment.predicting import predict_dataset, predict_split
+from kdist.experiment.results import Results
+from kdist.experiment.resuming import Resuming
 from kdist.process import runtime
-from kdist.runs import resume_check
-from kdist.runs.layout import SAVE_FOLDERS, default_run_dir
+from kdist.runs.layout import default_run_dir
 
-__all__ = ["Experiment"]
+__all__ = ["KERAS_BATCH_SIZE", "Experiment"]
+
+# `model.fit`'s batch of arrays when `batch_size` is left out.
+KERAS_BATCH_SIZE = 32
 
 log = logging.getLogger(__name__)
 
 
-class Experiment:
+class Experiment(Binding, Results, Resuming):
     """Set up devices, seeds, precision and the strategy for a config, then train it.
 
     Creating an `Experiment` validates the config, applies `runtime`, builds the strategy
@@ -125,6 +129,13 @@ class Experiment:
         self._bound: Source | None = None
         self._model_from_config = False
         self._own_compile = False
+        # The compile kdist's step was built for: a recompile rebuilds it, as Keras's
+        # `compile` drops its `train_function`; the step settings it was built with.
+        self._watch = CompileWatch()
+        self._settings = StepSettings(
+            steps_per_execution=int(cfg.trainer.steps_per_execution),
+            jit_compile=bool(cfg.runtime.jit_compile),
+        )
         self._fitted = False
         self._resume_checked = False
         log.info(
@@ -134,19 +145,6 @@ class Experiment:
             self.steps_per_epoch,
             batch,
         )
-
-    def _check_objective(self, model: keras.Model) -> None:
-        """`objective` and the callbacks' monitors against what `model` logs."""
-        logged = list(model.get_metrics_result())
-        check_objective(
-            self.cfg.get("objective"),
-            logged,
-            validates=self.validates,
-            auto=self._objective_auto,
-            direction_auto=self._direction_auto,
-            directions=metric_directions(model),
-        )
-        check_monitors(self.cfg, logged)
 
     def build_model(self, model: keras.Model | None = None) -> keras.Model:
         """Build the model, optimizer, loss, metrics, runner and controller for training.
@@ -182,6 +180,7 @@ class Experiment:
             cfg, self.strategy, self.source, total_steps=schedule.total_steps, model=model
         )
         self.model, self.optimizer = model, model.optimizer
+        self._watch.seen(model)
         self._model_from_config = from_config
         self.runner, self.controller, self._bound = None, None, None
         # A user's model is built as `fit` builds it: on the first batch of the data `fit`
@@ -195,73 +194,16 @@ class Experiment:
             self._bind()
         return model
 
-    def _takes_source(self, model: keras.Model) -> bool:
-        """Whether `model`'s inputs take the config's data (a subclassed model: yes, it
-        is built from it, as `build_model` has always done)."""
-        if inputs_struct(model) is None and not model.built:
-            return True
-        try:
-            # A built subclassed model is called on the data (symbolically): in the scope,
-            # where the layers it may build must make their variables.
-            with self.strategy.scope():
-                check_inputs(model, self.source.dataset("train").element_spec, key="data.source")
-        except ConfigError:
-            return False
-        return True
-
-    def _bind(self) -> None:
-        """Build the runner (and controller) that trains `self.model` on `self.source`.
-
-        The model is built from the data (if unbuilt), the targets, inputs and objective
-        are checked, and a controller that already trained this model goes on with it.
-        """
-        cfg, model = self.cfg, self.model
-        assert model is not None
-        key = "x" if self._given is not None else "data.source"
-        # The targets against the loss the model trains with (the user's own compile
-        # when kept, not the config's) and the model's classes (a functional model's).
-        if self._own_compile:
-            loss, loss_key = compiled_losses(model), f"{model.name}'s compiled loss"
-        else:
-            loss, loss_key = cfg.trainer.get("loss"), "trainer.loss"
-        check_targets(
-            loss,
-            self.source,
-            key=loss_key,
-            data_key="y" if self._given is not None else key,  # class ids are y's
-            num_classes=output_classes(model),
-        )
-        with self.strategy.scope():  # a model built here makes its variables in the scope
-            check_inputs(model, self.source.dataset("train").element_spec, key=key)
-        schedule = batch_plan.schedule(cfg.trainer, self.steps_per_epoch)
-        runner = runner_for(
-            cfg, self.strategy, model, self.source, schedule, validates=self.validates
-        )
-        self._check_objective(model)
-        # The config as resolved (batch, objective), before training; over a folder
-        # with checkpoints only once `restore` has checked it against theirs.
-        if self.is_chief and (
-            self._resume_checked or not resume_check.holds_checkpoints(self.run_dir)
-        ):
-            outputs.write_config(self.output_dir, cfg)
-        train_data = functools.partial(run_dataset_fn, cfg, self.source, "train")
-        if self.controller is not None and self.controller.model is model:
-            self.controller.schedule = schedule
-            self.controller.use_runner(runner, train_data)
-        else:
-            self.controller = Controller(
-                runner,
-                model=model,
-                schedule=schedule,
-                train_data=train_data,
-                strategy_name=type(self.strategy).__name__,
-                num_replicas=self.num_replicas,
-            )
-        self.runner, self._bound = runner, self.source
-
     def _controller(self) -> Controller:
         if self.model is None:
             self.build_model()
+        elif self._watch.changed(self.model):
+            # Keras's `compile` drops its `train_function`: a new optimizer, loss,
+            # metrics, trainable set and step settings, so kdist's step is built anew.
+            log.info("%s was compiled again: its step is built anew", self.model.name)
+            self._own_compile = True
+            self.optimizer = self.model.optimizer
+            self._bind(recompiled=True)
         elif self._bound is not self.source:
             if self._model_from_config and not self._fitted and not self._takes_source(self.model):
                 # kdist's own model, built for other data and not trained: built anew
@@ -272,41 +214,6 @@ class Experiment:
                 self._bind()
         assert self.controller is not None
         return self.controller
-
-    def restore(self) -> int:
-        """Resume from `<run_dir>/backup` (else `checkpoints/`): `Controller.restore`.
-
-        The folder's checkpoints are first checked as the command line checks them
-        (`kdist.runs.resume_check.check_resume`): the same refusals and allowed changes.
-
-        Returns:
-            The global step to continue from (0 when there is nothing to restore).
-
-        Raises:
-            ConfigError: naming the changed keys when the checkpoints were trained with
-                other settings (unless `trainer.allow_resume_changes=true`).
-        """
-        if not self._resume_checked:
-            # The command line's resume check, before this run's config is written over
-            # the folder's: a changed setting is refused in one line, one allowed by
-            # `trainer.allow_resume_changes` is applied after the restore (below).
-            resume_check.check_resume(self.run_dir, self.cfg)
-            self._resume_checked = True
-        controller = self._controller()
-        if self.is_chief:
-            outputs.write_config(self.output_dir, self.cfg)
-            if resume_check.holds_checkpoints(self.run_dir):
-                resume_check.save_config(self.run_dir, self.cfg)
-        # A change allowed on resume is applied after the restore (`kdist.runs.resume_check`).
-        configured = resume_check.optimizer_hyperparameters(controller.model.optimizer)
-        step = controller.restore(
-            *(self.run_dir / folder for folder in SAVE_FOLDERS), clean=self.is_chief
-        )
-        if step:
-            resume_check.apply_allowed_changes(self.run_dir, controller.model.optimizer, configured)
-        if step and self.is_chief:
-            outputs.trim_history(self.output_dir, step // self.steps_per_epoch)
-        return step
 
     def fit(
         self,
@@ -352,7 +259,8 @@ class Experiment:
                 `keras.utils.PyDataset` or a generator of batches. Defaults to `None`.
             y: targets of arrays `x`. Defaults to `None`.
             batch_size: the global batch for arrays or single examples
-                (`trainer.global_batch_size`). Defaults to `None`: the config's.
+                (`trainer.global_batch_size`). Defaults to `None`: 32 for arrays and a
+                model the user compiled (Keras's), else the config's.
             epochs: the epoch to train to, from `initial_epoch`. Defaults to `None`:
                 until `trainer.epochs`.
             verbose: 0 silent, 1 progress bar, 2 one line per epoch. Defaults to `None`:
@@ -389,6 +297,10 @@ class Experiment:
             ConfigError: naming the argument (or key), for data that does not fit the
                 model or the strategy, before any training.
         """
+        if batch_size is None and x is not None and self._user_compiled():
+            # Keras's `fit` batches arrays by 32 when `batch_size` is left out; the
+            # config's batch is the default of the command line and of kdist's models.
+            batch_size = KERAS_BATCH_SIZE if kind_of(x) == "arrays" else None
         arguments = FitArguments(
             x,
             y,
@@ -424,7 +336,7 @@ class Experiment:
         if verbose is None:
             verbose = int(self.cfg.trainer.verbose) if self.is_chief else 0
         # A notebook may change `trainer.epochs` between two `fit` calls.
-        controller.schedule = batch_plan.schedule(self.cfg.trainer, self.steps_per_epoch)
+        controller.schedule = self._schedule()
         if not self._fitted:
             if self.cfg.callbacks.backup.enabled:
                 self.restore()
@@ -460,8 +372,12 @@ class Experiment:
         self.best_model = run.best_model
         started = time.perf_counter()
         self._fitted = True
-        with data_errors():  # what a PyDataset or generator raised, as its one line
+        with data_errors(), eager_if(self._settings.run_eagerly):
+            # data_errors: what a PyDataset or generator raised, as its one line
             self.result = controller.fit(run.callbacks, savers=run.savers, verbose=verbose)
+        # Keras's `fit` ends so: `use_ema=True` copies the averages into the model (it only
+        # assigns them, so a second call, e.g. by the controller, changes nothing).
+        controller.model.optimizer.finalize_variable_values(controller.model.trainable_weights)
         summary = self.metrics() | {"wall_seconds": time.perf_counter() - started}
         outputs.write(
             self.output_dir,
@@ -472,6 +388,11 @@ class Experiment:
             model=controller.model,
         )
         return self.result.history
+
+    def _user_compiled(self) -> bool:
+        """Whether the model is compiled by the user (its own compile, or a recompile)."""
+        model = self.model
+        return model is not None and (self._own_compile or self._watch.changed(model))
 
     def _use_data(self, found: FitData | None) -> None:
         """Make `fit`'s data (`read_fit_data`) the run's: `self.source` and the config keys."""
@@ -490,145 +411,3 @@ class Experiment:
         self._bound = None  # the runner reads the data anew (the pipeline's keys changed)
         if given is not None:
             log.info("%s; %d steps per epoch", given.describe(), self.steps_per_epoch)
-
-    def evaluate(
-        self,
-        x: Any = None,
-        y: Any = None,
-        *,
-        batch_size: int | None = None,
-        verbose: Any = "auto",
-        sample_weight: Any = None,
-        steps: int | None = None,
-        callbacks: Sequence[keras.callbacks.Callback] | None = None,
-        return_dict: bool | None = None,
-    ) -> Any:
-        """Evaluate the model under the run's strategy, as `model.evaluate` does.
-
-        Without `x`, the run's validation split (the config's data, or the data given
-        to `fit`), returned as a dict (kdist's run-folder form). With `x`, the data as
-        `model.evaluate` reads it (`kdist.data.in_hand.given_batches`: arrays in batches of
-        `batch_size`, the last one partial), each batch cut over the replicas as
-        `tf.distribute` cuts it for Keras.
-
-        Args:
-            x: arrays (or a dict or list of them), a `tf.data.Dataset`, a
-                `keras.utils.PyDataset` or a generator. Defaults to `None`: the
-                validation split.
-            y: targets of arrays `x`. Defaults to `None`.
-            batch_size: rows per batch of arrays. Defaults to `None`: 32, as in Keras.
-            verbose: accepted for `model.evaluate`'s signature; kdist shows no
-                progress bar here. Defaults to `"auto"`.
-            sample_weight: per-example weights of arrays `x`. Defaults to `None`.
-            steps: batches to read. Defaults to `None`: all.
-            callbacks: Keras callbacks; their `on_test_begin`/`on_test_end` run.
-                Defaults to `None`.
-            return_dict: a dict `{metric: value}` when true; when false, Keras's form
-                (one value alone, else a list in the model's metrics' order).
-                Defaults to `None`: false with `x` (Keras's default), true without.
-
-        Returns:
-            The metrics, as `return_dict` says.
-
-        Raises:
-            ConfigError: naming the argument, for data the model cannot take.
-        """
-        del verbose  # no progress bar: one compiled loop over the batches
-        if x is None:
-            for name, value in (("y", y), ("sample_weight", sample_weight)):
-                if value is not None:
-                    raise ConfigError(name, "needs x: give the data it goes with")
-        controller = self._controller()
-        model = controller.model
-        callback_list = keras.callbacks.CallbackList(list(callbacks or ()), model=model)
-        callback_list.on_test_begin()
-        if x is None:
-            logs = controller.runner.evaluate()
-        else:
-            batches = given_batches(
-                x, y, sample_weight=sample_weight, batch_size=batch_size, steps=steps
-            )
-            check_inputs(model, _unbatched_spec(batches), key="x")
-            logs = evaluate_batches(self.strategy, controller.runner, batches)
-        callback_list.on_test_end(logs)
-        return keras_return(
-            model, logs, return_dict=x is None if return_dict is None else return_dict
-        )
-
-    def predict(
-        self,
-        x: Any = None,
-        *,
-        batch_size: int | None = None,
-        verbose: Any = "auto",
-        steps: int | None = None,
-        callbacks: Sequence[keras.callbacks.Callback] | None = None,
-        split: str = "validation",
-    ) -> Any:
-        """Predict with the model under the run's strategy, as `model.predict` does.
-
-        Args:
-            x: features (arrays, or a dict or list of them; a `tf.data.Dataset`, a
-                `keras.utils.PyDataset` or a generator), read as `model.predict`
-                reads them. Defaults to `None`: the examples of `split`.
-            batch_size: rows per batch of arrays. Defaults to `None`: 32 (Keras's)
-                for `x`, the run's global batch for a split.
-            verbose: accepted for `model.predict`'s signature; no progress bar.
-                Defaults to `"auto"`.
-            steps: batches to read. Defaults to `None`: all.
-            callbacks: Keras callbacks; their `on_predict_begin`/`on_predict_end` run.
-                Defaults to `None`.
-            split: without `x`, `"validation"` or `"train"`: the split's examples,
-                read once in order. Defaults to `"validation"`.
-
-        Returns:
-            NumPy arrays with the structure of the model's outputs, one row per example.
-
-        Raises:
-            ConfigError: naming the argument, for data the model cannot take.
-        """
-        del verbose
-        if isinstance(x, str):  # the older form `predict("train")`
-            x, split = None, x
-        model = self._controller().model
-        callback_list = keras.callbacks.CallbackList(list(callbacks or ()), model=model)
-        callback_list.on_predict_begin()
-        if x is None:
-            outputs = predict_split(
-                self.strategy,
-                model,
-                self.source,
-                batch_size=int(batch_size or self.cfg.trainer.global_batch_size),
-                split=split,
-            )
-        else:
-            batches = given_batches(x, batch_size=batch_size, steps=steps)
-            check_inputs(model, _unbatched_spec(batches), key="x", needs_targets=False)
-            outputs = predict_dataset(self.strategy, model, batches)
-        callback_list.on_predict_end()
-        return outputs
-
-    def objective(self) -> float:
-        """The value of `objective.name` after `fit`: what sweeps and the tuner optimise."""
-        if self.result is None:
-            raise RuntimeError("`objective()` needs a finished `fit()`.")
-        return float(self.result.final_logs[str(self.cfg.objective.name)])
-
-    def metrics(self) -> dict[str, Any]:
-        """The summary written to `metrics.json` after `fit`."""
-        if self.result is None or self.model is None:
-            raise RuntimeError("`metrics()` needs a finished `fit()`.")
-        return outputs.summary(
-            self.result,
-            self.cfg,
-            steps=optimizer_steps(self.model),
-            strategy_name=type(self.strategy).__name__,
-            num_replicas=self.num_replicas,
-        )
-
-
-def _unbatched_spec(batches: tf.data.Dataset) -> Any:
-    """One example's spec of a dataset of batches (the batch axis dropped)."""
-    return tf.nest.map_structure(
-        lambda spec: tf.TensorSpec(spec.shape[1:], spec.dtype), batches.element_spec
-    )
