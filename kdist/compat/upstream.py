@@ -307,4 +307,15 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "kdist.config.trust.safe_resolvers",
         "the registered resolvers, narrowed while a file read back from a folder resolves",
     ),
+    # Keras: the rules of `fit`'s epoch loop (kdist.compat.keras_loop).
+    PrivateName(
+        "keras.src.trainers.trainer.Trainer._should_eval",
+        "kdist.engine.controller.Controller",
+        "the epochs after which fit validates (validation_freq: an integer or a list)",
+    ),
+    PrivateName(
+        "keras.Model._initial_epoch",
+        "kdist.engine.controller.Controller",
+        "the epoch a Keras BackupAndRestore restored, which fit starts at",
+    ),
 )

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from kdist.compat.tf_private import dataset_inputs
 from kdist.config.errors import ConfigError
+from kdist.data.given_pipeline import ENDLESS
 from kdist.data.in_hand.arrays import length
 from kdist.data.in_hand.source import DatasetSource, Given
 
@@ -93,9 +94,13 @@ def batch_size_of(first: Any, name: str) -> int:
 
 
 def validation_dataset(validation: Any) -> tuple[tf.data.Dataset | None, int]:
+    """The validation examples and how many: `ENDLESS` for a dataset without end, which
+    is read only with `validation_steps` (refused without, before training)."""
     if validation is None:
         return None, 0
     if isinstance(validation, tf.data.Dataset):
+        if int(validation.cardinality()) == tf.data.INFINITE_CARDINALITY:
+            return validation, ENDLESS
         return validation, count_examples(validation, "validation_data")
     parts = tuple(p for p in validation if p is not None)
     return tf.data.Dataset.from_tensor_slices(parts), length(parts[0])
