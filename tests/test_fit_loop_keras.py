@@ -3,7 +3,10 @@ schedule, `validation_steps`, `use_ema` and how a dataset is iterated.
 
 Each case trains the same model with `model.fit` (the reference, computed here) and with
 kdist (`Experiment.fit` or `kdist.fit`) on one device, one step a call, and compares the
-callbacks' calls, the files they write and the weights. Cost: 2-6 s a case.
+callbacks' calls, the files they write and the weights. A dataset's reference model is
+made outside any strategy's scope, as keras.io calls `fit`: under a scope, Keras's `fit`
+reads a batch before training (`_maybe_symbolic_build`), which draws a seeded shuffle's
+order. Cost: 2-6 s a case.
 """
 
 from __future__ import annotations
@@ -254,12 +257,21 @@ def test_a_dataset_is_read_once_an_epoch_and_not_before(tmp_path: Path):
         ds = tf.data.Dataset.from_generator(passes, output_signature=signature)
         return ds.apply(tf.data.experimental.assert_cardinality(5))
 
-    exp, reference = _experiment(tmp_path)
+    class Before(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.passes = got.count
+
+    exp, _ = _experiment(tmp_path)
+    reference = _model()  # outside a strategy's scope, as keras.io calls fit
     expected, got = Passes(), Passes()
     reference.fit(dataset(expected), epochs=2, verbose=0, shuffle=False)
-    exp.fit(dataset(got), epochs=2)
-    assert expected.count == 2
-    assert got.count == expected.count
+    before = Before()
+    exp.fit(dataset(got), epochs=2, callbacks=[before])
+    # Keras makes an iterator an epoch (and may start one more ahead, which a
+    # generator's prefetch may or may not begin: 2 or 3 calls); kdist one an epoch.
+    assert expected.count >= 2
+    assert before.passes == 0  # nothing read before training
+    assert got.count == 2
     assert _max_diff(exp.model, reference) <= 1e-6
 
 
@@ -268,7 +280,8 @@ def test_a_reshuffled_dataset_trains_on_fits_order(tmp_path: Path):
         ds = tf.data.Dataset.from_tensor_slices((X, Y))
         return ds.shuffle(150, seed=5, reshuffle_each_iteration=True).batch(32)
 
-    exp, reference = _experiment(tmp_path)
+    exp, _ = _experiment(tmp_path)
+    reference = _model()  # outside a strategy's scope, as keras.io calls fit
     reference.fit(dataset(), epochs=2, verbose=0, shuffle=False)
     exp.fit(dataset(), epochs=2)
     assert _max_diff(exp.model, reference) <= 1e-6
@@ -299,8 +312,9 @@ def test_image_dataset_from_directory_trains_on_fits_order(tmp_path: Path):
         return built
 
     exp = kdist.Experiment(kdist.compose(BASE), run_dir=tmp_path / "run")
+    reference = model()  # outside a strategy's scope, as keras.io calls fit
     with exp.strategy.scope():
-        reference, mine = model(), model()
+        mine = model()
     exp.build_model(model=mine)
     train, validation = datasets()
     reference.fit(train, validation_data=validation, epochs=2, verbose=0, shuffle=False)

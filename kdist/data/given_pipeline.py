@@ -13,6 +13,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from kdist.compat.tf_private import dataset_inputs
 from kdist.config.errors import ConfigError
 from kdist.data.augment import is_enabled
 from kdist.data.class_weighting import batch_class_weighting
@@ -20,6 +21,7 @@ from kdist.data.source import Source
 
 __all__ = [
     "ENDLESS",
+    "own_batches",
     "partial_batches",
     "partial_dataset_fn",
     "replica_parts",
@@ -88,12 +90,18 @@ def partial_dataset_fn(
     seed: int,
     skip_examples: int,
     class_weight: Mapping[int, float] | None,
+    epoch_passes: bool = False,
 ) -> _DatasetFn:
     """The training `dataset_fn` of a source with partial batches (`partial_batches`).
 
     The source yields the global batches of the steps from the resumed one on (each pass
     over the data ends with its partial batch; arrays in an order seeded by `seed` and
     the pass); each pipeline takes its replicas' parts of every batch (`replica_parts`).
+
+    With `epoch_passes` (no `steps_per_epoch`) and batches given as they are (a dataset
+    or a `PyDataset`: `epoch_batches`), the function also carries `epoch_pass`, the
+    `dataset_fn` of one pass that a runner iterates afresh each epoch as Keras's
+    `EpochIterator` does, and `on_epoch_end`, the data's hook for the epoch's end.
     """
     if is_enabled(data_cfg.get("augment")):
         raise ConfigError(
@@ -111,20 +119,49 @@ def partial_dataset_fn(
             ds = ds.map(batch_class_weighting(class_weight), num_parallel_calls=tf.data.AUTOTUNE)
         return replicas_read(ds, context)
 
-    dataset_fn.one_pipeline = bool(getattr(source, "one_pipeline", False))  # type: ignore[attr-defined]
+    one_pipeline = bool(getattr(source, "one_pipeline", False))
+    dataset_fn.one_pipeline = one_pipeline  # type: ignore[attr-defined]
+    if epoch_passes and hasattr(source, "epoch_batches"):
+
+        def epoch_pass(context: tf.distribute.InputContext) -> tf.data.Dataset:
+            ds = source.epoch_batches(first_step, seed=seed, shuffle=bool(data_cfg.shuffle))
+            if class_weight:
+                weigh = batch_class_weighting(class_weight)
+                ds = ds.map(weigh, num_parallel_calls=tf.data.AUTOTUNE)
+            return replicas_read(ds, context)
+
+        epoch_pass.one_pipeline = one_pipeline  # type: ignore[attr-defined]
+        # Keras makes the next pass's iterator as soon as a pass is read (a dataset's
+        # seeded shuffle draws an order then); a PyDataset's order is kdist's own.
+        epoch_pass.iterator_ahead = bool(getattr(source, "iterator_ahead", False))  # type: ignore[attr-defined]
+        dataset_fn.epoch_pass = epoch_pass  # type: ignore[attr-defined]
+        dataset_fn.on_epoch_end = source.on_epoch_end  # type: ignore[attr-defined]
     return dataset_fn
+
+
+def own_batches(examples: tf.data.Dataset) -> tf.data.Dataset | None:
+    """The dataset of batches that `examples` unbatches (validation data given as a
+    batched dataset, unbatched by `kdist.data.in_hand`), or `None`: Keras validates a
+    dataset by its own batches, which `validation_steps` counts."""
+    if "Unbatch" not in type(examples).__name__:
+        return None
+    inputs = dataset_inputs(examples)
+    return inputs[0] if len(inputs) == 1 else None
 
 
 def validation_batches_fn(
     source: Source, split: str, global_batch_size: int, steps: int | None = None
 ) -> _DatasetFn:
     """Validation of data given to `fit`, as Keras's `fit` validates: global batches in
-    order, the last one partial, the first `steps` only (`validation_steps`, each
-    validation from the start, as Keras's `evaluate` resets its iterator), each cut over
-    the replicas (`replica_parts`)."""
+    order (a dataset of batches: its own, `own_batches`), the last one partial, the
+    first `steps` only (`validation_steps`, each validation from the start, as Keras's
+    `evaluate` resets its iterator), each cut over the replicas (`replica_parts`)."""
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        batches = source.dataset(split).batch(global_batch_size)
+        examples = source.dataset(split)
+        batches = own_batches(examples)
+        if batches is None:
+            batches = examples.batch(global_batch_size)
         return replicas_read(batches.take(steps) if steps else batches, context)
 
     dataset_fn.one_pipeline = bool(getattr(source, "one_pipeline", False))  # type: ignore[attr-defined]

@@ -138,6 +138,7 @@ def make_dataset_fn(
     skip_examples: int = 0,
     class_weight: Mapping[int, float] | None = None,
     validation_steps: int | None = None,
+    epoch_passes: bool = False,
 ) -> DatasetFn:
     """The `dataset_fn` that `distribute_datasets_from_function` calls once per pipeline.
 
@@ -170,6 +171,9 @@ def make_dataset_fn(
             class's weight. Defaults to `None`.
         validation_steps: the batches each validation reads, from the start of the
             validation data (Keras's `validation_steps`). Defaults to `None`: all.
+        epoch_passes: an epoch is one pass over data given to `fit` (no
+            `steps_per_epoch`), read afresh each epoch (`partial_dataset_fn`).
+            Defaults to `False`.
 
     Returns:
         A function from `tf.distribute.InputContext` to a batched `tf.data.Dataset`. Its
@@ -188,6 +192,7 @@ def make_dataset_fn(
             seed=seed,
             skip_examples=skip_examples,
             class_weight=class_weight,
+            epoch_passes=epoch_passes,
         )
     policy = str(data_cfg.shard_policy)
     if policy == "file" and not isinstance(source, FileSource):
@@ -319,4 +324,5 @@ def run_dataset_fn(cfg: Any, source: Source, split: str, skip_examples: int = 0)
         skip_examples=skip_examples,
         class_weight=check_class_weight(trainer.get("class_weight")) if train else None,
         validation_steps=int(steps) if steps else None,
+        epoch_passes=train and not trainer.get("steps_per_epoch"),
     )

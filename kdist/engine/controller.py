@@ -384,7 +384,7 @@ class Controller:
             # Keras: `self.reset_metrics()`. kdist: the runner resets them in the epoch's
             # first call (`Runner.train_loop_begin`); a resumed epoch keeps the running
             # metrics restored with the checkpoint.
-            runner.train_loop_begin(reset_metrics=step == 0)
+            runner.train_loop_begin(reset_metrics=step == 0, first_step=step)
             callbacks.on_epoch_begin(epoch)
             # Keras: `for begin_step, end_step, iterator in epoch_iterator`, one call of
             # `train_function` (`steps_per_execution` steps) between the batch hooks.
@@ -407,7 +407,7 @@ class Controller:
                     saver.after_steps(self.global_step)
             # Keras: `epoch_logs = dict(self._get_metrics_result_or_logs(logs))`: the
             # runner returns the model's metrics as floats.
-            logs = runner.train_loop_end()
+            logs = runner.train_loop_end(complete=step >= per_epoch)
             # Keras: `if validation_data is not None and self._should_eval(epoch,
             # validation_freq)`. kdist: the command line also validates the last epoch
             # (`Schedule.validate_last`).

@@ -86,6 +86,13 @@ def _count(ds: tf.data.Dataset, name: str, *, per_element: Any, cardinality: boo
     return int(ds.reduce(tf.constant(0, tf.int64), lambda n, *e: n + per_element(*e)))
 
 
+def static_batch_size(ds: tf.data.Dataset) -> int | None:
+    """The batch axis of a batched dataset's elements when its spec fixes it, else `None`."""
+    sizes = {s.shape[0] for s in tf.nest.flatten(ds.element_spec) if getattr(s, "shape", None)}
+    size = sizes.pop() if len(sizes) == 1 else None
+    return int(size) if size else None
+
+
 def batch_size_of(first: Any, name: str) -> int:
     leaves = [np.shape(a) for a in tf.nest.flatten(first)]
     if not leaves or not leaves[0]:
@@ -110,6 +117,10 @@ class BatchedSource(DatasetSource):
     """Batches given to `fit` (a batched dataset, a `PyDataset`, a generator): each one
     step's global batch, in the data's own order, every pass from its start.
 
+    Without `steps_per_epoch`, an epoch is one pass read by an iterator of its own, as
+    Keras's `EpochIterator` makes one each epoch (`epoch_batches`, `on_epoch_end`);
+    with it, the passes follow each other in one stream (`train_batches`).
+
     Args:
         batches: the batches of one pass (a generator's: all it yields).
         steps: batches in one pass, or `None` to count them when asked.
@@ -117,6 +128,9 @@ class BatchedSource(DatasetSource):
     """
 
     partial_batches = True
+    # The next pass's iterator is made as soon as a pass is read, as Keras's
+    # `EpochIterator` does (`kdist.data.given_pipeline.partial_dataset_fn`).
+    iterator_ahead = True
 
     def __init__(self, *, batches: tf.data.Dataset, steps: int | None, **kwargs: Any):
         super().__init__(**kwargs)
@@ -145,6 +159,16 @@ class BatchedSource(DatasetSource):
         ds = self._batches.repeat()
         return ds.skip(first_step) if first_step else ds
 
+    def epoch_batches(self, first_step: int, *, seed: int, shuffle: bool) -> tf.data.Dataset:
+        """One pass, to be iterated afresh every epoch (the same dataset each time, so a
+        seeded `shuffle(reshuffle_each_iteration=True)` draws fit's order each pass).
+        The runner skips a resumed epoch's first steps (`first_step` plays no part)."""
+        del first_step, seed, shuffle
+        return self._batches
+
+    def on_epoch_end(self) -> None:
+        """What the data does when an epoch ends (a `PyDataset`'s `on_epoch_end`)."""
+
 
 def from_dataset(
     ds: tf.data.Dataset,
@@ -166,15 +190,18 @@ def from_dataset(
                 value=batch_size,
                 hint="leave it out, or pass the dataset unbatched",
             )
-        first = next(iter(ds.take(1)), None)
-        if first is None:
-            raise ConfigError("x", "is an empty tf.data.Dataset")
-        global_batch = batch_size_of(first, "x")
+        # Keras reads nothing before training: the batch is the spec's when it says
+        # (else the configured one stands for it: it only counts the steps).
+        global_batch = static_batch_size(ds)
         batches, ds = ds, ds.unbatch()
+    steps = int(batches.cardinality()) if batched else -1
     if steps_per_epoch:
         size = int(steps_per_epoch) * int(global_batch or 1)
         if int(ds.cardinality()) >= 0:
             size = min(size, int(ds.cardinality()))
+    elif batched and steps >= 0:
+        # Known from the dataset's cardinality, without a pass (as Keras's adapter).
+        size = steps * int(global_batch or 1)
     else:
         size = count_batched_examples(batches, "x") if batched else count_examples(ds, "x")
     if size < 1:
@@ -184,7 +211,7 @@ def from_dataset(
     if batched and partial:
         source = BatchedSource(
             batches=batches,
-            steps=None,
+            steps=steps if steps >= 0 else None,
             train=ds,
             train_size=size,
             validation=val_ds,
