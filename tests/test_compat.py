@@ -294,6 +294,13 @@ def _keras_initial_epoch():
     assert kl.initial_epoch_of(model) == 3
 
 
+def _tf_batch_size():
+    ds = tf.data.Dataset.range(10).batch(4).prefetch(1).map(lambda x: x)
+    assert kl.batch_op_size(ds) == 4
+    assert kl.batch_op_size(tf.data.Dataset.range(10).padded_batch(3)) == 3
+    assert kl.batch_op_size(ds.unbatch()) is None
+
+
 def _tf_collective_key_base():
     before = tf.distribute.MirroredStrategy._collective_key_base
     tp.bump_collective_key_base(0)
@@ -395,6 +402,7 @@ PROBES = {
     ),
     "keras.src.trainers.trainer.Trainer._should_eval": _keras_should_eval,
     "keras.Model._initial_epoch": _keras_initial_epoch,
+    "tf.data.Dataset.batch's _batch_size": _tf_batch_size,
 }
 
 

@@ -13,9 +13,10 @@ from typing import Any
 
 from kdist.compat.upstream import private_attribute, private_import
 
-__all__ = ["initial_epoch_of", "should_eval"]
+__all__ = ["batch_op_size", "initial_epoch_of", "should_eval"]
 
 _CONTROLLER = "kdist.engine.controller.Controller"
+_DATASETS = "kdist.data.in_hand.datasets.from_dataset"
 
 
 def should_eval(epoch: int, validation_freq: Any) -> bool:
@@ -27,6 +28,30 @@ def should_eval(epoch: int, validation_freq: Any) -> bool:
     )
     # The rule reads nothing of the model (`self` is unused), so it is called unbound.
     return bool(rule(None, epoch, validation_freq))
+
+
+def batch_op_size(ds: Any) -> int | None:
+    """The batch size of the nearest `batch`/`padded_batch` op up `ds`'s first inputs (the
+    op's `_batch_size` tensor), or `None` when an `unbatch`/`rebatch` or no batch op comes
+    first. Read from the dataset's graph: no iterator is made, so a seeded shuffle keeps
+    the order `fit` would draw (`kdist.data.in_hand.datasets.from_dataset`)."""
+    node = ds
+    while node is not None:
+        name = type(node).__name__
+        if "Unbatch" in name or "Rebatch" in name:
+            return None
+        if name in ("_BatchDataset", "_ParallelBatchDataset", "_PaddedBatchDataset"):
+            size = private_attribute(
+                node, "_batch_size", "tf.data.Dataset.batch's _batch_size", _DATASETS
+            )
+            try:
+                return int(size)
+            except (TypeError, ValueError):  # not a constant (a symbolic tensor)
+                return None
+        inputs = [getattr(node, "_input_dataset", None)]
+        inputs += list(getattr(node, "_input_datasets", None) or [])
+        node = next((i for i in inputs if i is not None), None)
+    return None
 
 
 def initial_epoch_of(model: Any) -> int | None:

@@ -318,4 +318,10 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "kdist.engine.controller.Controller",
         "the epoch a Keras BackupAndRestore restored, which fit starts at",
     ),
+    PrivateName(
+        "tf.data.Dataset.batch's _batch_size",
+        "kdist.data.in_hand.datasets.from_dataset",
+        "a batched dataset's batch size, read from its graph instead of a batch (an "
+        "iterator would draw a seeded shuffle's order before training)",
+    ),
 )

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from kdist.compat.keras_loop import batch_op_size
 from kdist.compat.tf_private import dataset_inputs
 from kdist.config.errors import ConfigError
 from kdist.data.given_pipeline import ENDLESS
@@ -87,10 +88,11 @@ def _count(ds: tf.data.Dataset, name: str, *, per_element: Any, cardinality: boo
 
 
 def static_batch_size(ds: tf.data.Dataset) -> int | None:
-    """The batch axis of a batched dataset's elements when its spec fixes it, else `None`."""
+    """The batch of a batched dataset's elements, from its spec when it fixes it, else
+    from its batch op (`batch_op_size`), else `None`, without reading it."""
     sizes = {s.shape[0] for s in tf.nest.flatten(ds.element_spec) if getattr(s, "shape", None)}
     size = sizes.pop() if len(sizes) == 1 else None
-    return int(size) if size else None
+    return int(size) if size else batch_op_size(ds)
 
 
 def batch_size_of(first: Any, name: str) -> int:
