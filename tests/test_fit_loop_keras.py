@@ -152,6 +152,23 @@ def test_initial_epoch_numbers_the_epochs_as_fit(tmp_path: Path):
     assert _max_diff(exp.model, reference) <= 1e-5
 
 
+def test_an_epoch_restored_by_a_keras_backup_starts_the_loop_as_in_fit(tmp_path: Path):
+    class Restored(keras.callbacks.Callback):
+        """What keras.callbacks.BackupAndRestore does on resuming at epoch 2."""
+
+        def on_train_begin(self, logs=None):
+            self.model._initial_epoch = 2
+
+    exp, reference = _experiment(tmp_path)
+    expected, got = Recorder(), Recorder()
+    reference.fit(
+        X, Y, batch_size=32, epochs=4, shuffle=False, verbose=0, callbacks=[Restored(), expected]
+    )
+    exp.fit(X, Y, batch_size=32, epochs=4, shuffle=False, callbacks=[Restored(), got])
+    assert got.calls == expected.calls
+    assert _max_diff(exp.model, reference) <= 1e-5
+
+
 def test_kdist_fit_numbers_the_epochs_from_initial_epoch(tmp_path: Path):
     reference = _model()
     expected = reference.fit(X, Y, batch_size=32, epochs=4, initial_epoch=2, verbose=0)

@@ -367,8 +367,8 @@ class Experiment:
                 weighted batch by batch (`trainer.class_weight`). Defaults to `None`.
             sample_weight: per-example weights of arrays `x`. Defaults to `None`.
             initial_epoch: with `epochs`, trains epochs `initial_epoch .. epochs - 1`,
-                numbered so for the callbacks and the `History`, as in Keras.
-                Defaults to `0`.
+                numbered so for the callbacks and the `History`, as in Keras. Defaults
+                to `0`: the epochs go on from the run's (the history goes on).
             steps_per_epoch: steps per epoch (`trainer.steps_per_epoch`); needed for a
                 generator. Defaults to `None`: one pass over the data.
             validation_steps: batches each validation reads, from the start of the
@@ -432,7 +432,7 @@ class Experiment:
             else:
                 controller.global_step = 0
         if epochs is not None:
-            if not resumed:  # Keras's numbering: epochs initial_epoch .. epochs - 1
+            if initial_epoch and not resumed:  # Keras's numbers: initial_epoch .. epochs - 1
                 controller.start_at_epoch(int(initial_epoch))
             more = int(epochs) - int(initial_epoch)
             controller.schedule = dataclasses.replace(
