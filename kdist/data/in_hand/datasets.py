@@ -65,10 +65,27 @@ def count_batched_examples(batches: tf.data.Dataset, name: str) -> int:
     component (a zip of datasets batched by different sizes cannot be unbatched, as in
     keras.io's semi-supervised SimCLR, and `fit` never unbatches it)."""
 
-    def rows(*batch: Any) -> tf.Tensor:
-        return tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[0]
+    return count_batches(batches, name)[1]
 
-    return _count(batches, name, per_element=rows, cardinality=False)
+
+def count_batches(batches: tf.data.Dataset, name: str) -> tuple[int, int]:
+    """Batches and examples in one pass over a batched dataset whose cardinality
+    TensorFlow cannot tell, in one reading of it (`count_batched_examples`).
+
+    Keras would find the number of batches when the first epoch runs out; kdist's
+    controller needs it before training, so this dataset is read once before it.
+    """
+    if int(batches.cardinality()) == tf.data.INFINITE_CARDINALITY:
+        _count(batches, name, per_element=None)  # refused in one line, naming `name`
+    log.info("%s: counting the dataset's batches (one pass; steps_per_epoch skips it)", name)
+
+    def add(state: tuple[tf.Tensor, tf.Tensor], *batch: Any) -> tuple[tf.Tensor, tf.Tensor]:
+        rows = tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[0]
+        return state[0] + 1, state[1] + rows
+
+    zero = tf.constant(0, tf.int64)
+    steps, rows = batches.reduce((zero, zero), add)
+    return int(steps), int(rows)
 
 
 def _count(ds: tf.data.Dataset, name: str, *, per_element: Any, cardinality: bool = True) -> int:
@@ -204,8 +221,10 @@ def from_dataset(
     elif batched and steps >= 0:
         # Known from the dataset's cardinality, without a pass (as Keras's adapter).
         size = steps * int(global_batch or 1)
+    elif batched:
+        steps, size = count_batches(batches, "x")
     else:
-        size = count_batched_examples(batches, "x") if batched else count_examples(ds, "x")
+        size = count_examples(ds, "x")
     if size < 1:
         raise ConfigError("x", "is an empty tf.data.Dataset")
     val_ds, val_size = validation_dataset(validation)
