@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 from kdist.compat import PRIVATE_NAMES, UpstreamMoved
+from kdist.compat import keras_loop as kl
 from kdist.compat import keras_private as kp
 from kdist.compat import tf_private as tp
 from kdist.compat import tools_private as tt
@@ -281,6 +282,25 @@ def _keras_close_writers(tmp_path: Path):
     kp.close_tensorboard_writers(keras.callbacks.TensorBoard(log_dir=str(tmp_path)))
 
 
+def _keras_should_eval():
+    assert [kl.should_eval(epoch, 2) for epoch in range(4)] == [False, True, False, True]
+    assert kl.should_eval(2, [3]) and not kl.should_eval(1, [3])
+
+
+def _keras_initial_epoch():
+    model = keras.Sequential([keras.layers.Dense(1)])
+    assert kl.initial_epoch_of(model) is None
+    model._initial_epoch = 3  # what BackupAndRestore sets
+    assert kl.initial_epoch_of(model) == 3
+
+
+def _tf_batch_size():
+    ds = tf.data.Dataset.range(10).batch(4).prefetch(1).map(lambda x: x)
+    assert kl.batch_op_size(ds) == 4
+    assert kl.batch_op_size(tf.data.Dataset.range(10).padded_batch(3)) == 3
+    assert kl.batch_op_size(ds.unbatch()) is None
+
+
 def _tf_collective_key_base():
     before = tf.distribute.MirroredStrategy._collective_key_base
     tp.bump_collective_key_base(0)
@@ -380,6 +400,9 @@ PROBES = {
     "hydra._internal.hydra.Hydra, hydra._internal.utils.create_config_search_path": (
         _hydra_compose
     ),
+    "keras.src.trainers.trainer.Trainer._should_eval": _keras_should_eval,
+    "keras.Model._initial_epoch": _keras_initial_epoch,
+    "tf.data.Dataset.batch's _batch_size": _tf_batch_size,
 }
 
 

@@ -307,4 +307,21 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "kdist.config.trust.safe_resolvers",
         "the registered resolvers, narrowed while a file read back from a folder resolves",
     ),
+    # Keras: the rules of `fit`'s epoch loop (kdist.compat.keras_loop).
+    PrivateName(
+        "keras.src.trainers.trainer.Trainer._should_eval",
+        "kdist.engine.controller.Controller",
+        "the epochs after which fit validates (validation_freq: an integer or a list)",
+    ),
+    PrivateName(
+        "keras.Model._initial_epoch",
+        "kdist.engine.controller.Controller",
+        "the epoch a Keras BackupAndRestore restored, which fit starts at",
+    ),
+    PrivateName(
+        "tf.data.Dataset.batch's _batch_size",
+        "kdist.data.in_hand.datasets.from_dataset",
+        "a batched dataset's batch size, read from its graph instead of a batch (an "
+        "iterator would draw a seeded shuffle's order before training)",
+    ),
 )

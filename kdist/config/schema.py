@@ -309,6 +309,9 @@ class TrainerConfig:
     steps_per_execution: int = 1
     # Validate every this many epochs (the last epoch always validates).
     validation_freq: int = 1
+    # Batches read by each validation (Keras's `validation_steps`); null: all of the
+    # validation data (which must then have an end).
+    validation_steps: int | None = None
     # Evaluate on the validation split after the epochs validation_freq picks; false: no val_
     # metrics.
     validation: bool = True

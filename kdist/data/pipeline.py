@@ -13,7 +13,15 @@ from kdist.config.build import instantiate
 from kdist.config.compile_rules import check_class_weight
 from kdist.config.errors import ConfigError
 from kdist.data.augment import augment, check_augment, is_enabled
+from kdist.data.class_weighting import class_weighting
 from kdist.data.files import FileSource
+from kdist.data.given_pipeline import (
+    ENDLESS,
+    partial_batches,
+    partial_dataset_fn,
+    replica_parts,
+    validation_batches_fn,
+)
 from kdist.data.source import ArraySource, Source
 
 __all__ = [
@@ -120,98 +128,6 @@ def resolve_shard_policy(policy: str, source: Source, num_pipelines: int, split:
     return "data"
 
 
-def partial_batches(source: Source) -> bool:
-    """Whether `source` hands the pipeline whole global batches, a partial last one of
-    each pass over the data included (`train_batches`), as Keras's `fit` trains them."""
-    return bool(getattr(source, "partial_batches", False))
-
-
-def replica_parts(ds: tf.data.Dataset, context: tf.distribute.InputContext) -> tf.data.Dataset:
-    """A dataset of global batches as this input pipeline's per-replica batches.
-
-    Each global batch of `m` rows is cut as `tf.distribute` cuts it for Keras's `fit`
-    (`experimental_distribute_dataset`): replica `q` gets the rows `[q*c, (q+1)*c)` with
-    `c = ceil(m / replicas)`, so a partial batch splits as evenly as it can (25 rows on 2
-    replicas: 13 and 12; 1 row: 1 and 0). Pipeline `i` yields the parts of its replicas
-    `i*r .. i*r + r - 1` (`r` replicas per pipeline), one element per replica and step,
-    so every replica reads the same step's part whatever the batch sizes.
-    """
-    replicas, pipelines = context.num_replicas_in_sync, context.num_input_pipelines
-    if replicas == 1 and pipelines == 1:
-        return ds
-    per_pipeline = max(replicas // pipelines, 1)
-    first = context.input_pipeline_id * per_pipeline
-
-    def parts(*element: Any) -> tf.data.Dataset:
-        batch = element if len(element) > 1 else element[0]
-        rows = tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[0]
-        size = (rows + replicas - 1) // replicas
-
-        def part(j: tf.Tensor) -> Any:
-            low = tf.minimum((first + j) * size, rows)
-            high = tf.minimum(low + size, rows)
-            return tf.nest.map_structure(lambda t: t[low:high], batch)
-
-        return tf.data.Dataset.range(per_pipeline).map(part)
-
-    return ds.flat_map(parts)
-
-
-def _replicas_read(ds: tf.data.Dataset, context: tf.distribute.InputContext) -> tf.data.Dataset:
-    """Global batches as this pipeline's replicas read them (`replica_parts`), in order:
-    no auto-sharding (the cut is the sharding), deterministic, prefetched."""
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    options.deterministic = True
-    return replica_parts(ds, context).with_options(options).prefetch(tf.data.AUTOTUNE)
-
-
-def _partial_dataset_fn(
-    source: Source,
-    data_cfg: Any,
-    *,
-    global_batch_size: int,
-    seed: int,
-    skip_examples: int,
-    class_weight: Mapping[int, float] | None,
-) -> DatasetFn:
-    """The training `dataset_fn` of a source with partial batches (`partial_batches`).
-
-    The source yields the global batches of the steps from the resumed one on (each pass
-    over the data ends with its partial batch; arrays in an order seeded by `seed` and
-    the pass); each pipeline takes its replicas' parts of every batch (`replica_parts`).
-    """
-    if is_enabled(data_cfg.get("augment")):
-        raise ConfigError(
-            "data.augment",
-            "does not apply to data given to fit",
-            hint="augment in the model (keras.layers.RandomFlip, ...) or in your dataset",
-        )
-    first_step = skip_examples // global_batch_size
-
-    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        ds = source.train_batches(  # type: ignore[attr-defined]
-            global_batch_size, seed=seed, shuffle=bool(data_cfg.shuffle), first_step=first_step
-        )
-        if class_weight:
-            ds = ds.map(_batch_class_weighting(class_weight), num_parallel_calls=tf.data.AUTOTUNE)
-        return _replicas_read(ds, context)
-
-    dataset_fn.one_pipeline = bool(getattr(source, "one_pipeline", False))  # type: ignore[attr-defined]
-    return dataset_fn
-
-
-def _validation_batches_fn(source: Source, split: str, global_batch_size: int) -> DatasetFn:
-    """Validation of data given to `fit`, as Keras's `fit` validates: global batches in
-    order, the last one partial, each cut over the replicas (`replica_parts`)."""
-
-    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        return _replicas_read(source.dataset(split).batch(global_batch_size), context)
-
-    dataset_fn.one_pipeline = bool(getattr(source, "one_pipeline", False))  # type: ignore[attr-defined]
-    return dataset_fn
-
-
 def make_dataset_fn(
     source: Source,
     split: str,
@@ -221,6 +137,8 @@ def make_dataset_fn(
     seed: int,
     skip_examples: int = 0,
     class_weight: Mapping[int, float] | None = None,
+    validation_steps: int | None = None,
+    epoch_passes: bool = False,
 ) -> DatasetFn:
     """The `dataset_fn` that `distribute_datasets_from_function` calls once per pipeline.
 
@@ -230,7 +148,8 @@ def make_dataset_fn(
 
     A source with `partial_batches` (data given to `fit`) is read as Keras's `fit` reads
     it instead: its own global batches, each pass ending with its partial batch, cut
-    over the replicas (`replica_parts`), resumed at the step (`_partial_dataset_fn`).
+    over the replicas (`replica_parts`), resumed at the step
+    (`kdist.data.given_pipeline`).
 
     Sharding happens after the shuffle so that, for a given seed, the union of the
     replicas' batches at step `t` is the same global batch under every strategy
@@ -250,6 +169,11 @@ def make_dataset_fn(
         class_weight: `{class id: weight}`, as `fit(class_weight=...)`: each
             example's sample weight (1 when the source has none) is multiplied by its
             class's weight. Defaults to `None`.
+        validation_steps: the batches each validation reads, from the start of the
+            validation data (Keras's `validation_steps`). Defaults to `None`: all.
+        epoch_passes: an epoch is one pass over data given to `fit` (no
+            `steps_per_epoch`), read afresh each epoch (`partial_dataset_fn`).
+            Defaults to `False`.
 
     Returns:
         A function from `tf.distribute.InputContext` to a batched `tf.data.Dataset`. Its
@@ -259,15 +183,16 @@ def make_dataset_fn(
     """
     training = split == "train"
     if not training and partial_batches(source):
-        return _validation_batches_fn(source, split, global_batch_size)
+        return validation_batches_fn(source, split, global_batch_size, validation_steps)
     if training and partial_batches(source):
-        return _partial_dataset_fn(
+        return partial_dataset_fn(
             source,
             data_cfg,
             global_batch_size=global_batch_size,
             seed=seed,
             skip_examples=skip_examples,
             class_weight=class_weight,
+            epoch_passes=epoch_passes,
         )
     policy = str(data_cfg.shard_policy)
     if policy == "file" and not isinstance(source, FileSource):
@@ -330,8 +255,10 @@ def make_dataset_fn(
                 skip=skip_examples // pipelines,
             )
         if class_weight:
-            ds = ds.map(_class_weighting(class_weight), num_parallel_calls=tf.data.AUTOTUNE)
+            ds = ds.map(class_weighting(class_weight), num_parallel_calls=tf.data.AUTOTUNE)
         ds = ds.batch(batch, drop_remainder=training)
+        if validation_steps and not training:
+            ds = ds.take(validation_steps)
         options = tf.data.Options()
         # kdist shards by input context itself; auto-sharding would shard twice.
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
@@ -342,67 +269,6 @@ def make_dataset_fn(
     # read it in two orders: the runner reads it once per process (`StandardRunner`).
     dataset_fn.one_pipeline = bool(getattr(source, "one_pipeline", False))  # type: ignore[attr-defined]
     return dataset_fn
-
-
-def _class_weighting(class_weight: Mapping[int, float]) -> Callable[..., Any]:
-    """A map from `(x, y[, w])` to `(x, y, w * class_weight[class of y])`, as Keras's `fit`.
-
-    The class of a target is its value for class ids, and its argmax for one-hot rows.
-    Every class id from 0 to the largest key needs a weight, as in Keras.
-    """
-    size = max(class_weight) + 1
-    missing = [i for i in range(size) if i not in class_weight]
-    if missing:
-        raise ConfigError(
-            "trainer.class_weight",
-            f"has no weight for class {missing[0]}",
-            hint=f"give a weight for every class id 0..{size - 1}",
-        )
-    table = tf.constant([class_weight[i] for i in range(size)], tf.float32)
-
-    def weigh(*example: Any) -> Any:
-        if len(example) not in (2, 3) or isinstance(example[1], Mapping):
-            raise ConfigError(
-                "trainer.class_weight",
-                "needs one target per example (not several outputs)",
-                hint="use sample weights (data.source.weight_key) for several outputs",
-            )
-        x, y = example[0], example[1]
-        if y.shape.rank and y.shape[-1] > 1:
-            classes = tf.argmax(y, axis=-1, output_type=tf.int32)
-        else:
-            classes = tf.cast(tf.round(tf.reshape(y, [-1])[0] if y.shape.rank else y), tf.int32)
-        weight = tf.gather(table, classes)
-        if len(example) == 3:
-            weight = weight * tf.cast(example[2], tf.float32)
-        return x, y, weight
-
-    return weigh
-
-
-def _batch_class_weighting(class_weight: Mapping[int, float]) -> Callable[..., Any]:
-    """`_class_weighting` for batches: each row's weight times its class's weight."""
-    size = max(class_weight) + 1
-    table = tf.constant([class_weight.get(i, 1.0) for i in range(size)], tf.float32)
-
-    def weigh(*batch: Any) -> Any:
-        if len(batch) not in (2, 3) or isinstance(batch[1], Mapping):
-            raise ConfigError(
-                "class_weight",
-                "needs one target per example (not several outputs), as in Keras",
-                hint="use sample weights for several outputs",
-            )
-        x, y = batch[0], batch[1]
-        if y.shape.rank and y.shape.rank > 1 and y.shape[-1] != 1:
-            classes = tf.argmax(y, axis=-1, output_type=tf.int32)
-        else:
-            classes = tf.cast(tf.round(tf.reshape(y, [-1])), tf.int32)
-        weight = tf.gather(table, classes)
-        if len(batch) == 3:
-            weight = weight * tf.cast(tf.reshape(batch[2], tf.shape(weight)), tf.float32)
-        return x, y, weight
-
-    return weigh
 
 
 def build_source(node: Any) -> Source:
@@ -430,6 +296,14 @@ def run_dataset_fn(cfg: Any, source: Source, split: str, skip_examples: int = 0)
     trainer = cfg.trainer
     batch = int(trainer.global_batch_size)
     train = split == "train"
+    steps = None if train else trainer.get("validation_steps")
+    if not train and not steps and source.size(split) >= ENDLESS:
+        # Keras's `fit` would validate forever (its `validation_steps` documentation).
+        raise ConfigError(
+            "validation_data",
+            "is a dataset without end (repeat()): each validation would run forever",
+            hint="pass validation_steps=N (the batches each validation reads), as in Keras",
+        )
     if train:
         accumulate = int(trainer.get("accumulate_steps", 1))
         # Arrays whose passes split into whole global batches leave no partial batch.
@@ -451,4 +325,6 @@ def run_dataset_fn(cfg: Any, source: Source, split: str, skip_examples: int = 0)
         seed=int(cfg.runtime.seed),
         skip_examples=skip_examples,
         class_weight=check_class_weight(trainer.get("class_weight")) if train else None,
+        validation_steps=int(steps) if steps else None,
+        epoch_passes=train and not trainer.get("steps_per_epoch"),
     )

@@ -3,6 +3,14 @@
 It holds the global step and the checkpoint, restores at the start, saves on its savers'
 schedule, drives the Keras `CallbackList`, runs validation and ends training. A runner
 (`kdist.engine.runner.Runner`) only runs steps.
+
+`Controller._train` is Keras's `fit` loop transcribed
+(`fit` in Keras 3.15's `backend/tensorflow/trainer.py`): the same hooks in the
+same order with the same logs, Keras's own rules called where Keras has them
+(`CallbackList`, `Trainer._should_eval` and the model's `_initial_epoch` through
+`kdist.compat.keras_loop`, `optimizer.finalize_variable_values`). kdist's additions
+(step-exact resume, savers and backups, the call gate of background writes, the runner's
+dispatch under any strategy) are marked `# kdist:` with the Keras line they extend.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from typing import Protocol
 import keras
 import tensorflow as tf
 
+from kdist.compat.keras_loop import initial_epoch_of, should_eval
 from kdist.compat.keras_private import close_tensorboard_writers
 from kdist.data.pipeline import DatasetFn
 from kdist.engine.call_gate import TRAIN_CALLS
@@ -62,14 +71,21 @@ class Schedule:
         steps_per_epoch: optimizer steps per epoch.
         steps_per_execution: most steps per runner call.
         global_batch_size: examples per optimizer step over all replicas.
-        validation_freq: validate every this many epochs (and after the last).
+        validation_freq: `fit`'s `validation_freq`: validate after the epochs whose
+            1-based number it divides, or (a list) that it holds
+            (`Trainer._should_eval`).
+        validate_last: validate after the last epoch too (`trainer.validation_freq`'s
+            documented meaning on the command line, so that `metrics.json` and a
+            sweep's objective have validation metrics); `fit(validation_freq=...)` in a
+            notebook sets it false, as Keras has no such rule.
     """
 
     epochs: int
     steps_per_epoch: int
     steps_per_execution: int
     global_batch_size: int
-    validation_freq: int = 1
+    validation_freq: int | list[int] = 1
+    validate_last: bool = True
 
     @property
     def total_steps(self) -> int:
@@ -235,6 +251,15 @@ class Controller:
         self.global_step = steps
         return steps
 
+    def _skip_to_epoch(self, epoch: int) -> None:
+        """Go on at the start of epoch `epoch`, restored by a Keras `BackupAndRestore`:
+        the global step and the data position follow (kdist's step-exact resume)."""
+        origin_epoch, origin_step = self.epoch_origin
+        self.global_step = origin_step + (epoch - origin_epoch) * self.schedule.steps_per_epoch
+        self.state.steps.assign(self.global_step)
+        examples = self.global_step * self.schedule.global_batch_size
+        self.runner.set_train_dataset_fn(self._train_data(examples))
+
     def _restore_newest(self, backup_dir: Path, checkpoint_dir: Path) -> str | None:
         if self._residuals is None or _holds_residuals(backup_dir, checkpoint_dir):
             return restore_newest(self.checkpoint, backup_dir, checkpoint_dir)
@@ -257,6 +282,12 @@ class Controller:
         self.epoch_origin = (origin_epoch + done, self.global_step)
         self.runner = runner
         self._train_data = train_data
+
+    def start_at_epoch(self, epoch: int) -> None:
+        """Number the next epoch `epoch` (`fit`'s `initial_epoch`): the epochs of the next
+        `fit` are `epoch, epoch + 1, ...` for every callback and the `History`, as in
+        Keras, whatever the model trained before."""
+        self.epoch_origin = (int(epoch), self.global_step)
 
     @property
     def epoch(self) -> int:
@@ -333,18 +364,32 @@ class Controller:
         per_epoch = schedule.steps_per_epoch
         intervals = [saver.every_n_steps for saver in savers]
         model.stop_training = False
+        # Keras: `self.stop_training = False` ... `callbacks.on_train_begin()`.
+        callbacks.on_train_begin()
+        # Keras: `initial_epoch = self._initial_epoch or initial_epoch` (a Keras
+        # `BackupAndRestore` restored a later epoch's weights in `on_train_begin`).
+        # kdist: the epoch is where the global step is (`fit(initial_epoch=...)` set its
+        # number, `start_at_epoch`); a resumed run starts inside its epoch.
+        restored = initial_epoch_of(model)
+        if restored:
+            self._skip_to_epoch(restored)
         origin_epoch, origin_step = self.epoch_origin
         done, first_step = divmod(self.global_step - origin_step, per_epoch)
         initial_epoch = origin_epoch + done
-        callbacks.on_train_begin()
         logs: dict[str, float] = {}
         epochs_run = steps_run = 0
         started = time.perf_counter()
         for epoch in range(initial_epoch, schedule.epochs):
             step = first_step if epoch == initial_epoch else 0
-            # A resumed epoch keeps the running metrics restored with the checkpoint.
-            runner.train_loop_begin(reset_metrics=step == 0)
+            # Keras: `self.reset_metrics()`. kdist: the runner resets them in the epoch's
+            # first call (`Runner.train_loop_begin`); a resumed epoch keeps the running
+            # metrics restored with the checkpoint.
+            runner.train_loop_begin(reset_metrics=step == 0, first_step=step)
             callbacks.on_epoch_begin(epoch)
+            # Keras: `for begin_step, end_step, iterator in epoch_iterator`, one call of
+            # `train_function` (`steps_per_execution` steps) between the batch hooks.
+            # kdist: a call also ends on each saver's step multiple, and runs under the
+            # call gate (background writes wait for the call to start).
             while step < per_epoch and not model.stop_training:
                 limit = min(schedule.steps_per_execution, per_epoch - step)
                 count = _next_count(step, self.global_step, limit, intervals)
@@ -360,21 +405,34 @@ class Controller:
                 callbacks.on_train_batch_end(step - 1, batch_logs)
                 for saver in savers:
                     saver.after_steps(self.global_step)
-            logs = runner.train_loop_end()
+            # Keras: `epoch_logs = dict(self._get_metrics_result_or_logs(logs))`: the
+            # runner returns the model's metrics as floats.
+            logs = runner.train_loop_end(complete=step >= per_epoch)
+            # Keras: `if validation_data is not None and self._should_eval(epoch,
+            # validation_freq)`. kdist: the command line also validates the last epoch
+            # (`Schedule.validate_last`).
             last = epoch + 1 == schedule.epochs or model.stop_training
-            due = (epoch + 1) % schedule.validation_freq == 0 or last
+            due = should_eval(epoch, schedule.validation_freq) or (schedule.validate_last and last)
             if due and runner.validates:
+                # Keras: `self.evaluate(..., callbacks=callbacks)`, whose test-batch hooks
+                # kdist does not call: its validation is one compiled loop.
                 callbacks.on_test_begin()
                 val_logs = runner.evaluate()
                 callbacks.on_test_end(val_logs)
                 logs.update({f"val_{name}": value for name, value in val_logs.items()})
             callbacks.on_epoch_end(epoch, logs)
-            for saver in savers:
+            for saver in savers:  # kdist: checkpoints and backups at the epoch's end
                 saver.after_epoch(self.global_step)
             epochs_run += 1
             if model.stop_training:
                 break
         train_seconds = time.perf_counter() - started
+        # Keras: `self.optimizer.finalize_variable_values(self.trainable_weights)` (the
+        # EMA weights copied into the model with `use_ema=True`), before `on_train_end`.
+        optimizer = model.optimizer
+        if isinstance(optimizer, keras.optimizers.Optimizer) and schedule.epochs > 0:
+            runner.settle()  # kdist: every scheduled step applied (parameter servers)
+            optimizer.finalize_variable_values(model.trainable_weights)
         callbacks.on_train_end(logs)
         for saver in savers:
             saver.finish(self.global_step)

@@ -222,7 +222,8 @@ class ParameterServerRunner(StepRunner):
         while len(self._in_flight) > limit:
             self._in_flight.popleft().fetch()
 
-    def train_loop_begin(self, *, reset_metrics: bool = True) -> None:
+    def train_loop_begin(self, *, reset_metrics: bool = True, first_step: int = 0) -> None:
+        del first_step  # the workers read the data as one stream (`set_train_dataset_fn`)
         if reset_metrics:
             with self._parameter_servers():
                 self.coordinator.join()
@@ -254,7 +255,8 @@ class ParameterServerRunner(StepRunner):
             self.coordinator.join()
         self._in_flight.clear()
 
-    def train_loop_end(self) -> dict[str, float]:
+    def train_loop_end(self, *, complete: bool = True) -> dict[str, float]:
+        del complete  # the workers read the data as one stream
         with self._parameter_servers():
             self.coordinator.join()
             self._in_flight.clear()

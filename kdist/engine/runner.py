@@ -32,17 +32,19 @@ class Runner(SnapshotTaker, abc.ABC):
     """
 
     @abc.abstractmethod
-    def train_loop_begin(self, *, reset_metrics: bool = True) -> None:
+    def train_loop_begin(self, *, reset_metrics: bool = True, first_step: int = 0) -> None:
         """Start an epoch: reset the training metrics (not when resuming inside it), at
-        the latest before the epoch's first step."""
+        the latest before the epoch's first step; `first_step` is the step of the epoch
+        that the run resumes at (data read one pass an epoch skips the steps before)."""
 
     @abc.abstractmethod
     def train_steps(self, num_steps: int) -> Logs:
         """Run `num_steps` optimizer steps and return the epoch's running metrics."""
 
     @abc.abstractmethod
-    def train_loop_end(self) -> dict[str, float]:
-        """End an epoch: the training metrics as floats."""
+    def train_loop_end(self, *, complete: bool = True) -> dict[str, float]:
+        """End an epoch: the training metrics as floats; `complete`: the epoch ran all
+        of its steps (not stopped by a callback)."""
 
     @abc.abstractmethod
     def evaluate(self) -> dict[str, float]:

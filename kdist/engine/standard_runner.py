@@ -26,7 +26,7 @@ class StandardRunner(StepRunner):
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
-        self._train_data = self._distribute_train(self.train_dataset_fn)
+        self._use_train_data(self.train_dataset_fn)
         self._val_data = (
             self.strategy.distribute_datasets_from_function(self.validation_dataset_fn)
             if self.validation_dataset_fn
@@ -96,8 +96,18 @@ class StandardRunner(StepRunner):
         The compiled train function takes the iterator as an argument, so it is not
         traced again.
         """
-        self._train_data = self._distribute_train(dataset_fn)
+        self._use_train_data(dataset_fn)
         self._iterator = None
+
+    def _use_train_data(self, dataset_fn: DatasetFn) -> None:
+        """Distribute `dataset_fn`'s stream, or its `epoch_pass`: one pass over data given
+        to `fit` that each epoch iterates afresh (Keras's `EpochIterator` makes an
+        iterator an epoch; `kdist.data.given_pipeline.partial_dataset_fn`)."""
+        epoch_pass = getattr(dataset_fn, "epoch_pass", None)
+        self._per_epoch = epoch_pass is not None
+        self._train_data = self._distribute_train(epoch_pass or dataset_fn)
+        self._epoch_end: Callable[[], None] | None = getattr(dataset_fn, "on_epoch_end", None)
+        self._iterator_ahead = bool(getattr(epoch_pass, "iterator_ahead", False))
 
     def _distribute_train(self, dataset_fn: DatasetFn) -> Any:
         """The training input: the distributed dataset of `dataset_fn`, lighter on CPUs.
@@ -131,11 +141,17 @@ class StandardRunner(StepRunner):
 
     # -- the Runner interface ----------------------------------------------------------
 
-    def train_loop_begin(self, *, reset_metrics: bool = True) -> None:
+    def train_loop_begin(self, *, reset_metrics: bool = True, first_step: int = 0) -> None:
         # The reset is made by the epoch's first call, before its steps (one call less
         # per epoch on the training thread), or by `train_loop_end` if no call comes.
         self._reset_next = reset_metrics
         self._last_logs = None
+        if self._per_epoch and (reset_metrics or self._iterator is None):
+            # Keras: `EpochIterator._enumerate_iterator`'s `iter(self._get_iterator())`
+            # each epoch. kdist: a resumed epoch skips the steps it had taken.
+            self._iterator = iter(self._train_data)
+            for _ in range(first_step):
+                next(self._iterator)
         if self._iterator is None:
             self._iterator = iter(self._train_data)
 
@@ -176,7 +192,16 @@ class StandardRunner(StepRunner):
         result, self._snapshot_result = self._snapshot_result, None
         return result
 
-    def train_loop_end(self) -> dict[str, float]:
+    def train_loop_end(self, *, complete: bool = True) -> dict[str, float]:
+        if self._per_epoch and complete:
+            # Keras (`EpochIterator._enumerate_iterator`, after a pass is read): a new
+            # iterator at once (`self._current_iterator = iter(...)`), which the next
+            # epoch replaces again; making one draws a seeded shuffle's next order, so
+            # kdist makes it too. Then `self.data_adapter.on_epoch_end()`.
+            if self._iterator_ahead:
+                self._iterator = iter(self._train_data)
+            if self._epoch_end is not None:
+                self._epoch_end()
         # The last call's results are the metrics' values now: nothing ran since.
         logs = self._last_logs
         if logs is None:  # no step in this epoch (e.g. stopped before the first call)

@@ -70,20 +70,24 @@ class FitArguments:
         Raises:
             ConfigError: naming the argument.
         """
-        for name in ("epochs", "batch_size", "steps_per_epoch", "validation_freq"):
+        for name in (
+            "epochs",
+            "batch_size",
+            "steps_per_epoch",
+            "validation_freq",
+            "validation_steps",
+        ):
             check_count(name, getattr(self, name))
         initial = self.initial_epoch
         if isinstance(initial, bool) or not isinstance(initial, (int, np.integer)) or initial < 0:
             raise ConfigError("initial_epoch", "must be an integer >= 0", value=initial)
-        for name in ("validation_steps", "validation_batch_size"):
-            if getattr(self, name) is not None:
-                raise ConfigError(
-                    name,
-                    "is not supported: kdist validates on all of the validation data, in "
-                    "batches of the training batch size",
-                    value=getattr(self, name),
-                    hint="leave it out, or pass validation_data with fewer examples",
-                )
+        if self.validation_batch_size is not None:
+            raise ConfigError(
+                "validation_batch_size",
+                "is not supported: kdist validates in batches of the training batch size",
+                value=self.validation_batch_size,
+                hint="leave it out, or pass validation_data as a dataset of batches",
+            )
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,7 @@ def read_fit_data(
     sample_weight, batch_size = arguments.sample_weight, arguments.batch_size
     shuffle, steps_per_epoch = arguments.shuffle, arguments.steps_per_epoch
     validation_freq, class_weight = arguments.validation_freq, arguments.class_weight
+    validation_steps = arguments.validation_steps
     check_needs_x(
         x,
         y=y,
@@ -144,6 +149,7 @@ def read_fit_data(
     )
     args: tuple[Any, ...] = (x, y, validation_data, validation_split, sample_weight)
     args += (batch_size, shuffle, steps_per_epoch, validation_freq, class_weight)
+    args += (validation_steps,)
     if all(a is None or (isinstance(a, float) and a == 0.0) for a in args):
         return None
     if same_args(args, previous):
@@ -170,6 +176,7 @@ def read_fit_data(
         steps_per_epoch=steps_per_epoch,
         class_weight=class_weight,
         validation_freq=validation_freq,
+        validation_steps=validation_steps,
     )
     new_batch = keys.get("trainer.global_batch_size")
     if fitted_batch is not None and new_batch is not None and int(new_batch) != fitted_batch:
@@ -224,6 +231,7 @@ def fit_keys(
     steps_per_epoch: int | None,
     class_weight: dict[int, float] | None,
     validation_freq: int | None,
+    validation_steps: int | None = None,
 ) -> dict[str, Any]:
     """The config keys a `fit` call's arguments set, over their `configured` values.
 
@@ -235,6 +243,7 @@ def fit_keys(
         steps_per_epoch: `fit`'s `steps_per_epoch`.
         class_weight: `fit`'s `class_weight`.
         validation_freq: `fit`'s `validation_freq`.
+        validation_steps: `fit`'s `validation_steps`. Defaults to `None`.
 
     Returns:
         Dotted key -> value.
@@ -263,6 +272,7 @@ def fit_keys(
         ("trainer.steps_per_epoch", steps_per_epoch),
         ("trainer.class_weight", class_weight),
         ("trainer.validation_freq", validation_freq),
+        ("trainer.validation_steps", validation_steps),
     ):
         if value is not None:
             keys[key] = dict(value) if isinstance(value, dict) else value
@@ -304,6 +314,7 @@ DATA_KEYS = (
     "trainer.steps_per_epoch",
     "trainer.class_weight",
     "trainer.validation_freq",
+    "trainer.validation_steps",
 )
 
 

@@ -279,16 +279,18 @@ class Experiment(Binding, Results, Resuming):
                 Keras's rule (not with `sample_weight`, as in Keras), other data is
                 weighted batch by batch (`trainer.class_weight`). Defaults to `None`.
             sample_weight: per-example weights of arrays `x`. Defaults to `None`.
-            initial_epoch: with `epochs`, trains `epochs - initial_epoch` epochs.
-                Defaults to `0`.
+            initial_epoch: with `epochs`, trains epochs `initial_epoch .. epochs - 1`,
+                numbered so for the callbacks and the `History`, as in Keras. Defaults
+                to `0`: the epochs go on from the run's (the history goes on).
             steps_per_epoch: steps per epoch (`trainer.steps_per_epoch`); needed for a
                 generator. Defaults to `None`: one pass over the data.
-            validation_steps: not supported: validation reads all of the validation
-                data. Defaults to `None`.
+            validation_steps: batches each validation reads, from the start of the
+                validation data (needed for one without end). Defaults to `None`: all.
             validation_batch_size: not supported: validation reads batches of the
                 training batch size. Defaults to `None`.
-            validation_freq: validate every this many epochs (`trainer.validation_freq`).
-                Defaults to `None`: the config's.
+            validation_freq: validate after the epochs Keras's rule picks
+                (`(epoch + 1) % validation_freq == 0`, no extra last validation).
+                Defaults to `None`: the config's (which also validates the last epoch).
 
         Returns:
             The `keras.callbacks.History` of this call's epochs.
@@ -337,13 +339,18 @@ class Experiment(Binding, Results, Resuming):
             verbose = int(self.cfg.trainer.verbose) if self.is_chief else 0
         # A notebook may change `trainer.epochs` between two `fit` calls.
         controller.schedule = self._schedule()
+        if validation_freq is not None:  # Keras's rule alone (`Schedule.validate_last`)
+            controller.schedule = dataclasses.replace(controller.schedule, validate_last=False)
+        resumed = False
         if not self._fitted:
             if self.cfg.callbacks.backup.enabled:
-                self.restore()
+                resumed = self.restore() > 0
                 warn_stream_resume(self._given, self.steps_per_epoch, controller.global_step)
             else:
                 controller.global_step = 0
         if epochs is not None:
+            if initial_epoch and not resumed:  # Keras's numbers: initial_epoch .. epochs - 1
+                controller.start_at_epoch(int(initial_epoch))
             more = int(epochs) - int(initial_epoch)
             controller.schedule = dataclasses.replace(
                 controller.schedule, epochs=controller.epoch + max(more, 0)
@@ -375,9 +382,7 @@ class Experiment(Binding, Results, Resuming):
         with data_errors(), eager_if(self._settings.run_eagerly):
             # data_errors: what a PyDataset or generator raised, as its one line
             self.result = controller.fit(run.callbacks, savers=run.savers, verbose=verbose)
-        # Keras's `fit` ends so: `use_ema=True` copies the averages into the model (it only
-        # assigns them, so a second call, e.g. by the controller, changes nothing).
-        controller.model.optimizer.finalize_variable_values(controller.model.trainable_weights)
+        # `use_ema`: the controller ends with `finalize_variable_values`, as Keras's `fit`.
         summary = self.metrics() | {"wall_seconds": time.perf_counter() - started}
         outputs.write(
             self.output_dir,

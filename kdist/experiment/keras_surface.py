@@ -47,6 +47,7 @@ _DATA = "tests/test_fit_data.py"
 _COMPILE = "tests/test_fit_compile_state.py"
 _SURFACE = "tests/test_keras_surface.py"
 _ENGINE = "tests/test_engine.py"
+_LOOP = "tests/test_fit_loop_keras.py"
 
 
 def _h(name: str, test: str, note: str) -> Entry:
@@ -94,15 +95,15 @@ SURFACE: tuple[Entry, ...] = (
     _h("fit.sample_weight", f"{_DATA}::test_sample_and_class_weights_train_as_configured_ones", ""),
     _h(
         "fit.initial_epoch",
-        f"{_DATA}::test_a_second_fit_trains_more_epochs_and_the_history_goes_on",
-        "trains epochs - initial_epoch more epochs; the epoch numbers callbacks see are "
-        "the epoch loop's part of issue 42",
+        f"{_LOOP}::test_initial_epoch_numbers_the_epochs_as_fit",
+        "epochs initial_epoch .. epochs - 1, numbered so for the callbacks and the History "
+        "as in Keras; without it a later fit goes on numbering the run's epochs",
     ),
     _h("fit.steps_per_epoch", f"{_DATA}::test_a_generator_trains_for_steps_per_epoch", ""),
-    _r(
+    _h(
         "fit.validation_steps",
-        f"{_SURFACE}::test_refused_parameters_are_refused_in_one_line",
-        "validation_steps is not supported: kdist validates on all of the validation data",
+        f"{_LOOP}::test_validation_steps_bounds_each_validation_as_in_fit",
+        "bounds each validation (trainer.validation_steps); needed for a dataset without end",
     ),
     _r(
         "fit.validation_batch_size",
@@ -112,9 +113,9 @@ SURFACE: tuple[Entry, ...] = (
     ),
     _h(
         "fit.validation_freq",
-        f"{_ENGINE}::test_validation_freq_and_final_validation",
-        "every validation_freq epochs (trainer.validation_freq); the last epoch's extra "
-        "validation is the epoch loop's part of issue 42",
+        f"{_LOOP}::test_validation_freq_validates_where_fit_does",
+        "Keras's rule ((epoch + 1) % validation_freq == 0, no extra last validation); the "
+        "command line's trainer.validation_freq also validates the last epoch",
     ),
     # -- Model.evaluate ------------------------------------------------------------------
     _h("evaluate.x", f"{_FIT}::test_evaluate_and_predict_take_data_as_keras_does", ""),

@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from kdist.compat.keras_loop import batch_op_size
 from kdist.compat.tf_private import dataset_inputs
 from kdist.config.errors import ConfigError
+from kdist.data.given_pipeline import ENDLESS
 from kdist.data.in_hand.arrays import length
 from kdist.data.in_hand.source import DatasetSource, Given
 
@@ -63,10 +65,27 @@ def count_batched_examples(batches: tf.data.Dataset, name: str) -> int:
     component (a zip of datasets batched by different sizes cannot be unbatched, as in
     keras.io's semi-supervised SimCLR, and `fit` never unbatches it)."""
 
-    def rows(*batch: Any) -> tf.Tensor:
-        return tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[0]
+    return count_batches(batches, name)[1]
 
-    return _count(batches, name, per_element=rows, cardinality=False)
+
+def count_batches(batches: tf.data.Dataset, name: str) -> tuple[int, int]:
+    """Batches and examples in one pass over a batched dataset whose cardinality
+    TensorFlow cannot tell, in one reading of it (`count_batched_examples`).
+
+    Keras would find the number of batches when the first epoch runs out; kdist's
+    controller needs it before training, so this dataset is read once before it.
+    """
+    if int(batches.cardinality()) == tf.data.INFINITE_CARDINALITY:
+        _count(batches, name, per_element=None)  # refused in one line, naming `name`
+    log.info("%s: counting the dataset's batches (one pass; steps_per_epoch skips it)", name)
+
+    def add(state: tuple[tf.Tensor, tf.Tensor], *batch: Any) -> tuple[tf.Tensor, tf.Tensor]:
+        rows = tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[0]
+        return state[0] + 1, state[1] + rows
+
+    zero = tf.constant(0, tf.int64)
+    steps, rows = batches.reduce((zero, zero), add)
+    return int(steps), int(rows)
 
 
 def _count(ds: tf.data.Dataset, name: str, *, per_element: Any, cardinality: bool = True) -> int:
@@ -85,6 +104,14 @@ def _count(ds: tf.data.Dataset, name: str, *, per_element: Any, cardinality: boo
     return int(ds.reduce(tf.constant(0, tf.int64), lambda n, *e: n + per_element(*e)))
 
 
+def static_batch_size(ds: tf.data.Dataset) -> int | None:
+    """The batch of a batched dataset's elements, from its spec when it fixes it, else
+    from its batch op (`batch_op_size`), else `None`, without reading it."""
+    sizes = {s.shape[0] for s in tf.nest.flatten(ds.element_spec) if getattr(s, "shape", None)}
+    size = sizes.pop() if len(sizes) == 1 else None
+    return int(size) if size else batch_op_size(ds)
+
+
 def batch_size_of(first: Any, name: str) -> int:
     leaves = [np.shape(a) for a in tf.nest.flatten(first)]
     if not leaves or not leaves[0]:
@@ -93,9 +120,13 @@ def batch_size_of(first: Any, name: str) -> int:
 
 
 def validation_dataset(validation: Any) -> tuple[tf.data.Dataset | None, int]:
+    """The validation examples and how many: `ENDLESS` for a dataset without end, which
+    is read only with `validation_steps` (refused without, before training)."""
     if validation is None:
         return None, 0
     if isinstance(validation, tf.data.Dataset):
+        if int(validation.cardinality()) == tf.data.INFINITE_CARDINALITY:
+            return validation, ENDLESS
         return validation, count_examples(validation, "validation_data")
     parts = tuple(p for p in validation if p is not None)
     return tf.data.Dataset.from_tensor_slices(parts), length(parts[0])
@@ -105,6 +136,10 @@ class BatchedSource(DatasetSource):
     """Batches given to `fit` (a batched dataset, a `PyDataset`, a generator): each one
     step's global batch, in the data's own order, every pass from its start.
 
+    Without `steps_per_epoch`, an epoch is one pass read by an iterator of its own, as
+    Keras's `EpochIterator` makes one each epoch (`epoch_batches`, `on_epoch_end`);
+    with it, the passes follow each other in one stream (`train_batches`).
+
     Args:
         batches: the batches of one pass (a generator's: all it yields).
         steps: batches in one pass, or `None` to count them when asked.
@@ -112,6 +147,9 @@ class BatchedSource(DatasetSource):
     """
 
     partial_batches = True
+    # The next pass's iterator is made as soon as a pass is read, as Keras's
+    # `EpochIterator` does (`kdist.data.given_pipeline.partial_dataset_fn`).
+    iterator_ahead = True
 
     def __init__(self, *, batches: tf.data.Dataset, steps: int | None, **kwargs: Any):
         super().__init__(**kwargs)
@@ -140,6 +178,16 @@ class BatchedSource(DatasetSource):
         ds = self._batches.repeat()
         return ds.skip(first_step) if first_step else ds
 
+    def epoch_batches(self, first_step: int, *, seed: int, shuffle: bool) -> tf.data.Dataset:
+        """One pass, to be iterated afresh every epoch (the same dataset each time, so a
+        seeded `shuffle(reshuffle_each_iteration=True)` draws fit's order each pass).
+        The runner skips a resumed epoch's first steps (`first_step` plays no part)."""
+        del first_step, seed, shuffle
+        return self._batches
+
+    def on_epoch_end(self) -> None:
+        """What the data does when an epoch ends (a `PyDataset`'s `on_epoch_end`)."""
+
 
 def from_dataset(
     ds: tf.data.Dataset,
@@ -161,17 +209,22 @@ def from_dataset(
                 value=batch_size,
                 hint="leave it out, or pass the dataset unbatched",
             )
-        first = next(iter(ds.take(1)), None)
-        if first is None:
-            raise ConfigError("x", "is an empty tf.data.Dataset")
-        global_batch = batch_size_of(first, "x")
+        # Keras reads nothing before training: the batch is the spec's when it says
+        # (else the configured one stands for it: it only counts the steps).
+        global_batch = static_batch_size(ds)
         batches, ds = ds, ds.unbatch()
+    steps = int(batches.cardinality()) if batched else -1
     if steps_per_epoch:
         size = int(steps_per_epoch) * int(global_batch or 1)
         if int(ds.cardinality()) >= 0:
             size = min(size, int(ds.cardinality()))
+    elif batched and steps >= 0:
+        # Known from the dataset's cardinality, without a pass (as Keras's adapter).
+        size = steps * int(global_batch or 1)
+    elif batched:
+        steps, size = count_batches(batches, "x")
     else:
-        size = count_batched_examples(batches, "x") if batched else count_examples(ds, "x")
+        size = count_examples(ds, "x")
     if size < 1:
         raise ConfigError("x", "is an empty tf.data.Dataset")
     val_ds, val_size = validation_dataset(validation)
@@ -179,7 +232,7 @@ def from_dataset(
     if batched and partial:
         source = BatchedSource(
             batches=batches,
-            steps=None,
+            steps=steps if steps >= 0 else None,
             train=ds,
             train_size=size,
             validation=val_ds,

@@ -50,9 +50,35 @@ class PyDatasetSource(BatchedSource):
         **kwargs: as `BatchedSource`.
     """
 
+    iterator_ahead = False  # its order is kdist's own, by pass number
+
     def __init__(self, *, data: keras.utils.PyDataset, first: tuple[Any, ...], **kwargs: Any):
         super().__init__(**kwargs)
         self._data, self._first = data, first
+        self._next_pass = 0  # the pass `epoch_batches`'s next iteration reads
+
+    def _order(self, number: int, *, seed: int, shuffle: bool) -> np.ndarray:
+        count = len(self._data)
+        if not shuffle:
+            return np.arange(count)
+        return np.random.default_rng([int(seed) % 2**32, int(number)]).permutation(count)
+
+    def epoch_batches(self, first_step: int, *, seed: int, shuffle: bool) -> tf.data.Dataset:
+        """One pass a fresh iterator reads each epoch, the pass after the last one (from
+        the resumed step's pass on), in its order (`train_batches`); `on_epoch_end` is
+        the runner's, at each epoch's end, as Keras's adapter calls it."""
+        data = self._data
+        self._next_pass = int(first_step) // len(data)
+
+        def one_pass() -> Iterator[Any]:
+            number, self._next_pass = self._next_pass, self._next_pass + 1
+            for index in self._order(number, seed=seed, shuffle=shuffle):
+                yield item(data, int(index))
+
+        return stream_dataset(one_pass, self._first)
+
+    def on_epoch_end(self) -> None:
+        self._data.on_epoch_end()
 
     def train_batches(
         self, global_batch_size: int, *, seed: int, shuffle: bool, first_step: int
@@ -66,10 +92,7 @@ class PyDatasetSource(BatchedSource):
         first_pass, within = divmod(int(first_step), count)
 
         def one_pass(number: Any) -> Iterator[Any]:
-            order = np.arange(count)
-            if shuffle:
-                order = np.random.default_rng([int(seed) % 2**32, int(number)]).permutation(count)
-            for index in order:
+            for index in self._order(int(number), seed=seed, shuffle=shuffle):
                 yield item(data, int(index))
             data.on_epoch_end()
 

@@ -10,6 +10,7 @@ import keras
 import tensorflow as tf
 
 from kdist.config.errors import ConfigError
+from kdist.data.given_pipeline import ENDLESS
 from kdist.data.source import Source
 
 __all__ = ["DatasetSource", "Given", "count_classes", "given"]
@@ -43,7 +44,9 @@ class Given:
     def describe(self) -> str:
         sizes = f"{self.source.size('train')} training"
         validation = self.source.size("validation")
-        if validation:
+        if validation >= ENDLESS:
+            sizes += " and endless validation"
+        elif validation:
             sizes += f" and {validation} validation"
         return f"{self.kind} given to fit ({sizes} examples)"
 
