@@ -161,10 +161,10 @@ class LocalSGDRunner(StandardRunner):
             self.average()
         self.averager.replica_states.gather()
 
-    def train_loop_end(self) -> dict[str, float]:
+    def train_loop_end(self, *, complete: bool = True) -> dict[str, float]:
         if self._dirty:
             self.average()
-        return super().train_loop_end()
+        return super().train_loop_end(complete=complete)
 
     def evaluate(self) -> dict[str, float]:
         if self._dirty:
