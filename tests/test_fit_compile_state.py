@@ -300,3 +300,16 @@ def test_a_parameter_server_refuses_jit_and_eager_compiles_in_one_line(caplog: A
     conflicts = [r for r in caplog.records if "own compile wins" in r.getMessage()]
     assert len(conflicts) == 1
     assert "trainer.steps_per_execution=" in conflicts[0].getMessage()
+
+
+def test_same_args_tells_dicts_of_arrays_apart_without_numpys_ambiguous_truth():
+    """A second `fit` given a new dict `x` crashed in `same_args` (`==` on arrays; found by
+    the corpus generator)."""
+    from kdist.experiment.fit_arguments import same_args
+
+    a = {"left": np.zeros((4, 2)), "right": np.ones((4, 3))}
+    b = {"left": np.zeros((4, 2)), "right": np.ones((4, 3))}
+    assert same_args((a, None), (a, None))
+    assert not same_args((a, None), (b, None))  # equal values, other objects: new data
+    assert not same_args(({"left": a["left"]},), (a,))
+    assert same_args(([a["left"]], 3), ([a["left"]], 3))

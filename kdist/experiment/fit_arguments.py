@@ -324,9 +324,13 @@ def same_args(args: tuple[Any, ...], before: tuple[Any, ...]) -> bool:
     def same(a: Any, b: Any) -> bool:
         if a is b:
             return True
-        if isinstance(a, tuple) and isinstance(b, tuple):
+        if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
             return len(a) == len(b) and all(same(i, j) for i, j in zip(a, b, strict=True))
-        plain = (int, float, bool, str, dict)
+        if isinstance(a, dict) and isinstance(b, dict):
+            # A dict of arrays (inputs by name): the same objects key by key (`==` on
+            # arrays is an array, whose truth NumPy refuses).
+            return a.keys() == b.keys() and all(same(a[key], b[key]) for key in a)
+        plain = (int, float, bool, str)
         return isinstance(a, plain) and isinstance(b, plain) and a == b
 
     return len(args) == len(before) and all(same(a, b) for a, b in zip(args, before, strict=True))
