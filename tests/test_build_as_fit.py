@@ -244,7 +244,7 @@ def test_a_label_outside_the_models_classes_states_its_class_count(tmp_path: Pat
         inputs = keras.Input((8,))
         model = keras.Model(inputs, keras.layers.Dense(3)(inputs))
     exp.build_model(model=model)
-    with pytest.raises(ConfigError, match=r"x: has 3 label\(s\) outside \[0, 3\): -1.*0\.\.2"):
+    with pytest.raises(ConfigError, match=r"y: has 3 label\(s\) outside \[0, 3\): -1.*0\.\.2"):
         exp.fit(x, labels, batch_size=BATCH)
 
 
