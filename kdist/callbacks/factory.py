@@ -212,7 +212,11 @@ def build_run(
     users = configured[len(configured) - len(node.extra or []) :] + list(extra)
     if is_chief:
         # The controller's (a model's own compile sets it, else the config).
-        say_batch_hooks(users, steps_per_execution=int(controller.schedule.steps_per_execution))
+        say_batch_hooks(
+            users,
+            steps_per_execution=int(controller.schedule.steps_per_execution),
+            parameter_server=isinstance(strategy, tf.distribute.ParameterServerStrategy),
+        )
     overrides = task_overrides()
     if is_chief and node.tensorboard.enabled and overrides is not None:
         # The command's overrides with the final metrics: TensorBoard's HParams tab.
