@@ -419,3 +419,17 @@ def test_a_second_fit_numbers_its_epochs_as_a_second_model_fit(tmp_path: Path):
     assert got.calls == expected.calls  # epochs initial_epoch .. epochs - 1 again
     assert got_history.epoch == history.epoch
     assert _max_diff(exp.model, reference) <= 1e-5
+
+
+def test_the_default_callbacks_keep_the_one_call_validation(tmp_path: Path):
+    from kdist.callbacks.progress import ProgressBar
+    from kdist.callbacks.tensorboard import EpochTensorBoard
+    from kdist.engine.runner import wants_test_hooks
+
+    board = EpochTensorBoard(log_dir=str(tmp_path / "tb"), update_freq="epoch")
+    default = [board, ProgressBar(examples_per_step=32), keras.callbacks.History()]
+    assert not wants_test_hooks(default)  # their hooks change nothing inside fit
+    per_batch = keras.callbacks.TensorBoard(log_dir=str(tmp_path / "tb2"), update_freq=2)
+    assert wants_test_hooks([per_batch])
+    assert wants_test_hooks([*default, EvaluateRecorder()])
+    assert wants_test_hooks([keras.callbacks.LambdaCallback(on_test_batch_end=print)])

@@ -99,14 +99,26 @@ def wants_test_hooks(callbacks: Iterable[keras.callbacks.Callback]) -> bool:
     validation runs in Keras's calls (`Runner.evaluate(callbacks)`) rather than in one.
 
     As `kdist.callbacks.batch_hooks.overridden_hooks` decides (a method of the class or
-    a function set on the instance). Keras's `ProgbarLogger` does not count: inside
-    `fit` its test-batch hooks do nothing (`_called_in_fit`).
+    a function set on the instance). Two of Keras's own do not count, as their hooks
+    change nothing there: `ProgbarLogger`'s, which do nothing inside `fit`
+    (`_called_in_fit`), and `TensorBoard`'s with `update_freq="epoch"`, which only count
+    the batches for batch-level writing (`_push_writer` returns at once). So the default
+    job (kdist's progress bar and per-epoch TensorBoard) keeps its one-call validation.
     """
+    base = keras.callbacks.Callback
     for callback in callbacks:
         if isinstance(callback, keras.callbacks.ProgbarLogger):
             continue
         for name in ("on_test_batch_begin", "on_test_batch_end"):
             method = getattr(callback, name, None)
-            if getattr(method, "__func__", method) is not getattr(keras.callbacks.Callback, name):
-                return True
+            function = getattr(method, "__func__", method)
+            if function is getattr(base, name):
+                continue
+            if (
+                isinstance(callback, keras.callbacks.TensorBoard)
+                and callback.update_freq == "epoch"
+                and function is getattr(keras.callbacks.TensorBoard, name)
+            ):
+                continue
+            return True
     return False
