@@ -412,10 +412,16 @@ class Controller:
                     batch_logs = runner.train_steps(count)
                 finally:
                     TRAIN_CALLS.close()
+                # Keras: `end_step = begin_step + steps_per_execution - 1`, past the
+                # epoch's last batch for its last call. kdist: a call cut short at a
+                # saver's step ends at its own last step.
+                end = (
+                    step + schedule.steps_per_execution - 1 if count == limit else step + count - 1
+                )
                 step += count
                 steps_run += count
                 self.global_step += count
-                callbacks.on_train_batch_end(step - 1, batch_logs)
+                callbacks.on_train_batch_end(end, batch_logs)
                 for saver in savers:
                     saver.after_steps(self.global_step)
             # Keras: `epoch_logs = dict(self._get_metrics_result_or_logs(logs))`: the
