@@ -191,14 +191,21 @@ def test_validation_split_keeps_the_last_fraction_before_shuffling(tmp_path: Pat
     assert "val_loss" in history.history
 
 
-def test_a_second_fit_trains_more_epochs_and_the_history_goes_on(tmp_path: Path):
+def test_a_second_fit_numbers_its_epochs_as_keras_and_the_run_history_goes_on(tmp_path: Path):
     run_dir = tmp_path / "run"
     exp = kdist.Experiment(compose([*BASE, "callbacks.csv.enabled=true"]), run_dir=run_dir)
     exp.fit(X, Y, validation_data=(XV, YV), epochs=2)
     assert int(exp.optimizer.iterations.numpy()) == 12
     history = exp.fit(X, Y, validation_data=(XV, YV), epochs=2)
     assert int(exp.optimizer.iterations.numpy()) == 24  # 2 epochs of 6 steps more
-    assert history.epoch == [2, 3] and len(history.history["loss"]) == 2
+    # Keras's own two fits: the second numbers its epochs from initial_epoch (0) again.
+    keras.utils.set_random_seed(0)
+    reference = keras.Sequential([keras.Input((16,)), keras.layers.Dense(4)])
+    reference.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    reference.fit(X, Y, epochs=2, verbose=0)
+    expected = reference.fit(X, Y, epochs=2, verbose=0)
+    assert history.epoch == expected.epoch and len(history.history["loss"]) == 2
+    # kdist's run file goes on counting the run's epochs.
     rows = read_csv(run_dir / "history.csv")
     assert [int(r["epoch"]) for r in rows] == [0, 1, 2, 3]
     # The same arrays again: the data stream goes on, as one fit of 4 epochs.

@@ -38,7 +38,7 @@ X_VAL = RNG.normal(size=(40, 8)).astype("float32")
 Y_VAL = RNG.integers(0, 3, 40)
 
 
-def _model(optimizer: Any = None) -> keras.Model:
+def _model(optimizer: Any = None, steps_per_execution: int = 1) -> keras.Model:
     keras.utils.set_random_seed(1)
     inputs = keras.Input((8,))
     hidden = keras.layers.Dense(16, activation="relu")(inputs)
@@ -47,15 +47,18 @@ def _model(optimizer: Any = None) -> keras.Model:
         optimizer=optimizer() if optimizer else keras.optimizers.SGD(0.1),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
+        steps_per_execution=steps_per_execution,
     )
     return model
 
 
-def _experiment(tmp_path: Path, optimizer: Any = None) -> tuple[kdist.Experiment, keras.Model]:
+def _experiment(
+    tmp_path: Path, optimizer: Any = None, steps_per_execution: int = 1
+) -> tuple[kdist.Experiment, keras.Model]:
     exp = kdist.Experiment(kdist.compose(BASE), run_dir=tmp_path / "run")
     with exp.strategy.scope():
-        reference = _model(optimizer)
-        model = _model(optimizer)
+        reference = _model(optimizer, steps_per_execution)
+        model = _model(optimizer, steps_per_execution)
     exp.build_model(model=model)
     return exp, reference
 
@@ -338,3 +341,95 @@ def test_image_dataset_from_directory_trains_on_fits_order(tmp_path: Path):
     train, validation = datasets()
     exp.fit(train, validation_data=validation, epochs=2)
     assert _max_diff(exp.model, reference) <= 1e-6
+
+
+class EvaluateRecorder(keras.callbacks.Callback):
+    """The test hooks' calls: the hook, its batch index and its logs' values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, Any, dict[str, float]]] = []
+
+    def _record(self, hook: str, index: Any, logs: Any) -> None:
+        self.calls.append((hook, index, {k: float(v) for k, v in (logs or {}).items()}))
+
+    def on_test_begin(self, logs=None):
+        self._record("test_begin", None, logs)
+
+    def on_test_batch_begin(self, batch, logs=None):
+        self._record("test_batch_begin", batch, logs)
+
+    def on_test_batch_end(self, batch, logs=None):
+        self._record("test_batch_end", batch, logs)
+
+    def on_test_end(self, logs=None):
+        self._record("test_end", None, logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._record("epoch_end", epoch, {k: v for k, v in (logs or {}).items() if "val" in k})
+
+
+def _same_calls(got: list[Any], expected: list[Any]) -> None:
+    assert [c[:2] for c in got] == [c[:2] for c in expected]  # hooks and indexes
+    for (_, _, logs), (_, _, want) in zip(got, expected, strict=True):
+        assert sorted(logs) == sorted(want)
+        for key, value in want.items():
+            assert logs[key] == pytest.approx(value, abs=1e-5), key
+
+
+@pytest.mark.parametrize(
+    ("steps_per_execution", "validation_steps"), [(2, None), (1, 1)], ids=["spe2", "steps1"]
+)
+def test_validation_calls_the_test_batch_hooks_as_fit(
+    tmp_path: Path, steps_per_execution: int, validation_steps: int | None
+):
+    exp, reference = _experiment(tmp_path, steps_per_execution=steps_per_execution)
+    expected, got = EvaluateRecorder(), EvaluateRecorder()
+    arguments = {"batch_size": 16, "epochs": 2, "validation_steps": validation_steps}
+    reference.fit(
+        X, Y, shuffle=False, verbose=0, validation_data=(X_VAL, Y_VAL), callbacks=[expected],
+        **arguments,
+    )  # fmt: skip
+    exp.fit(X, Y, shuffle=False, validation_data=(X_VAL, Y_VAL), callbacks=[got], **arguments)
+    assert any(call[0] == "test_batch_end" for call in expected.calls)
+    _same_calls(got.calls, expected.calls)
+
+
+def test_evaluate_of_the_validation_split_calls_the_test_batch_hooks_as_evaluate(
+    tmp_path: Path,
+):
+    exp, reference = _experiment(tmp_path, steps_per_execution=2)
+    reference.fit(X, Y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    exp.fit(X, Y, batch_size=16, epochs=1, shuffle=False, validation_data=(X_VAL, Y_VAL))
+    expected, got = EvaluateRecorder(), EvaluateRecorder()
+    reference.evaluate(X_VAL, Y_VAL, batch_size=16, verbose=0, callbacks=[expected])
+    exp.evaluate(callbacks=[got])
+    assert any(call[0] == "test_batch_end" for call in expected.calls)
+    _same_calls(got.calls, expected.calls)
+
+
+def test_a_second_fit_numbers_its_epochs_as_a_second_model_fit(tmp_path: Path):
+    exp, reference = _experiment(tmp_path)
+    arguments = {"batch_size": 32, "epochs": 2, "shuffle": False}
+    expected, got = Recorder(), Recorder()
+    reference.fit(X, Y, verbose=0, **arguments)
+    exp.fit(X, Y, **arguments)
+    history = reference.fit(X, Y, verbose=0, callbacks=[expected], **arguments)
+    got_history = exp.fit(X, Y, callbacks=[got], **arguments)
+    assert got.calls == expected.calls  # epochs initial_epoch .. epochs - 1 again
+    assert got_history.epoch == history.epoch
+    assert _max_diff(exp.model, reference) <= 1e-5
+
+
+def test_the_default_callbacks_keep_the_one_call_validation(tmp_path: Path):
+    from kdist.callbacks.progress import ProgressBar
+    from kdist.callbacks.tensorboard import EpochTensorBoard
+    from kdist.engine.runner import wants_test_hooks
+
+    board = EpochTensorBoard(log_dir=str(tmp_path / "tb"), update_freq="epoch")
+    default = [board, ProgressBar(examples_per_step=32), keras.callbacks.History()]
+    assert not wants_test_hooks(default)  # their hooks change nothing inside fit
+    per_batch = keras.callbacks.TensorBoard(log_dir=str(tmp_path / "tb2"), update_freq=2)
+    assert wants_test_hooks([per_batch])
+    assert wants_test_hooks([*default, EvaluateRecorder()])
+    assert wants_test_hooks([keras.callbacks.LambdaCallback(on_test_batch_end=print)])

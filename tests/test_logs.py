@@ -201,10 +201,14 @@ def test_batch_hooks_note_names_the_hooks_and_the_fix():
         def on_test_batch_end(self, batch, logs=None):
             pass
 
-    only_test = batch_hooks.batch_hook_note([_Validation()], steps_per_execution=1)
+    # Called as Keras's evaluate calls them, except by the parameter servers' coordinator.
+    assert batch_hooks.batch_hook_note([_Validation()], steps_per_execution=1) is None
+    only_test = batch_hooks.batch_hook_note(
+        [_Validation()], steps_per_execution=1, parameter_server=True
+    )
     assert only_test == (
-        "_Validation.on_test_batch_end are not called during fit: kdist validates the whole "
-        "split in one call"
+        "_Validation.on_test_batch_end are not called during fit under parameter servers: "
+        "the coordinator validates the whole split in one call"
     )
 
 
@@ -223,7 +227,8 @@ def test_fit_into_a_pipe_prints_plain_lines_and_says_once_how_batch_hooks_run(
     out = capsys.readouterr().out
     assert not TERMINAL_CODES.search(out)
     epochs = [line for line in out.splitlines() if line.startswith("Epoch ")]
-    assert [line.split(" - ")[0] for line in epochs] == ["Epoch 1/2", "Epoch 2/2", "Epoch 3/3"]
+    # fit(epochs=1) again numbers its epoch as Keras's second fit does: 1/1.
+    assert [line.split(" - ")[0] for line in epochs] == ["Epoch 1/2", "Epoch 2/2", "Epoch 1/1"]
     assert all(" examples/s" in line and " val_loss: " in line for line in epochs)
     # 5 steps an epoch in one call: each fit's first call is a whole epoch.
     assert "examples/s incl. first call - " in epochs[0]

@@ -2,8 +2,9 @@
 
 kdist runs `trainer.steps_per_execution` steps (8 by default) in one call of its train
 function and calls `on_train_batch_begin`/`on_train_batch_end` once per call, where
-Keras's `fit` (`steps_per_execution=1`) calls them every step; and its validation runs the
-whole split in one call, with no `on_test_batch_*` hook.
+Keras's `fit` (`steps_per_execution=1`) calls them every step; and under parameter
+servers its validation runs the whole split in one call, with no `on_test_batch_*` hook
+(elsewhere it calls them as Keras's `evaluate` does).
 """
 
 from __future__ import annotations
@@ -40,20 +41,27 @@ def overridden_hooks(callback: keras.callbacks.Callback, hooks: Iterable[str]) -
 
 
 def batch_hook_note(
-    callbacks: Iterable[keras.callbacks.Callback], *, steps_per_execution: int
+    callbacks: Iterable[keras.callbacks.Callback],
+    *,
+    steps_per_execution: int,
+    parameter_server: bool = False,
 ) -> str | None:
     """One line saying how the batch hooks of `callbacks` run, or `None` if as in `fit`.
 
     Args:
         callbacks: the user's callbacks (passed to `fit` or in `callbacks.extra`).
         steps_per_execution: `trainer.steps_per_execution`.
+        parameter_server: the run's strategy is `ParameterServerStrategy`, whose
+            coordinator validates in one call with no test-batch hook (elsewhere the
+            validation calls them as Keras's `evaluate` does). Defaults to `False`.
     """
     train, test = [], []
     for callback in callbacks:
         name = type(callback).__name__
         if steps_per_execution > 1:
             train += [f"{name}.{hook}" for hook in overridden_hooks(callback, TRAIN_HOOKS)]
-        test += [f"{name}.{hook}" for hook in overridden_hooks(callback, TEST_HOOKS)]
+        if parameter_server:
+            test += [f"{name}.{hook}" for hook in overridden_hooks(callback, TEST_HOOKS)]
     parts = []
     if train:
         parts.append(
@@ -63,17 +71,22 @@ def batch_hook_note(
         )
     if test:
         parts.append(
-            f"{', '.join(test)} are not called during fit: kdist validates the whole split "
-            "in one call"
+            f"{', '.join(test)} are not called during fit under parameter servers: the "
+            "coordinator validates the whole split in one call"
         )
     return "; ".join(parts) if parts else None
 
 
 def say_batch_hooks(
-    callbacks: Iterable[keras.callbacks.Callback], *, steps_per_execution: int
+    callbacks: Iterable[keras.callbacks.Callback],
+    *,
+    steps_per_execution: int,
+    parameter_server: bool = False,
 ) -> None:
     """Log `batch_hook_note` (a warning) once per process for each different note."""
-    note = batch_hook_note(callbacks, steps_per_execution=steps_per_execution)
+    note = batch_hook_note(
+        callbacks, steps_per_execution=steps_per_execution, parameter_server=parameter_server
+    )
     if note is not None and note not in _said:
         _said.add(note)
         log.warning("%s", note)

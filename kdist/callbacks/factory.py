@@ -27,6 +27,7 @@ from kdist.callbacks.guards import NonFiniteGuard
 from kdist.callbacks.preemption import PreemptionSave
 from kdist.callbacks.profile import ProfileSteps, profile_range
 from kdist.callbacks.progress import ProgressBar
+from kdist.callbacks.run_epochs import RunCSVLogger, RunCurves
 from kdist.callbacks.run_hparams import RunHParams, overridden_values, task_overrides
 from kdist.callbacks.speed import TrainingSpeed
 from kdist.callbacks.tensorboard import EpochTensorBoard
@@ -50,6 +51,7 @@ def build(
     directions: Mapping[str, str] | None = None,
     resuming: bool = False,
     examples_per_step: int = 0,
+    epoch_shift: int = 0,
 ) -> list[keras.callbacks.Callback]:
     """The callbacks a `callbacks` node asks for, writing under `output_dir`.
 
@@ -64,6 +66,9 @@ def build(
         examples_per_step: the global batch, for the `examples_per_second` scalar
             (`TrainingSpeed`, with the TensorBoard scalars). Defaults to `0`: no speed
             scalars.
+        epoch_shift: added to the epoch numbers `history.csv` is given: the run's
+            epochs before a later `fit` that numbers its own from `initial_epoch`
+            (`kdist.callbacks.run_epochs`). Defaults to `0`.
 
     Returns:
         Keras callbacks, in the order they run.
@@ -96,7 +101,7 @@ def build(
         )
     if callbacks_cfg.csv.enabled:
         callbacks.append(
-            keras.callbacks.CSVLogger(str(output_dir / layout.HISTORY), append=resuming)
+            RunCSVLogger(str(output_dir / layout.HISTORY), append=resuming, epoch_shift=epoch_shift)
         )
     stopping = callbacks_cfg.early_stopping
     if stopping.enabled:
@@ -189,6 +194,7 @@ def build_run(
     """
     node = cfg.callbacks
     resuming = controller.global_step > 0
+    epoch_shift = int(getattr(controller, "run_epoch_shift", 0))
     run = RunCallbacks()
     if node.nan_guard:
         run.callbacks.append(NonFiniteGuard())
@@ -199,13 +205,18 @@ def build_run(
             directions=directions,
             resuming=resuming,
             examples_per_step=int(cfg.trainer.global_batch_size),
+            epoch_shift=epoch_shift,
         )
     run.callbacks += configured + list(extra)
     # `build` puts the `callbacks.extra` ones last: with the caller's, the user's callbacks.
     users = configured[len(configured) - len(node.extra or []) :] + list(extra)
     if is_chief:
         # The controller's (a model's own compile sets it, else the config).
-        say_batch_hooks(users, steps_per_execution=int(controller.schedule.steps_per_execution))
+        say_batch_hooks(
+            users,
+            steps_per_execution=int(controller.schedule.steps_per_execution),
+            parameter_server=isinstance(strategy, tf.distribute.ParameterServerStrategy),
+        )
     overrides = task_overrides()
     if is_chief and node.tensorboard.enabled and overrides is not None:
         # The command's overrides with the final metrics: TensorBoard's HParams tab.
@@ -244,7 +255,12 @@ def build_run(
         history = output_dir / layout.HISTORY
         earlier = read_csv_numbers(history) if resuming and history.exists() else []
         # Its last drawing starts once the run's files are written (`kdist.experiment.outputs`).
-        run.curves = Curves(path=output_dir / layout.CURVES, history=earlier, draw_at_end=False)
+        run.curves = RunCurves(
+            path=output_dir / layout.CURVES,
+            history=earlier,
+            draw_at_end=False,
+            epoch_shift=epoch_shift,
+        )
         run.callbacks.append(run.curves)
     if is_chief:
         # Under `kdist.launch` on one machine: what one process must beat (printed once).

@@ -29,7 +29,7 @@ from kdist.compat.keras_loop import initial_epoch_of, should_eval
 from kdist.compat.keras_private import close_tensorboard_writers
 from kdist.data.pipeline import DatasetFn
 from kdist.engine.call_gate import TRAIN_CALLS
-from kdist.engine.runner import Runner
+from kdist.engine.runner import Runner, wants_test_hooks
 from kdist.engine.state import (
     TrainingState,
     describe_resume,
@@ -176,6 +176,11 @@ class Controller:
         # `epoch_origin[0]`: (0, 0) unless the data changed between two `fit` calls of a
         # notebook (`use_runner`), where the new data's epochs start at the next epoch.
         self.epoch_origin = (0, 0)
+        # kdist: the run's epoch number minus the Keras number of the same epoch. A later
+        # `fit(epochs=N)` numbers its epochs from `initial_epoch` again, as Keras does;
+        # the run's own files (history.csv, curves.png, the summary's epoch count) go on
+        # counting the run's epochs (`Controller.start_at_epoch(..., again=True)`).
+        self.run_epoch_shift = 0
         self._train_data = train_data
         self._strategy_name = strategy_name
         self._num_replicas = num_replicas
@@ -227,6 +232,7 @@ class Controller:
                 clean_leftovers(folder)
         path = self._restore_newest(backup_dir, checkpoint_dir)
         self.epoch_origin = (0, 0)
+        self.run_epoch_shift = 0
         if path is None:
             self.global_step = 0
             return 0
@@ -283,10 +289,16 @@ class Controller:
         self.runner = runner
         self._train_data = train_data
 
-    def start_at_epoch(self, epoch: int) -> None:
+    def start_at_epoch(self, epoch: int, *, again: bool = False) -> None:
         """Number the next epoch `epoch` (`fit`'s `initial_epoch`): the epochs of the next
         `fit` are `epoch, epoch + 1, ...` for every callback and the `History`, as in
-        Keras, whatever the model trained before."""
+        Keras, whatever the model trained before.
+
+        `again`: the model trained before in this run (a later `fit`); kdist's run files
+        go on counting the run's epochs (`run_epoch_shift`), Keras's numbers restart.
+        """
+        if again:
+            self.run_epoch_shift += self.epoch - int(epoch)
         self.epoch_origin = (int(epoch), self.global_step)
 
     @property
@@ -373,6 +385,7 @@ class Controller:
         restored = initial_epoch_of(model)
         if restored:
             self._skip_to_epoch(restored)
+        test_hooks = wants_test_hooks(callbacks.callbacks)
         origin_epoch, origin_step = self.epoch_origin
         done, first_step = divmod(self.global_step - origin_step, per_epoch)
         initial_epoch = origin_epoch + done
@@ -399,10 +412,16 @@ class Controller:
                     batch_logs = runner.train_steps(count)
                 finally:
                     TRAIN_CALLS.close()
+                # Keras: `end_step = begin_step + steps_per_execution - 1`, past the
+                # epoch's last batch for its last call. kdist: a call cut short at a
+                # saver's step ends at its own last step.
+                end = (
+                    step + schedule.steps_per_execution - 1 if count == limit else step + count - 1
+                )
                 step += count
                 steps_run += count
                 self.global_step += count
-                callbacks.on_train_batch_end(step - 1, batch_logs)
+                callbacks.on_train_batch_end(end, batch_logs)
                 for saver in savers:
                     saver.after_steps(self.global_step)
             # Keras: `epoch_logs = dict(self._get_metrics_result_or_logs(logs))`: the
@@ -414,10 +433,10 @@ class Controller:
             last = epoch + 1 == schedule.epochs or model.stop_training
             due = should_eval(epoch, schedule.validation_freq) or (schedule.validate_last and last)
             if due and runner.validates:
-                # Keras: `self.evaluate(..., callbacks=callbacks)`, whose test-batch hooks
-                # kdist does not call: its validation is one compiled loop.
+                # Keras: `self.evaluate(..., callbacks=callbacks)`. kdist: its calls and
+                # test-batch hooks where a callback defines them, else one compiled loop.
                 callbacks.on_test_begin()
-                val_logs = runner.evaluate()
+                val_logs = runner.evaluate(callbacks if test_hooks else None)
                 callbacks.on_test_end(val_logs)
                 logs.update({f"val_{name}": value for name, value in val_logs.items()})
             callbacks.on_epoch_end(epoch, logs)
@@ -439,7 +458,7 @@ class Controller:
         return FitResult(
             history=model.history,
             epochs_run=epochs_run,
-            run_epochs=initial_epoch + epochs_run,
+            run_epochs=initial_epoch + epochs_run + self.run_epoch_shift,
             steps_run=steps_run,
             train_seconds=train_seconds,
             final_logs=dict(logs),

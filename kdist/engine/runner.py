@@ -12,13 +12,15 @@ is `kdist.engine.snapshot`, the process's gate for background writes
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+import keras
 
 from kdist.data.pipeline import DatasetFn
 from kdist.engine.snapshot import SnapshotTaker
 
-__all__ = ["Logs", "Runner", "to_floats"]
+__all__ = ["Logs", "Runner", "to_floats", "wants_test_hooks"]
 
 # Metric name -> value (a scalar tensor between steps, a float at epoch ends).
 Logs = Mapping[str, Any]
@@ -47,8 +49,14 @@ class Runner(SnapshotTaker, abc.ABC):
         of its steps (not stopped by a callback)."""
 
     @abc.abstractmethod
-    def evaluate(self) -> dict[str, float]:
-        """Run the validation data once and return its metrics as floats."""
+    def evaluate(self, callbacks: Any = None) -> dict[str, float]:
+        """Run the validation data once and return its metrics as floats.
+
+        With `callbacks` (a Keras `CallbackList` whose callbacks define test-batch
+        hooks), the data runs as Keras's `evaluate` runs it: calls of
+        `steps_per_execution` batches between `on_test_batch_begin` and
+        `on_test_batch_end`. Without, in the runner's fastest way (one call where it can).
+        """
 
     def settle(self) -> None:
         """Return when every step given to `train_steps` has been applied (before a save).
@@ -84,3 +92,33 @@ class Runner(SnapshotTaker, abc.ABC):
 def to_floats(logs: Logs) -> dict[str, float]:
     """The logs with every value as a Python float."""
     return {name: float(value) for name, value in logs.items()}
+
+
+def wants_test_hooks(callbacks: Iterable[keras.callbacks.Callback]) -> bool:
+    """Whether a callback defines a test-batch hook (not `Callback`'s no-op), so that
+    validation runs in Keras's calls (`Runner.evaluate(callbacks)`) rather than in one.
+
+    As `kdist.callbacks.batch_hooks.overridden_hooks` decides (a method of the class or
+    a function set on the instance). Two of Keras's own do not count, as their hooks
+    change nothing there: `ProgbarLogger`'s, which do nothing inside `fit`
+    (`_called_in_fit`), and `TensorBoard`'s with `update_freq="epoch"`, which only count
+    the batches for batch-level writing (`_push_writer` returns at once). So the default
+    job (kdist's progress bar and per-epoch TensorBoard) keeps its one-call validation.
+    """
+    base = keras.callbacks.Callback
+    for callback in callbacks:
+        if isinstance(callback, keras.callbacks.ProgbarLogger):
+            continue
+        for name in ("on_test_batch_begin", "on_test_batch_end"):
+            method = getattr(callback, name, None)
+            function = getattr(method, "__func__", method)
+            if function is getattr(base, name):
+                continue
+            if (
+                isinstance(callback, keras.callbacks.TensorBoard)
+                and callback.update_freq == "epoch"
+                and function is getattr(keras.callbacks.TensorBoard, name)
+            ):
+                continue
+            return True
+    return False

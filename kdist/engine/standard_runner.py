@@ -45,6 +45,7 @@ class StandardRunner(StepRunner):
         self._flags = (tf.constant(False), tf.constant(True))
         self._train_fn = self._make_train_function()
         self._eval_fn = self._make_eval_function() if self._val_data is not None else None
+        self._eval_steps_fn: Callable[..., tuple[Logs, tf.Tensor]] | None = None
         # The metrics the last `train_steps` call returned: `train_loop_end` reuses them
         # instead of reading the (mirrored) metric variables again.
         self._last_logs: Logs | None = None
@@ -89,6 +90,52 @@ class StandardRunner(StepRunner):
             return self.metric_results()
 
         return eval_function
+
+    def _make_eval_steps_function(self) -> Callable[..., tuple[Logs, tf.Tensor]]:
+        strategy, replica_step = self.strategy, self.replica_test_step
+
+        @tf.function
+        def eval_steps(iterator: Any, num_steps: tf.Tensor) -> tuple[Logs, tf.Tensor]:
+            # Keras's `test_function`: up to `steps_per_execution` batches; `count` says
+            # how many there were (0: the data had ended, Keras's `OutOfRangeError`).
+            count = tf.constant(0, tf.int32)
+            for _ in tf.range(num_steps):
+                batch = iterator.get_next_as_optional()
+                if not batch.has_value():
+                    break
+                strategy.run(replica_step, args=(batch.get_value(),))
+                count += 1
+            return self.metric_results(), count
+
+        return eval_steps
+
+    def _evaluate_in_calls(self, callbacks: Any) -> Logs:
+        """Keras's `evaluate` loop: one call of `steps_per_execution` batches between
+        `on_test_batch_begin(step)` and `on_test_batch_end(last batch, running logs)`."""
+        assert self._val_data is not None
+        if self._eval_steps_fn is None:
+            self._eval_steps_fn = self._make_eval_steps_function()
+        per_call = self.steps_per_execution
+        num_steps = tf.constant(per_call, tf.int32)
+        # Keras's `EpochIterator`: with a known count of batches it makes no call past
+        # them; with an unknown one, the call that finds the data ended has a begin hook
+        # only (`catch_stop_iteration`).
+        known = int(self._val_data.cardinality)
+        iterator = iter(self._val_data)
+        logs = self.metric_results()
+        self.model.stop_evaluating = False
+        step = 0
+        while known < 0 or step < known:
+            callbacks.on_test_batch_begin(step)
+            batch_logs, count = self._eval_steps_fn(iterator, num_steps)
+            if int(count) == 0:
+                break
+            logs = batch_logs
+            callbacks.on_test_batch_end(step + per_call - 1, logs)
+            step += per_call
+            if self.model.stop_evaluating:
+                break
+        return logs
 
     def set_train_dataset_fn(self, dataset_fn: DatasetFn) -> None:
         """Replace the training data (e.g. advanced to a resumed position).
@@ -211,8 +258,10 @@ class StandardRunner(StepRunner):
             logs = self.metric_results()
         return to_floats(logs)
 
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, callbacks: Any = None) -> dict[str, float]:
         if self._eval_fn is None:
             return {}
         self.reset_metrics()
+        if callbacks is not None:
+            return to_floats(self._evaluate_in_calls(callbacks))
         return to_floats(self._eval_fn())

@@ -250,8 +250,9 @@ class Experiment(Binding, Results, Resuming):
         How long: the first `fit` of an `Experiment` resumes from the run folder's backup
         (if any). `epochs=None` trains until epoch `trainer.epochs` of the run (the
         command line's meaning); `epochs=N` trains `N - initial_epoch` epochs more from
-        where the model is, as `model.fit` called again does, and the run's history
-        (`history.csv`, `curves.png`) goes on. A call that trains nothing says so.
+        where the model is, numbered `initial_epoch .. N - 1` for the callbacks and the
+        `History`, as `model.fit` called again does; the run's history (`history.csv`,
+        `curves.png`) goes on counting the run's epochs. A call that trains nothing says so.
 
         Args:
             x: NumPy arrays (or a dict or tuple of them), a `tf.data.Dataset` (of single
@@ -280,8 +281,8 @@ class Experiment(Binding, Results, Resuming):
                 weighted batch by batch (`trainer.class_weight`). Defaults to `None`.
             sample_weight: per-example weights of arrays `x`. Defaults to `None`.
             initial_epoch: with `epochs`, trains epochs `initial_epoch .. epochs - 1`,
-                numbered so for the callbacks and the `History`, as in Keras. Defaults
-                to `0`: the epochs go on from the run's (the history goes on).
+                numbered so for the callbacks and the `History`, as in Keras (a later
+                `fit` too; the run's `history.csv` goes on counting). Defaults to `0`.
             steps_per_epoch: steps per epoch (`trainer.steps_per_epoch`); needed for a
                 generator. Defaults to `None`: one pass over the data.
             validation_steps: batches each validation reads, from the start of the
@@ -349,8 +350,11 @@ class Experiment(Binding, Results, Resuming):
             else:
                 controller.global_step = 0
         if epochs is not None:
-            if initial_epoch and not resumed:  # Keras's numbers: initial_epoch .. epochs - 1
-                controller.start_at_epoch(int(initial_epoch))
+            if not resumed:
+                # Keras's numbers, `initial_epoch .. epochs - 1`, for the callbacks and the
+                # History, a later `fit` too. kdist's addition: its run files (history.csv,
+                # curves.png, the summary's epochs) go on counting the run's epochs.
+                controller.start_at_epoch(int(initial_epoch), again=self._fitted)
             more = int(epochs) - int(initial_epoch)
             controller.schedule = dataclasses.replace(
                 controller.schedule, epochs=controller.epoch + max(more, 0)

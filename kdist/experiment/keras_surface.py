@@ -68,7 +68,11 @@ SURFACE: tuple[Entry, ...] = (
         "32 when left out for a model the user compiled; trainer.global_batch_size for "
         "kdist's models",
     ),
-    _h("fit.epochs", f"{_DATA}::test_a_second_fit_trains_more_epochs_and_the_history_goes_on", ""),
+    _h(
+        "fit.epochs",
+        f"{_DATA}::test_a_second_fit_numbers_its_epochs_as_keras_and_the_run_history_goes_on",
+        "",
+    ),
     Entry(
         "fit.verbose",
         DISPLAY,
@@ -96,8 +100,9 @@ SURFACE: tuple[Entry, ...] = (
     _h(
         "fit.initial_epoch",
         f"{_LOOP}::test_initial_epoch_numbers_the_epochs_as_fit",
-        "epochs initial_epoch .. epochs - 1, numbered so for the callbacks and the History "
-        "as in Keras; without it a later fit goes on numbering the run's epochs",
+        "epochs initial_epoch .. epochs - 1 (default 0), numbered so for the callbacks and "
+        "the History as in Keras, a later fit too; kdist's history.csv and curves.png go "
+        "on counting the run's epochs",
     ),
     _h("fit.steps_per_epoch", f"{_DATA}::test_a_generator_trains_for_steps_per_epoch", ""),
     _h(
@@ -250,17 +255,19 @@ SURFACE: tuple[Entry, ...] = (
     ),
     _h("Callback.on_test_begin", f"{_ENGINE}::test_callback_hooks_are_called_in_keras_order", ""),
     _h("Callback.on_test_end", f"{_ENGINE}::test_callback_hooks_are_called_in_keras_order", ""),
-    _r(
+    _h(
         "Callback.on_test_batch_begin",
-        "tests/test_logs.py::test_batch_hooks_note_names_the_hooks_and_the_fix",
-        "<Callback>.on_test_batch_begin are not called during fit (nor by evaluate): kdist "
-        "validates the whole split in one call",
+        f"{_LOOP}::test_validation_calls_the_test_batch_hooks_as_fit",
+        "as Keras's evaluate calls it (one call a steps_per_execution batches) in fit's "
+        "validation and evaluate() of the split; not under parameter servers nor by "
+        "evaluate(x), which say so in one log line",
     ),
-    _r(
+    _h(
         "Callback.on_test_batch_end",
-        "tests/test_logs.py::test_batch_hooks_note_names_the_hooks_and_the_fix",
-        "<Callback>.on_test_batch_end are not called during fit (nor by evaluate): kdist "
-        "validates the whole split in one call",
+        f"{_LOOP}::test_validation_calls_the_test_batch_hooks_as_fit",
+        "as Keras's evaluate calls it (one call a steps_per_execution batches) in fit's "
+        "validation and evaluate() of the split; not under parameter servers nor by "
+        "evaluate(x), which say so in one log line",
     ),
     _h(
         "Callback.on_predict_begin",

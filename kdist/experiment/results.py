@@ -20,6 +20,7 @@ from kdist.data.in_hand import check_inputs, given_batches
 from kdist.data.source import Source
 from kdist.engine import Controller, FitResult
 from kdist.engine.building import optimizer_steps
+from kdist.engine.runner import wants_test_hooks
 from kdist.experiment import outputs as run_outputs
 from kdist.experiment.compile_state import StepSettings, eager_if
 from kdist.experiment.evaluating import evaluate_batches, keras_return
@@ -90,7 +91,8 @@ class Results:
                 progress bar here. Defaults to `"auto"`.
             sample_weight: per-example weights of arrays `x`. Defaults to `None`.
             steps: batches to read. Defaults to `None`: all.
-            callbacks: Keras callbacks; their `on_test_begin`/`on_test_end` run.
+            callbacks: Keras callbacks; their `on_test_begin`/`on_test_end` run, and
+                without `x` their test-batch hooks too, as in `model.evaluate`.
                 Defaults to `None`.
             return_dict: a dict `{metric: value}` when true; when false, Keras's form
                 (one value alone, else a list in the model's metrics' order).
@@ -109,12 +111,16 @@ class Results:
                     raise ConfigError(name, "needs x: give the data it goes with")
         controller = self._controller()
         model = controller.model
-        say_unbatched_hooks(list(callbacks or ()), TEST_HOOKS, "evaluate")
+        if x is not None:
+            say_unbatched_hooks(list(callbacks or ()), TEST_HOOKS, "evaluate")
         callback_list = keras.callbacks.CallbackList(list(callbacks or ()), model=model)
         callback_list.on_test_begin()
         with eager_if(self._settings.run_eagerly):
             if x is None:
-                logs = controller.runner.evaluate()
+                # The validation split: the path of `fit`'s validation, test-batch hooks
+                # included where a callback defines them.
+                hooks = wants_test_hooks(callback_list.callbacks)
+                logs = controller.runner.evaluate(callback_list if hooks else None)
             else:
                 batches = given_batches(
                     x, y, sample_weight=sample_weight, batch_size=batch_size, steps=steps

@@ -166,10 +166,10 @@ class LocalSGDRunner(StandardRunner):
             self.average()
         return super().train_loop_end(complete=complete)
 
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, callbacks: Any = None) -> dict[str, float]:
         if self._dirty:
             self.average()  # validation runs on the averaged weights
-        return super().evaluate()
+        return super().evaluate(callbacks)
 
     def set_train_dataset_fn(self, dataset_fn: DatasetFn) -> None:
         # A restore: the restored weights, anchor and momentum are those of an average,

@@ -1,0 +1,50 @@
+"""kdist's run files number the run's epochs, where a later `fit` numbers its own from 0.
+
+Keras's `fit(epochs=N)` called again numbers its epochs `initial_epoch .. N - 1` once
+more, and kdist does so for every callback and the `History`. The files kdist writes for
+the run (`history.csv`, `curves.png`) go on counting the run's epochs instead: their
+writers add the controller's `run_epoch_shift` to the epoch they are given.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+
+from kdist.callbacks.curves import Curves
+
+__all__ = ["RunCSVLogger", "RunCurves"]
+
+
+class RunCSVLogger(keras.callbacks.CSVLogger):
+    """Keras's `CSVLogger` writing the run's epoch numbers (`history.csv`).
+
+    Args:
+        filename: the CSV file.
+        append: append to an existing file (a resumed run or a later `fit`).
+        epoch_shift: added to each epoch number `fit` gives. Defaults to `0`.
+    """
+
+    def __init__(self, filename: str, *, append: bool = False, epoch_shift: int = 0):
+        super().__init__(filename, append=append)
+        self.epoch_shift = int(epoch_shift)
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        super().on_epoch_end(epoch + self.epoch_shift, logs)
+
+
+class RunCurves(Curves):
+    """`Curves` drawing the run's epoch numbers (`curves.png`).
+
+    Args:
+        epoch_shift: added to each epoch number `fit` gives. Defaults to `0`.
+        **kwargs: `Curves`'s arguments.
+    """
+
+    def __init__(self, *, epoch_shift: int = 0, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.epoch_shift = int(epoch_shift)
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        super().on_epoch_end(epoch + self.epoch_shift, logs)
