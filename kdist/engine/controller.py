@@ -31,8 +31,10 @@ from kdist.data.pipeline import DatasetFn
 from kdist.engine.call_gate import TRAIN_CALLS
 from kdist.engine.runner import Runner, wants_test_hooks
 from kdist.engine.state import (
+    RESIDUALS,
     TrainingState,
     describe_resume,
+    holds_residuals,
     restore_newest,
     resume_point,
     seed_states,
@@ -43,23 +45,6 @@ from kdist.strategies.compression import error_feedback_of
 __all__ = ["Controller", "FitResult", "Saver", "Schedule"]
 
 log = logging.getLogger(__name__)
-
-RESIDUALS = "allreduce_residuals"
-
-
-def _holds_residuals(*folders: Path) -> bool:
-    """Whether the newest checkpoint of the first folder holding one saved residuals
-    (true when it cannot be read: the restore then says what is wrong)."""
-    for folder in folders:
-        path = tf.train.latest_checkpoint(str(folder)) if folder.is_dir() else None
-        if path is None:
-            continue
-        try:
-            names = [name for name, _ in tf.train.list_variables(path)]
-        except Exception:  # unreadable: restore_newest reports it, or falls back
-            return True
-        return any(name.startswith(f"{RESIDUALS}/") for name in names)
-    return True
 
 
 @dataclass(frozen=True)
@@ -267,7 +252,7 @@ class Controller:
         self.runner.set_train_dataset_fn(self._train_data(examples))
 
     def _restore_newest(self, backup_dir: Path, checkpoint_dir: Path) -> str | None:
-        if self._residuals is None or _holds_residuals(backup_dir, checkpoint_dir):
+        if self._residuals is None or holds_residuals(backup_dir, checkpoint_dir):
             return restore_newest(self.checkpoint, backup_dir, checkpoint_dir)
         # Written without error feedback (`trainer.allreduce_dtype` changed with
         # `trainer.allow_resume_changes=true`): no residuals to restore, they start at zero.

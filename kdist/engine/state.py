@@ -26,10 +26,12 @@ import tensorflow as tf
 from kdist.compat.keras_private import flatten_layers, seed_generators
 
 __all__ = [
+    "RESIDUALS",
     "CheckpointError",
     "ResumePoint",
     "TrainingState",
     "describe_resume",
+    "holds_residuals",
     "restore_latest",
     "restore_newest",
     "resume_point",
@@ -232,3 +234,22 @@ def resume_point(state: TrainingState, path: str) -> ResumePoint:
         saved_replicas=int(state.num_replicas.numpy()),
         saved_batch=int(state.global_batch_size.numpy()),
     )
+
+
+# The all-reduce residuals' node in a checkpoint (`kdist.strategies.compression`).
+RESIDUALS = "allreduce_residuals"
+
+
+def holds_residuals(*folders: Path) -> bool:
+    """Whether the newest checkpoint of the first folder holding one saved residuals
+    (true when it cannot be read: the restore then says what is wrong)."""
+    for folder in folders:
+        path = tf.train.latest_checkpoint(str(folder)) if folder.is_dir() else None
+        if path is None:
+            continue
+        try:
+            names = [name for name, _ in tf.train.list_variables(path)]
+        except Exception:  # unreadable: restore_newest reports it, or falls back
+            return True
+        return any(name.startswith(f"{RESIDUALS}/") for name in names)
+    return True
