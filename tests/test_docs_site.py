@@ -95,7 +95,9 @@ def _fetch_all(site: Path) -> dict[str, str]:
 def _fit_section(api_page: str) -> str:
     """The text of `Experiment.fit`'s section of the API page, without tags."""
     start = api_page.index('id="kdist.experiment.Experiment.fit"')
-    end = api_page.index('id="kdist.experiment.Experiment.', start + 10)
+    # The next member's section, or the page's end (`fit` may be the last member shown).
+    end = api_page.find('id="kdist.', start + 10)
+    end = len(api_page) if end < 0 else end
     return html.unescape(re.sub(r"<[^>]+>", " ", api_page[start:end]))
 
 
