@@ -433,3 +433,33 @@ def test_the_default_callbacks_keep_the_one_call_validation(tmp_path: Path):
     assert wants_test_hooks([per_batch])
     assert wants_test_hooks([*default, EvaluateRecorder()])
     assert wants_test_hooks([keras.callbacks.LambdaCallback(on_test_batch_end=print)])
+
+
+@pytest.mark.parametrize("validation", ["arrays", "dataset"])
+def test_under_mirrored_validation_makes_as_many_test_batch_calls_as_fit(
+    tmp_path: Path, validation: str
+):
+    """A distributed dataset's cardinality is unknown: kdist made one more
+    `on_test_batch_begin` per validation under mirrored (the call that found the data
+    ended), where Keras's `fit` knows the count from its adapter and makes no such call
+    (the corpus's mirrored judge). Keras's own run (one device: the count is the same under
+    a strategy) gives the calls; kdist runs under mirrored over the 2 logical CPUs."""
+    val: Any = (X_VAL, Y_VAL)
+    data: tuple[Any, ...] = (X, Y)
+    arguments: dict[str, Any] = {"batch_size": 16, "epochs": 1, "shuffle": False}
+    if validation == "dataset":  # kdist takes a validation dataset beside a dataset
+        val = tf.data.Dataset.from_tensor_slices((X_VAL, Y_VAL)).batch(16)
+        data = (tf.data.Dataset.from_tensor_slices((X, Y)).batch(16),)
+        arguments = {"epochs": 1, "shuffle": False}
+    reference = _model(None, 2)
+    expected = EvaluateRecorder()
+    reference.fit(*data, verbose=0, validation_data=val, callbacks=[expected], **arguments)
+    cfg = kdist.compose([*BASE, "strategy=mirrored", "runtime.logical_devices=2"])
+    exp = kdist.Experiment(cfg, run_dir=tmp_path / "run")
+    with exp.strategy.scope():
+        model = _model(None, 2)
+    exp.build_model(model=model)
+    got = EvaluateRecorder()
+    exp.fit(*data, validation_data=val, callbacks=[got], **arguments)
+    assert any(call[0] == "test_batch_end" for call in expected.calls)
+    assert [c[:2] for c in got.calls] == [c[:2] for c in expected.calls]

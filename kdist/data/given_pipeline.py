@@ -165,4 +165,18 @@ def validation_batches_fn(
         return replicas_read(batches.take(steps) if steps else batches, context)
 
     dataset_fn.one_pipeline = bool(getattr(source, "one_pipeline", False))  # type: ignore[attr-defined]
+    # The count of global batches where the data's size says it (arrays; not a dataset of
+    # batches): Keras's `evaluate` knows it from its adapter and makes no call past it,
+    # where a distributed dataset's cardinality is unknown (`StandardRunner`'s hooks).
+    size, own = source.size(split), own_batches(source.dataset(split))
+    known = -1
+    if own is None and 0 < size < ENDLESS:
+        known = -(-size // global_batch_size)
+    elif own is not None:
+        known = int(own.cardinality())  # negative when unknown or infinite
+    if steps and known >= 0:
+        known = min(known, steps)
+    elif steps:
+        known = steps
+    dataset_fn.batches = known  # type: ignore[attr-defined]
     return dataset_fn

@@ -121,6 +121,8 @@ class StandardRunner(StepRunner):
         # them; with an unknown one, the call that finds the data ended has a begin hook
         # only (`catch_stop_iteration`).
         known = int(self._val_data.cardinality)
+        if known < 0:  # a distributed dataset's: the pipeline's own count where it has one
+            known = int(getattr(self.validation_dataset_fn, "batches", -1))
         iterator = iter(self._val_data)
         logs = self.metric_results()
         self.model.stop_evaluating = False

@@ -56,7 +56,9 @@ def check(reference, ours):
     wanted = [f for f in _written(theirs) if not f.startswith("run/")]
     got = [f for f in _written(mine) if not f.startswith("run/")]
     assert got == wanted, f"kdist's side wrote {got}, fit's {wanted}"
-    rows = [list(csv.DictReader((d / "training.csv").open())) for d in (mine, theirs)]
+    rows = [
+        list(csv.DictReader((d / "training.csv").read_text().splitlines())) for d in (mine, theirs)
+    ]
     assert [r["epoch"] for r in rows[0]] == [r["epoch"] for r in rows[1]], rows
     for a, b in zip(*rows, strict=True):
         assert a.keys() == b.keys(), (sorted(a), sorted(b))
