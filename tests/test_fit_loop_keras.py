@@ -56,8 +56,11 @@ def _experiment(
     tmp_path: Path, optimizer: Any = None, steps_per_execution: int = 1
 ) -> tuple[kdist.Experiment, keras.Model]:
     exp = kdist.Experiment(kdist.compose(BASE), run_dir=tmp_path / "run")
+    # Keras's reference outside any strategy's scope, as keras.io's programs make it: its
+    # `fit` under the OneDeviceStrategy crashed the process now and then (a segmentation
+    # fault in TensorFlow while Keras's EpochIterator dropped its iterator, under load).
+    reference = _model(optimizer, steps_per_execution)
     with exp.strategy.scope():
-        reference = _model(optimizer, steps_per_execution)
         model = _model(optimizer, steps_per_execution)
     exp.build_model(model=model)
     return exp, reference
