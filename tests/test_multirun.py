@@ -35,8 +35,11 @@ def test_multirun_writes_a_folder_per_job_and_summary_csv(tmp_path: Path):
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    # A folder per job, beside `.jobs/` (each job's row, recorded by the process that ran
+    # it: a parallel launcher's jobs run in other processes).
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
     assert [p.name for p in jobs] == ["0", "1", "2", "3"]
+    assert sorted(p.name for p in (sweep / ".jobs").iterdir()) == [f"{n}.json" for n in range(4)]
     assert all((p / "metrics.json").is_file() for p in jobs)
     rows = read_csv(sweep / "summary.csv")
     assert len(rows) == 4
