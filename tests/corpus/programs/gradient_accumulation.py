@@ -11,6 +11,9 @@ KERAS_MIRRORED_FAILS = (
     "Keras's optimizer accumulates gradients with a cross-replica update inside the replica "
     "step (a merge_call in a replica context it cannot make; keras#20582)"
 )
+# kdist refuses it over several replicas, before training, and names trainer.accumulate_steps
+# (Keras counts every micro-batch as a step: its hooks and schedules could not be kept).
+KDIST_MIRRORED_REFUSAL = r"gradient_accumulation_steps"
 
 
 def make_data(seed):
