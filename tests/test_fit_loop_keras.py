@@ -224,6 +224,45 @@ def test_validation_steps_bounds_each_validation_as_in_fit(tmp_path: Path):
     )
 
 
+class ValidationBatches(keras.callbacks.Callback):
+    """Each validation's test-batch indices and running losses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ends: list[tuple[int, float]] = []
+
+    def on_test_batch_end(self, batch, logs=None):
+        self.ends.append((batch, float(logs["loss"])))
+
+
+@pytest.mark.parametrize("how", ["validation_batch_size", "dataset beside arrays"])
+def test_validation_batches_are_those_of_fit(tmp_path: Path, how: str):
+    """`fit(validation_batch_size=8)` validates arrays in batches of 8; a dataset of
+    batches beside validation arrays (no `batch_size` can be given) validates them in
+    Keras's 32 (issue 42's generator: kdist used the training data's own batches)."""
+    exp, reference = _experiment(tmp_path)
+    if how == "validation_batch_size":
+        data: dict[str, Any] = {"x": X, "y": Y, "batch_size": 16, "validation_batch_size": 8}
+    else:
+        data = {"x": tf.data.Dataset.from_tensor_slices((X, Y)).batch(10)}
+    theirs, ours = ValidationBatches(), ValidationBatches()
+    expected = reference.fit(
+        **data, epochs=2, shuffle=False, verbose=0, validation_data=(X_VAL, Y_VAL),
+        callbacks=[theirs],
+    )  # fmt: skip
+    history = exp.fit(
+        **data, epochs=2, shuffle=False, validation_data=(X_VAL, Y_VAL), callbacks=[ours]
+    )
+    assert len(theirs.ends) == 2 * (5 if how == "validation_batch_size" else 2)
+    assert [batch for batch, _ in ours.ends] == [batch for batch, _ in theirs.ends]
+    np.testing.assert_allclose(
+        [loss for _, loss in ours.ends], [loss for _, loss in theirs.ends], atol=1e-5, rtol=0
+    )
+    np.testing.assert_allclose(
+        history.history["val_loss"], expected.history["val_loss"], atol=1e-5, rtol=0
+    )
+
+
 def test_an_infinite_stream_with_validation_steps_trains_as_in_keras_io(tmp_path: Path):
     def stream(x: np.ndarray, y: np.ndarray) -> tf.data.Dataset:
         return tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat()

@@ -159,7 +159,7 @@ def test_refused_parameters_are_refused_in_one_line(tmp_path: Path):
     exp = _experiment(tmp_path)
     with exp.strategy.scope():
         exp.build_model(model=_model())
-    for name, value in (("validation_batch_size", 8),):
+    for name, value in (("validation_batch_size", 0), ("validation_steps", -1)):
         with pytest.raises(ConfigError, match=name) as error:
             exp.fit(X, Y, validation_data=(X, Y), **{name: value})
         assert "\n" not in str(error.value)

@@ -312,6 +312,10 @@ class TrainerConfig:
     # Batches read by each validation (Keras's `validation_steps`); null: all of the
     # validation data (which must then have an end).
     validation_steps: int | None = None
+    # Examples per validation batch (Keras's `validation_batch_size`); null: the training
+    # global batch (fit with data that brings its own batches validates arrays in 32s, as
+    # Keras does).
+    validation_batch_size: int | None = None
     # Evaluate on the validation split after the epochs validation_freq picks; false: no val_
     # metrics.
     validation: bool = True

@@ -258,6 +258,9 @@ def validate(cfg: DictConfig) -> None:
     check_positive("trainer.steps_per_execution", trainer.steps_per_execution)
     check_positive("trainer.validation_freq", trainer.validation_freq)
     check_positive("trainer.validation_steps", trainer.get("validation_steps"), allow_none=True)
+    check_positive(
+        "trainer.validation_batch_size", trainer.get("validation_batch_size"), allow_none=True
+    )
     check_positive("trainer.accumulate_steps", trainer.get("accumulate_steps", 1))
     check_allreduce_dtype(cfg)
     check_sync(cfg)

@@ -297,6 +297,8 @@ def run_dataset_fn(cfg: Any, source: Source, split: str, skip_examples: int = 0)
     batch = int(trainer.global_batch_size)
     train = split == "train"
     steps = None if train else trainer.get("validation_steps")
+    if not train and trainer.get("validation_batch_size"):
+        batch = int(trainer.validation_batch_size)  # Keras's `validation_batch_size`
     if not train and not steps and source.size(split) >= ENDLESS:
         # Keras's `fit` would validate forever (its `validation_steps` documentation).
         raise ConfigError(

@@ -45,12 +45,19 @@ class StandardRunner(StepRunner):
         self._flags = (tf.constant(False), tf.constant(True))
         self._train_fn = self._make_train_function()
         self._eval_fn = self._make_eval_function() if self._val_data is not None else None
-        self._eval_steps_fn: Callable[..., tuple[Logs, tf.Tensor]] | None = None
+        self._eval_steps_fn: Callable[..., tuple[Logs, Logs, tf.Tensor]] | None = None
         # The metrics the last `train_steps` call returned: `train_loop_end` reuses them
         # instead of reading the (mirrored) metric variables again.
         self._last_logs: Logs | None = None
 
-    def _make_train_function(self) -> Callable[..., tuple[Logs, tf.Tensor]]:
+    def _call_results(self) -> tuple[Logs, Logs]:
+        """A call's logs for the batch hooks and the metrics' values now (the epoch's
+        logs if it was the epoch's last call): one structure unless several mirrored
+        replicas make them differ (`StepRunner.batch_results`)."""
+        logs = self.metric_results()
+        return (self.batch_results() if self.replica_batch_logs else logs), logs
+
+    def _make_train_function(self) -> Callable[..., tuple[Logs, Logs, tf.Tensor]]:
         snapshot = self._snapshot
 
         metrics = list(self.model.metrics)
@@ -67,7 +74,7 @@ class StandardRunner(StepRunner):
             which: tf.Tensor,
             steps: tf.Tensor,
             reset_first: tf.Tensor,
-        ) -> tuple[Logs, tf.Tensor]:
+        ) -> tuple[Logs, Logs, tf.Tensor]:
             # A saver's copies first (the state of its step, the epoch's metrics
             # included), then a new epoch's metric reset, then the steps.
             finite = snapshot(which, steps) if snapshot is not None else tf.constant(True)
@@ -75,7 +82,7 @@ class StandardRunner(StepRunner):
                 reset_done = tf.cond(reset_first, reset, lambda: tf.constant(True))
             with tf.control_dependencies([reset_done]):
                 self.run_train_steps(iterator, num_steps)
-            return self.metric_results(), finite
+            return (*self._call_results(), finite)
 
         return train_function
 
@@ -91,11 +98,11 @@ class StandardRunner(StepRunner):
 
         return eval_function
 
-    def _make_eval_steps_function(self) -> Callable[..., tuple[Logs, tf.Tensor]]:
+    def _make_eval_steps_function(self) -> Callable[..., tuple[Logs, Logs, tf.Tensor]]:
         strategy, replica_step = self.strategy, self.replica_test_step
 
         @tf.function
-        def eval_steps(iterator: Any, num_steps: tf.Tensor) -> tuple[Logs, tf.Tensor]:
+        def eval_steps(iterator: Any, num_steps: tf.Tensor) -> tuple[Logs, Logs, tf.Tensor]:
             # Keras's `test_function`: up to `steps_per_execution` batches; `count` says
             # how many there were (0: the data had ended, Keras's `OutOfRangeError`).
             count = tf.constant(0, tf.int32)
@@ -105,7 +112,7 @@ class StandardRunner(StepRunner):
                     break
                 strategy.run(replica_step, args=(batch.get_value(),))
                 count += 1
-            return self.metric_results(), count
+            return (*self._call_results(), count)
 
         return eval_steps
 
@@ -129,11 +136,12 @@ class StandardRunner(StepRunner):
         step = 0
         while known < 0 or step < known:
             callbacks.on_test_batch_begin(step)
-            batch_logs, count = self._eval_steps_fn(iterator, num_steps)
+            batch_logs, now, count = self._eval_steps_fn(iterator, num_steps)
             if int(count) == 0:
                 break
-            logs = batch_logs
-            callbacks.on_test_batch_end(step + per_call - 1, logs)
+            # Keras: `logs = self._get_metrics_result_or_logs(logs)` after the loop.
+            logs = now
+            callbacks.on_test_batch_end(step + per_call - 1, batch_logs)
             step += per_call
             if self.model.stop_evaluating:
                 break
@@ -208,7 +216,7 @@ class StandardRunner(StepRunner):
         if self._iterator is None:
             self._iterator = iter(self._train_data)
         request, self._snapshot_request = self._snapshot_request, None
-        logs, finite = self._train_fn(
+        batch_logs, logs, finite = self._train_fn(
             self._iterator,
             tf.constant(num_steps, dtype=tf.int32),
             *(request or self._no_snapshot),
@@ -218,7 +226,7 @@ class StandardRunner(StepRunner):
         if request is not None:
             self._snapshot_result = finite
         self._last_logs = logs
-        return logs
+        return batch_logs
 
     def set_snapshot(self, snapshot: SnapshotFn) -> bool:
         if snapshot is not self._snapshot:

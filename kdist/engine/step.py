@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -11,6 +12,7 @@ import tensorflow as tf
 
 from kdist.compat.keras_private import (
     call_has_training_arg,
+    compile_config,
     compile_metrics,
     compute_loss,
     loss_tracker,
@@ -185,7 +187,7 @@ class StepRunner(Runner):
             def own_step(data: Any) -> None:
                 model.train_step(as_fit_packs(data))
 
-            return own_step
+            return _traced_once_per_compile(model, own_step, self.strategy)
 
         own_metrics = overrides(model, "compute_metrics")
         unscale_loss_for_distribution = unscale_loss_function()
@@ -265,6 +267,39 @@ class StepRunner(Runner):
         own trackers), read in cross-replica context."""
         return self.model.get_metrics_result()
 
+    def batch_results(self) -> Logs:
+        """The logs a call hands to the batch hooks, as Keras's `fit` makes them.
+
+        Keras's `train_function`/`test_function` return each replica's `train_step`
+        result, its metrics read in replica context (a metric's variables are
+        sync-on-read: each replica sees its own counts), reduced by
+        `reduce_per_replica(..., reduction="auto")`: their mean under `MirroredStrategy`.
+        So under several replicas a batch log of a counting metric (`FalseNegatives`) is
+        the mean of the replicas' own counts, and a mean over a batch split unevenly is
+        the mean of the replicas' means; the epoch's logs are read across replicas
+        (`_get_metrics_result_or_logs`), as `metric_results` reads them. Call it in
+        cross-replica context, inside a compiled call.
+        """
+        if not self.replica_batch_logs:
+            return self.metric_results()
+        strategy = self.strategy
+        per_replica = strategy.run(self.model.get_metrics_result)
+        return tf.nest.map_structure(
+            lambda value: tf.reduce_mean(strategy.experimental_local_results(value), axis=0),
+            per_replica,
+        )
+
+    @property
+    def replica_batch_logs(self) -> bool:
+        """Whether batch logs are the mean of the replicas' own results (`batch_results`):
+        under `MirroredStrategy` over several devices, whose replicas read their own
+        metric variables without communication (Keras's `fit` there is kdist's judge)."""
+        strategy = self.strategy
+        return (
+            isinstance(strategy, tf.distribute.MirroredStrategy)
+            and strategy.num_replicas_in_sync > 1
+        )
+
     @property
     def metric_variables(self) -> list[Any]:
         return [v.value for m in self.model.metrics for v in m.variables]
@@ -272,6 +307,42 @@ class StepRunner(Runner):
     @property
     def validates(self) -> bool:
         return self.validation_dataset_fn is not None
+
+
+# A model's own `train_step` traced as Keras's `fit` traces it: once per `compile`.
+_OWN_STEPS: weakref.WeakKeyDictionary[keras.Model, tuple[Any, Callable[[Any], None]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _traced_once_per_compile(
+    model: keras.Model, own_step: Callable[[Any], None], strategy: tf.distribute.Strategy
+) -> Callable[[Any], None]:
+    """`own_step` as a `tf.function` kept with the model until its next `compile`.
+
+    Keras's `fit` caches its `train_function` until `compile` drops it: a second `fit` on
+    new data reuses the trace, and a model's own `train_step` keeps training the
+    variables it read when it was traced (`self.trainable_variables` before a
+    `trainable` change without a recompile). kdist binds new data to a new runner, whose
+    train function is traced again; the model's own step, traced once per compile, makes
+    that trace call the same concrete function, as Keras's cached one.
+
+    Under several replicas (or a parameter server) the step stays inline: its
+    `apply_gradients` makes a `merge_call`, which a nested `tf.function` in a replica
+    context cannot make (kdist's step is then traced for each runner).
+    """
+    if strategy.num_replicas_in_sync != 1 or type(strategy) not in (
+        tf.distribute.OneDeviceStrategy,
+        tf.distribute.MirroredStrategy,
+    ):
+        return own_step
+    compiled = compile_config(model)
+    cached = _OWN_STEPS.get(model)
+    if cached is not None and cached[0] is compiled:
+        return cached[1]
+    traced = tf.function(own_step)
+    _OWN_STEPS[model] = (compiled, traced)
+    return traced
 
 
 def _add(total: Sequence[Any], more: Sequence[Any]) -> list[Any]:

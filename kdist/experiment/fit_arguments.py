@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from kdist.config.errors import ConfigError
 from kdist.data.in_hand import Given, given_data
+from kdist.data.in_hand.dispatch import DEFAULT_BATCH
 
 __all__ = [
     "DATA_KEYS",
@@ -76,18 +77,12 @@ class FitArguments:
             "steps_per_epoch",
             "validation_freq",
             "validation_steps",
+            "validation_batch_size",
         ):
             check_count(name, getattr(self, name))
         initial = self.initial_epoch
         if isinstance(initial, bool) or not isinstance(initial, (int, np.integer)) or initial < 0:
             raise ConfigError("initial_epoch", "must be an integer >= 0", value=initial)
-        if self.validation_batch_size is not None:
-            raise ConfigError(
-                "validation_batch_size",
-                "is not supported: kdist validates in batches of the training batch size",
-                value=self.validation_batch_size,
-                hint="leave it out, or pass validation_data as a dataset of batches",
-            )
 
 
 @dataclass(frozen=True)
@@ -140,6 +135,7 @@ def read_fit_data(
     shuffle, steps_per_epoch = arguments.shuffle, arguments.steps_per_epoch
     validation_freq, class_weight = arguments.validation_freq, arguments.class_weight
     validation_steps = arguments.validation_steps
+    validation_batch_size = arguments.validation_batch_size
     check_needs_x(
         x,
         y=y,
@@ -149,7 +145,7 @@ def read_fit_data(
     )
     args: tuple[Any, ...] = (x, y, validation_data, validation_split, sample_weight)
     args += (batch_size, shuffle, steps_per_epoch, validation_freq, class_weight)
-    args += (validation_steps,)
+    args += (validation_steps, validation_batch_size)
     if all(a is None or (isinstance(a, float) and a == 0.0) for a in args):
         return None
     if same_args(args, previous):
@@ -177,6 +173,7 @@ def read_fit_data(
         class_weight=class_weight,
         validation_freq=validation_freq,
         validation_steps=validation_steps,
+        validation_batch_size=validation_batch_size,
     )
     new_batch = keys.get("trainer.global_batch_size")
     if fitted_batch is not None and new_batch is not None and int(new_batch) != fitted_batch:
@@ -232,6 +229,7 @@ def fit_keys(
     class_weight: dict[int, float] | None,
     validation_freq: int | None,
     validation_steps: int | None = None,
+    validation_batch_size: int | None = None,
 ) -> dict[str, Any]:
     """The config keys a `fit` call's arguments set, over their `configured` values.
 
@@ -244,6 +242,10 @@ def fit_keys(
         class_weight: `fit`'s `class_weight`.
         validation_freq: `fit`'s `validation_freq`.
         validation_steps: `fit`'s `validation_steps`. Defaults to `None`.
+        validation_batch_size: `fit`'s `validation_batch_size`. Defaults to `None`: as
+            Keras's `fit` (`validation_batch_size or batch_size`), `batch_size`, else 32
+            where the training data brings its own batches and the validation data are
+            examples (arrays), else the training batch.
 
     Returns:
         Dotted key -> value.
@@ -265,6 +267,11 @@ def fit_keys(
         }
         if given.global_batch_size is not None:
             keys |= {"trainer.global_batch_size": given.global_batch_size}
+        if validation_batch_size is None and batch_size is None and given.kind != "arrays":
+            # Keras's `fit`: `batch_size=validation_batch_size or batch_size` for the
+            # validation data, which arrays then batch by 32 (`ArrayDataAdapter`); a
+            # dataset of batches keeps its own (`own_batches`).
+            validation_batch_size = DEFAULT_BATCH
     elif shuffle is not None:
         keys["data.shuffle"] = bool(shuffle)
     for key, value in (
@@ -273,6 +280,7 @@ def fit_keys(
         ("trainer.class_weight", class_weight),
         ("trainer.validation_freq", validation_freq),
         ("trainer.validation_steps", validation_steps),
+        ("trainer.validation_batch_size", validation_batch_size or batch_size),
     ):
         if value is not None:
             keys[key] = dict(value) if isinstance(value, dict) else value
@@ -315,6 +323,7 @@ DATA_KEYS = (
     "trainer.class_weight",
     "trainer.validation_freq",
     "trainer.validation_steps",
+    "trainer.validation_batch_size",
 )
 
 

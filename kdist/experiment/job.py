@@ -287,8 +287,10 @@ class Experiment(Binding, Results, Resuming):
                 generator. Defaults to `None`: one pass over the data.
             validation_steps: batches each validation reads, from the start of the
                 validation data (needed for one without end). Defaults to `None`: all.
-            validation_batch_size: not supported: validation reads batches of the
-                training batch size. Defaults to `None`.
+            validation_batch_size: examples per validation batch
+                (`trainer.validation_batch_size`). Defaults to `None`: as Keras's `fit`,
+                `batch_size`, or 32 for validation arrays beside data that brings its
+                own batches, else the training batch.
             validation_freq: validate after the epochs Keras's rule picks
                 (`(epoch + 1) % validation_freq == 0`, no extra last validation).
                 Defaults to `None`: the config's (which also validates the last epoch).

@@ -110,11 +110,11 @@ SURFACE: tuple[Entry, ...] = (
         f"{_LOOP}::test_validation_steps_bounds_each_validation_as_in_fit",
         "bounds each validation (trainer.validation_steps); needed for a dataset without end",
     ),
-    _r(
+    _h(
         "fit.validation_batch_size",
-        f"{_SURFACE}::test_refused_parameters_are_refused_in_one_line",
-        "validation_batch_size is not supported: validation reads batches of the training "
-        "batch size",
+        f"{_LOOP}::test_validation_batches_are_those_of_fit",
+        "examples per validation batch (trainer.validation_batch_size); left out, Keras's "
+        "rule: batch_size, or 32 for validation arrays beside data that brings its batches",
     ),
     _h(
         "fit.validation_freq",

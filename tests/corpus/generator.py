@@ -99,9 +99,8 @@ def programs(draw: st.DrawFn) -> Program:
     batch_size = draw(st.sampled_from((8, 16, None) if arrays else (8, 16)))
     # Keras refuses class_weight with a multi-output model, a generator, or a sample_weight.
     class_weight = draw(st.booleans()) if not multi and data != "generator" else False
-    # Validation arrays beside data that brings its own batches (a dataset, a PyDataset, a
-    # generator) are a known difference (KNOWN_DIFFERENCES), not drawn.
-    validation = draw(st.sampled_from(("none", "split", "data") if arrays else ("none",)))
+    # `validation_split` takes arrays only (Keras refuses it with other data).
+    validation = draw(st.sampled_from(("none", "split", "data") if arrays else ("none", "data")))
     return Program(
         model=model,
         loss=draw(st.sampled_from(("string", "object", "function"))),
@@ -131,49 +130,17 @@ def programs(draw: st.DrawFn) -> Program:
         # ReduceLROnPlateau cannot set the rate of a schedule (Keras raises).
         reduce_lr=draw(st.booleans()) if not schedule else False,
         # Keras's own fit cannot finalize EMA weights after a trainable change (its moving
-        # averages are matched to the new, shorter trainable list: a shape error). A model
-        # with its own `train_step` and a `trainable` change without a recompile is a
-        # known difference (KNOWN_DIFFERENCES below), not drawn.
+        # averages are matched to the new, shorter trainable list: a shape error).
         second_fit=draw(st.sampled_from(second_fits(model, use_ema))),
     )
 
 
 def second_fits(model: str, use_ema: bool) -> tuple[str, ...]:
     """The second fits drawn for `model` (with or without EMA)."""
-    if use_ema or model == "own_train_step":
+    del model  # every model draws every second fit
+    if use_ema:
         return ("none", "recompile")
     return SECOND_FITS
-
-
-# Differences from `fit` the generator found that kdist keeps for now, each an expected
-# failure in tests/corpus/test_generated.py (strict: it fails once kdist equals `fit`, so
-# the entry is then removed and the draw restored). A model with its own `train_step` whose
-# layer is frozen without a recompile: Keras's second `fit` reuses its cached
-# `train_function`, traced with the variables trainable before (the frozen layer keeps
-# training); kdist binds the new data to a new step, whose trace reads the model's
-# trainable variables again (weights 7.0e-02 apart).
-# The program `make test`'s 5 examples drew once the other differences were fixed.
-_DRAWN = {
-    "model": "own_train_step",
-    "loss": "function",
-    "optimizer": "sgd",
-    "clipnorm": True,
-    "gradient_accumulation_steps": 2,
-    "data": "py_dataset",
-    "batch_size": 8,
-    "validation": "data",
-    "validation_freq": 2,
-    "class_weight": True,
-}
-KNOWN_DIFFERENCES = (
-    Program(**_DRAWN, second_fit="trainable"),
-    Program(model="own_train_step", second_fit="trainable"),
-    # `validation_data` arrays beside a PyDataset (or a dataset, a generator): Keras's fit
-    # validates them in batches of `validation_batch_size or batch_size`, 32 when neither
-    # is given (and `batch_size` cannot be given with such data); kdist in the training
-    # data's own batches (8 here): the test-batch logs differ (the last values agree).
-    Program(**_DRAWN, second_fit="recompile"),
-)
 
 
 def space_size() -> int:
@@ -196,7 +163,7 @@ def space_size() -> int:
                 * 2  # gradient_accumulation_steps
                 * 2  # examples (a partial batch or not)
                 * (3 if arrays else 2)  # batch_size
-                * (1 + 2 * 2 if arrays else 1)  # validation: none, or split/data x freq 1/2
+                * (1 + 2 * 2 if arrays else 1 + 2)  # none, or (split/)data x freq 1/2
                 * (1 + 2 + 2)  # (epochs, initial_epoch): (1,0) (2,0) (2,1) (3,0) (3,1)
                 # (class_weight, sample_weight): F/F, F/T and, where allowed, T/F
                 * (3 if not multi and data != "generator" else 2)

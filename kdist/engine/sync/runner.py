@@ -110,14 +110,14 @@ class LocalSGDRunner(StandardRunner):
             sync.warmup_steps,
         )
 
-    def _make_train_function(self) -> Callable[..., tuple[Logs, tf.Tensor]]:
+    def _make_train_function(self) -> Callable[..., tuple[Logs, Logs, tf.Tensor]]:
         # Two traces of the same train function: the warm-up one sums the gradients
         # across replicas, the local one does not (`install_local_updates` reads
         # `_warming` while tracing).
         synchronous = super()._make_train_function()
         local = super()._make_train_function()
 
-        def train_function(*args: Any) -> tuple[Logs, tf.Tensor]:
+        def train_function(*args: Any) -> tuple[Logs, Logs, tf.Tensor]:
             return (synchronous if self._warming else local)(*args)
 
         return train_function
