@@ -505,3 +505,69 @@ def test_under_mirrored_validation_makes_as_many_test_batch_calls_as_fit(
     exp.fit(*data, validation_data=val, callbacks=[got], **arguments)
     assert any(call[0] == "test_batch_end" for call in expected.calls)
     assert [c[:2] for c in got.calls] == [c[:2] for c in expected.calls]
+
+
+class BatchLogs(keras.callbacks.Callback):
+    """Every batch hook's logs and the epochs' logs, as floats."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, Any, dict[str, float]]] = []
+
+    def _record(self, hook: str, index: Any, logs: Any) -> None:
+        self.calls.append((hook, index, {k: float(v) for k, v in (logs or {}).items()}))
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._record("train_batch_end", batch, logs)
+
+    def on_test_batch_end(self, batch, logs=None):
+        self._record("test_batch_end", batch, logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._record("epoch_end", epoch, logs)
+
+
+def _binary_model() -> keras.Model:
+    keras.utils.set_random_seed(3)
+    inputs = keras.Input((8,))
+    model = keras.Model(inputs, keras.layers.Dense(1, activation="sigmoid")(inputs))
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.1),
+        loss="binary_crossentropy",
+        metrics=[keras.metrics.FalseNegatives(name="fn"), "accuracy"],
+    )
+    return model
+
+
+def test_under_mirrored_batch_logs_are_those_of_keras_mirrored_fit(tmp_path: Path):
+    """Keras's `fit` under `MirroredStrategy` hands the batch hooks the mean of the
+    replicas' own results (`reduce_per_replica(..., "auto")`): half the global count of
+    a counting metric over 2 replicas, the mean of the replicas' means for a batch split
+    3/2; the epoch's logs are read across replicas. kdist read every log across replicas
+    (the corpus's class_weight differed by its `fn`/`fp` batch logs)."""
+    from kdist.strategies.single_host import mirrored
+
+    x, y = X[:149], (Y[:149] > 0).astype("float32")  # a last batch of 5: 3 and 2 examples
+    x_val, y_val = X_VAL[:37], (Y_VAL[:37] > 0).astype("float32")
+    arguments: dict[str, Any] = {"batch_size": 16, "epochs": 2, "shuffle": False}
+    with mirrored(devices=["/cpu:0", "/cpu:1"]).scope():
+        reference = _binary_model()
+    expected = BatchLogs()
+    reference.fit(
+        x, y, verbose=0, validation_data=(x_val, y_val), callbacks=[expected], **arguments
+    )
+    cfg = kdist.compose([*BASE, "strategy=mirrored", "runtime.logical_devices=2"])
+    exp = kdist.Experiment(cfg, run_dir=tmp_path / "run")
+    with exp.strategy.scope():
+        model = _binary_model()
+    exp.build_model(model=model)
+    got = BatchLogs()
+    exp.fit(x, y, validation_data=(x_val, y_val), callbacks=[got], **arguments)
+    assert [c[:2] for c in got.calls] == [c[:2] for c in expected.calls]
+    last_train = [c for c in expected.calls if c[0] == "train_batch_end"][-1][2]
+    epoch = [c for c in expected.calls if c[0] == "epoch_end"][-1][2]
+    assert last_train["fn"] != pytest.approx(epoch["fn"])  # Keras's batch log: a mean
+    for (_, _, ours), (_, _, theirs) in zip(got.calls, expected.calls, strict=True):
+        assert set(ours) == set(theirs)
+        for key, value in theirs.items():
+            assert ours[key] == pytest.approx(value, abs=1e-5), (key, ours, theirs)
