@@ -361,6 +361,7 @@ class Controller:
         per_epoch = schedule.steps_per_epoch
         intervals = [saver.every_n_steps for saver in savers]
         model.stop_training = False
+        runner.fit_begin()  # Keras: `self._maybe_symbolic_build(iterator=epoch_iterator)`
         # Keras: `self.stop_training = False` ... `callbacks.on_train_begin()`.
         callbacks.on_train_begin()
         # Keras: `initial_epoch = self._initial_epoch or initial_epoch` (a Keras

@@ -33,6 +33,9 @@ class Runner(SnapshotTaker, abc.ABC):
     saves, callbacks and validation timing; a runner owns how steps run.
     """
 
+    def fit_begin(self) -> None:
+        """Start a `fit` call, before `on_train_begin` (nothing by default)."""
+
     @abc.abstractmethod
     def train_loop_begin(self, *, reset_metrics: bool = True, first_step: int = 0) -> None:
         """Start an epoch: reset the training metrics (not when resuming inside it), at

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -197,6 +198,26 @@ class StandardRunner(StepRunner):
         return strategy.distribute_datasets_from_function(dataset_fn)
 
     # -- the Runner interface ----------------------------------------------------------
+
+    def fit_begin(self) -> None:
+        # Keras: `self._maybe_symbolic_build(iterator=epoch_iterator)`, then
+        # `epoch_iterator.reset()`: with a model made in a strategy's scope, `fit` reads
+        # the first batch of an iterator of its own before training, so a seeded
+        # `shuffle(reshuffle_each_iteration=True)` draws one order more. kdist makes that
+        # iterator under several replicas, where Keras's `fit` in `MirroredStrategy` is
+        # its judge; one device is judged against `fit` on a model made outside any
+        # scope, which makes none.
+        strategy = self.strategy
+        if (
+            self._per_epoch
+            and self._iterator_ahead
+            and strategy.num_replicas_in_sync > 1
+            and getattr(self.model, "_distribute_strategy", None) is not None
+        ):
+            with contextlib.suppress(StopIteration, tf.errors.OutOfRangeError):
+                # Read, as Keras reads it: a `cache()` that was not read to its end
+                # is dropped, and the first epoch's pass draws again.
+                next(iter(self._train_data))
 
     def train_loop_begin(self, *, reset_metrics: bool = True, first_step: int = 0) -> None:
         # The reset is made by the epoch's first call, before its steps (one call less

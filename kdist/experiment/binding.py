@@ -9,6 +9,7 @@ model; a recompile or new data binds it anew.
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path
 
 import keras
@@ -31,6 +32,8 @@ from kdist.experiment.compile_state import (
     step_settings,
 )
 from kdist.runs import resume_check
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Binding"]
 
@@ -87,12 +90,28 @@ class Binding:
         return True
 
     def _schedule(self) -> Schedule:
-        """The controller's schedule: the config's, with the step settings' hooks."""
-        return batch_plan.schedule(
-            self.cfg.trainer,
-            self.steps_per_epoch,
-            steps_per_execution=self._settings.steps_per_execution,
-        )
+        """The controller's schedule: the config's, with the step settings' hooks.
+
+        Keras's `fit` on data without end (a generator, a `repeat()`ed dataset) with
+        `steps_per_epoch`: its `EpochIterator` makes a call at every multiple of
+        `steps_per_execution` below `steps_per_epoch`, and each call runs all of its
+        steps while the data lasts, so an epoch trains `steps_per_epoch` rounded up to a
+        multiple of `steps_per_execution` (9 steps for 7 at 3 a call); kdist's epoch is
+        as long.
+        """
+        per_epoch, per_call = self.steps_per_epoch, self._settings.steps_per_execution
+        given = self._given
+        if given is not None and given.endless and per_epoch % per_call:
+            rounded = -(-per_epoch // per_call) * per_call
+            log.info(
+                "steps_per_epoch=%d with steps_per_execution=%d on data without end: "
+                "%d steps an epoch, as Keras's fit runs every call whole",
+                per_epoch,
+                per_call,
+                rounded,
+            )
+            per_epoch = rounded
+        return batch_plan.schedule(self.cfg.trainer, per_epoch, steps_per_execution=per_call)
 
     def _bind(self, *, recompiled: bool = False) -> None:
         """Build the runner (and controller) that trains `self.model` on `self.source`.

@@ -98,6 +98,10 @@ def test_the_space_is_counted():
         validation_freq=2, class_weight=True, second_fit="trainable",
     )
 )  # fmt: skip
+# An endless generator with `steps_per_epoch=7` and `steps_per_execution=3`: Keras's epoch
+# makes calls at steps 0, 3 and 6, each of 3 steps (9 batches); kdist cut the last call
+# at the 7th (weights 3.2e-02 apart).
+@example(Program(data="generator", examples=53, batch_size=8, steps_per_execution=3))
 def test_generated_programs_equal_fit(program: Program):
     _judge(program)
 

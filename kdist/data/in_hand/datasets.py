@@ -243,4 +243,7 @@ def from_dataset(
             train=ds, train_size=size, validation=val_ds, validation_size=val_size
         )
     kind = "batched dataset" if batched else "dataset"
-    return Given(source, kind, global_batch, shuffle and not batched, one_pipeline=True)
+    endless = int((batches if batched else ds).cardinality()) == tf.data.INFINITE_CARDINALITY
+    return Given(
+        source, kind, global_batch, shuffle and not batched, one_pipeline=True, endless=endless
+    )

@@ -113,4 +113,4 @@ def from_generator(stream: Iterator[Any], *, validation: Any, steps_per_epoch: i
         validation_size=val_size,
         classes=classes,
     )
-    return Given(source, "generator", batch, False, one_pipeline=True)
+    return Given(source, "generator", batch, False, one_pipeline=True, endless=True)

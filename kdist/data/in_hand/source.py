@@ -32,6 +32,8 @@ class Given:
         class_weight: the `class_weight` for the input pipeline to apply
             (`trainer.class_weight`), `None` when none is left to apply (arrays carry
             theirs in their sample weights).
+        endless: the data has no end (a Python generator, a `repeat()`ed dataset):
+            every call of `steps_per_execution` steps runs whole, as Keras's `fit`.
     """
 
     source: Source
@@ -40,6 +42,7 @@ class Given:
     shuffle: bool
     one_pipeline: bool
     class_weight: dict[int, float] | None = None
+    endless: bool = False
 
     def describe(self) -> str:
         sizes = f"{self.source.size('train')} training"
