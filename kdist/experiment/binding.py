@@ -97,11 +97,11 @@ class Binding:
         `steps_per_execution` below `steps_per_epoch`, and each call runs all of its
         steps while the data lasts, so an epoch trains `steps_per_epoch` rounded up to a
         multiple of `steps_per_execution` (9 steps for 7 at 3 a call); kdist's epoch is
-        as long.
+        as long for a model the user compiled (whose `steps_per_execution` it is).
         """
         per_epoch, per_call = self.steps_per_epoch, self._settings.steps_per_execution
         given = self._given
-        if given is not None and given.endless and per_epoch % per_call:
+        if self._own_compile and given is not None and given.endless and per_epoch % per_call:
             rounded = -(-per_epoch // per_call) * per_call
             log.info(
                 "steps_per_epoch=%d with steps_per_execution=%d on data without end: "
