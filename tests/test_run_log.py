@@ -46,3 +46,30 @@ def test_a_line_goes_to_the_log_files_only(tmp_path: Path):
     assert "Epoch 1/2 - 5/5 steps" in (tmp_path / "train.log").read_text()
     assert console.getvalue() == ""  # stdout already showed it
     assert (tmp_path / "warnings.log").read_text() == ""  # a handler's level is kept
+
+
+def test_with_the_progress_bar_train_log_still_holds_the_epoch_lines(tmp_path: Path, capsys):
+    """In a terminal the bar is drawn instead of the lines; `train.log` held no epoch line
+    then (issue 44: it holds what stdout shows, an epoch's summary either way)."""
+    import keras
+    import numpy as np
+
+    from kdist.callbacks.progress import ProgressBar
+
+    root = logging.getLogger()
+    handler = logging.FileHandler(tmp_path / "train.log")
+    root.addHandler(handler)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile(optimizer="sgd", loss="mse")
+    x, y = np.zeros((16, 4), "float32"), np.zeros((16, 2), "float32")
+    try:
+        bar = ProgressBar(examples_per_step=8, terminal=True)
+        model.fit(x, y, batch_size=8, epochs=2, verbose=1, callbacks=[bar])
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+    shown = capsys.readouterr().out
+    assert "2/2" in shown and "Epoch 1/2 - " not in shown  # the bar, not the lines
+    logged = (tmp_path / "train.log").read_text()
+    assert "Epoch 1/2 - 2/2 steps" in logged and "Epoch 2/2 - 2/2 steps" in logged

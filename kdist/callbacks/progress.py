@@ -191,37 +191,38 @@ class ProgressBar(keras.callbacks.ProgbarLogger):
         self._first_call_done = False
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        # The epoch's line is made in both modes: stdout shows it (line mode) or the bar,
+        # and `train.log` holds it either way.
+        self._epoch_start = time.perf_counter()
+        self._window = self._last = None
+        self._steady = False
         if not self._lines:
             super().on_epoch_begin(epoch, logs)
             return
         self.seen, self.progbar = 0, None
-        self._epoch_start = time.perf_counter()
-        self._window = self._last = None
-        self._steady = False
 
-    # -- line mode -----------------------------------------------------------------------
+    # -- line mode (the timing is kept in bar mode too, for train.log's line) -----------
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        if self._lines and self._window is None and self._first_call_done:
+        if self._window is None and self._first_call_done:
             self._window = (time.perf_counter(), batch)
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        if not self._lines:
-            super().on_train_batch_end(batch, logs)
-            return
         now = time.perf_counter()
-        self.seen = batch + 1
         self._last = (now, batch + 1)
         if not self._first_call_done:
             # The fit's first call traces and compiles: the steady rate starts after it.
             self._first_call_done = True
             self._window = (now, batch + 1)
+        if not self._lines:
+            super().on_train_batch_end(batch, logs)
+            return
+        self.seen = batch + 1
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        now = time.perf_counter()
         if not self._lines:
             super().on_epoch_end(epoch, logs)
-            return
-        now = time.perf_counter()
         rate, steady = None, False
         if self._last is not None:
             end_time, end_step = self._last
@@ -233,7 +234,7 @@ class ProgressBar(keras.callbacks.ProgbarLogger):
         line = epoch_line(
             epoch=epoch,
             epochs=int(self.epochs),
-            step=self.seen,
+            step=self._last[1] if self._last is not None else self.seen,
             steps=self.target,
             seconds=now - self._epoch_start,
             steps_per_second=rate,
@@ -241,8 +242,9 @@ class ProgressBar(keras.callbacks.ProgbarLogger):
             steady=steady,
             logs=logs,
         )
-        print(line, flush=True)
-        to_log_files(line)  # train.log holds the lines stdout shows
+        if self._lines:
+            print(line, flush=True)
+        to_log_files(line)  # train.log holds the epoch's line whatever stdout shows
 
     # -- bar mode ------------------------------------------------------------------------
 
