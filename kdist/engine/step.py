@@ -282,11 +282,24 @@ class StepRunner(Runner):
         """
         if not self.replica_batch_logs:
             return self.metric_results()
-        strategy = self.strategy
-        per_replica = strategy.run(self.model.get_metrics_result)
+        strategy, model = self.strategy, self.model
+
+        def replica_results() -> Logs:
+            # A metric whose `result()` is its variable itself (keras.io's
+            # CategoricalTruePositives) is no per-replica value in Keras's step output:
+            # `reduce_per_replica` passes the variable on, read across replicas.
+            return tf.nest.map_structure(
+                lambda value: tf.constant(0.0) if isinstance(value, keras.Variable) else value,
+                model.get_metrics_result(),
+            )
+
+        def combine(mine: Any, value: Any) -> Any:
+            if isinstance(value, keras.Variable):
+                return tf.convert_to_tensor(value)
+            return tf.reduce_mean(strategy.experimental_local_results(mine), axis=0)
+
         return tf.nest.map_structure(
-            lambda value: tf.reduce_mean(strategy.experimental_local_results(value), axis=0),
-            per_replica,
+            combine, strategy.run(replica_results), model.get_metrics_result()
         )
 
     @property
