@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,27 @@ def tiny(tmp_path: Path) -> list[str]:
         "trainer.verbose=0",
         f"run_dir={tmp_path / 'run'}",
     ]
+
+
+_EXIT: dict[str, int] = {}
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _EXIT["status"] = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """End the process once pytest has reported, without Python's finalization.
+
+    A fresh clone's `make test` printed its summary (all passed) and then hung: the
+    interpreter's exit destroyed a tf.data iterator left by a test, whose destructor waits
+    for an input thread that can no longer run Python (TensorFlow logs "Error occurred when
+    finalizing GeneratorDataset iterator: Python interpreter state is not initialized").
+    The tests' results are already written; `os._exit` keeps the status.
+    """
+    if "status" not in _EXIT:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_EXIT["status"])

@@ -597,3 +597,45 @@ def test_under_mirrored_a_reshuffling_dataset_trains_in_keras_mirrored_order(tmp
     keras.utils.set_random_seed(7)
     exp.fit(shuffled(), epochs=2, shuffle=False)
     assert _max_diff(exp.model, reference) <= 1e-5
+
+
+class OwnStep(keras.Model):
+    """A model with its own `train_step` (Keras's guide's pattern)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dense = keras.layers.Dense(3)
+
+    def call(self, x):
+        return self.dense(x)
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables, strict=True))
+        return {"loss": loss}
+
+
+def test_a_models_own_step_traced_once_per_compile_does_not_keep_it_alive(tmp_path: Path):
+    """The own step's trace is cached with the model until its next compile (as Keras's
+    `train_function`); the cache held the model through the step's closure, so no model
+    with its own `train_step` was ever freed (a fresh clone's `make test` then hung at exit
+    on an input iterator it kept)."""
+    import gc
+    import weakref
+
+    exp = kdist.Experiment(kdist.compose(BASE), run_dir=tmp_path / "run")
+    with exp.strategy.scope():
+        model = OwnStep()
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.1),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+    exp.build_model(model=model)
+    exp.fit(X, Y, batch_size=32, epochs=1)
+    held = weakref.ref(model)
+    del exp, model
+    gc.collect()
+    assert held() is None

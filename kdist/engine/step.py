@@ -183,11 +183,7 @@ class StepRunner(Runner):
     def _make_replica_train_step(self, jit_compile: bool) -> Callable[[Any], None]:
         model, optimizer, variables = self.model, self.optimizer, self.variables
         if self.custom_train_step:
-
-            def own_step(data: Any) -> None:
-                model.train_step(as_fit_packs(data))
-
-            return _traced_once_per_compile(model, own_step, self.strategy)
+            return _traced_once_per_compile(model, self.strategy)
 
         own_metrics = overrides(model, "compute_metrics")
         unscale_loss_for_distribution = unscale_loss_function()
@@ -329,9 +325,9 @@ _OWN_STEPS: weakref.WeakKeyDictionary[keras.Model, tuple[Any, Callable[[Any], No
 
 
 def _traced_once_per_compile(
-    model: keras.Model, own_step: Callable[[Any], None], strategy: tf.distribute.Strategy
+    model: keras.Model, strategy: tf.distribute.Strategy
 ) -> Callable[[Any], None]:
-    """`own_step` as a `tf.function` kept with the model until its next `compile`.
+    """The model's own `train_step` as a `tf.function` kept until its next `compile`.
 
     Keras's `fit` caches its `train_function` until `compile` drops it: a second `fit` on
     new data reuses the trace, and a model's own `train_step` keeps training the
@@ -344,6 +340,14 @@ def _traced_once_per_compile(
     `apply_gradients` makes a `merge_call`, which a nested `tf.function` in a replica
     context cannot make (kdist's step is then traced for each runner).
     """
+    # The step holds the model weakly: the cache's value must not keep its key alive.
+    held = weakref.ref(model)
+
+    def own_step(data: Any) -> None:
+        trained = held()
+        assert trained is not None  # a runner of it is tracing its step
+        trained.train_step(as_fit_packs(data))
+
     if strategy.num_replicas_in_sync != 1 or type(strategy) not in (
         tf.distribute.OneDeviceStrategy,
         tf.distribute.MirroredStrategy,
