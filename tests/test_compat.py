@@ -211,6 +211,15 @@ def _tf_checkpoint_private():
     assert "v" in private_attribute(checkpoint, "_kwargs", "tf.train.Checkpoint", "test")
 
 
+def _tf_determinism():
+    import tensorflow as tf
+    from tensorflow.python.framework import config
+
+    tf.config.experimental.enable_op_determinism()
+    tp.disable_op_determinism()
+    assert not config.is_op_determinism_enabled()
+
+
 def _tf_slurm():
     assert tp.expand_hostlist("node[1-2]") == ["node1", "node2"]
     assert tp.expand_tasks_per_node("2(x2),1") == [2, 2, 1]
@@ -382,6 +391,7 @@ PROBES = {
         _tf_checkpoint_private
     ),
     "tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver": _tf_slurm,
+    "tensorflow.python.framework.config.disable_op_determinism": _tf_determinism,
     "tf.distribute.ParameterServerStrategy._cluster_resolver": _tf_ps_resolver,
     "tf.data.Dataset._input_dataset, tf.data.Dataset._input_datasets": _tf_dataset_inputs,
     "keras_tuner.src.distribute.oracle_chief.OracleServicer": _tuner_servicer,

@@ -313,3 +313,18 @@ def test_same_args_tells_dicts_of_arrays_apart_without_numpys_ambiguous_truth():
     assert not same_args((a, None), (b, None))  # equal values, other objects: new data
     assert not same_args(({"left": a["left"]},), (a,))
     assert same_args(([a["left"]], 3), ([a["left"]], 3))
+
+
+def test_a_later_experiment_without_determinism_turns_it_off(tmp_path: Path):
+    """`runtime.deterministic=true` turns TensorFlow's op determinism on for the process; a
+    later Experiment with the default (false) left it on, and with it Keras's
+    `model_supports_jit` answered False for every model (`compile(jit_compile=True)` warned
+    and trained without XLA: two tests failed after a slow test's deterministic run)."""
+    from tensorflow.python.framework import config
+
+    _experiment(tmp_path / "a", "runtime.deterministic=true")
+    assert config.is_op_determinism_enabled()
+    _experiment(tmp_path / "b")
+    assert not config.is_op_determinism_enabled()
+    model = _plain_model(jit_compile=True)
+    assert model.jit_compile

@@ -73,3 +73,20 @@ def test_with_the_progress_bar_train_log_still_holds_the_epoch_lines(tmp_path: P
     assert "2/2" in shown and "Epoch 1/2 - " not in shown  # the bar, not the lines
     logged = (tmp_path / "train.log").read_text()
     assert "Epoch 1/2 - 2/2 steps" in logged and "Epoch 2/2 - 2/2 steps" in logged
+
+
+def test_an_epoch_line_counts_the_epochs_steps_when_the_last_call_is_partial(capsys):
+    """Keras names a partial last call's batch `begin + steps_per_execution - 1`, past the
+    epoch's end: the line said `9/8 steps` (the parameter-server test's `24/22`)."""
+    import keras
+    import numpy as np
+
+    from kdist.callbacks.progress import ProgressBar
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile(optimizer="sgd", loss="mse", steps_per_execution=3)
+    x, y = np.zeros((16, 4), "float32"), np.zeros((16, 2), "float32")
+    bar = ProgressBar(examples_per_step=2, terminal=False)
+    model.fit(x, y, batch_size=2, epochs=1, verbose=1, callbacks=[bar])
+    assert "Epoch 1/1 - 8/8 steps" in capsys.readouterr().out

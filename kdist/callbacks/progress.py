@@ -209,15 +209,18 @@ class ProgressBar(keras.callbacks.ProgbarLogger):
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         now = time.perf_counter()
-        self._last = (now, batch + 1)
+        # Keras names a partial last call's batch `begin + steps_per_execution - 1`, past
+        # the epoch's end: the steps done are at most the epoch's.
+        done = batch + 1 if not self.target else min(batch + 1, int(self.target))
+        self._last = (now, done)
         if not self._first_call_done:
             # The fit's first call traces and compiles: the steady rate starts after it.
             self._first_call_done = True
-            self._window = (now, batch + 1)
+            self._window = (now, done)
         if not self._lines:
             super().on_train_batch_end(batch, logs)
             return
-        self.seen = batch + 1
+        self.seen = done
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         now = time.perf_counter()

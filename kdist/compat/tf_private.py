@@ -20,6 +20,7 @@ __all__ = [
     "bump_collective_key_base",
     "copy_trackable_to_cpu",
     "dataset_inputs",
+    "disable_op_determinism",
     "expand_hostlist",
     "expand_tasks_per_node",
     "helper_copy_function",
@@ -42,6 +43,14 @@ def sharded_variable_type() -> Any:
     return private_import(
         "tensorflow.python.distribute.sharded_variable", "ShardedVariable", "kdist.engine.sharded"
     )
+
+
+def disable_op_determinism() -> None:
+    """Turn TensorFlow's op determinism off again (`tf.config.experimental` only turns it
+    on), when it is on."""
+    config = "tensorflow.python.framework.config"
+    if private_import(config, "is_op_determinism_enabled", "kdist.process.runtime")():
+        private_import(config, "disable_op_determinism", "kdist.process.runtime")()
 
 
 def expand_hostlist(hosts: str) -> list[str]:

@@ -120,6 +120,12 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "kdist.data.in_hand.inputs.check_inputs",
         "whether the model was compiled with a loss (so needs targets)",
     ),
+    PrivateName(
+        "tensorflow.python.framework.config.disable_op_determinism",
+        "kdist.process.runtime.setup",
+        "runtime.deterministic=false after an Experiment that turned op determinism on in "
+        "the same process (TensorFlow's public API only turns it on)",
+    ),
     # Keras: data given to fit, as its data adapters read it.
     PrivateName(
         "keras.src.trainers.data_adapters.data_adapter_utils.class_weight_to_sample_weights",

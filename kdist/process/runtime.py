@@ -126,6 +126,8 @@ def setup(runtime: Any) -> None:
     import keras
     import tensorflow as tf
 
+    from kdist.compat.tf_private import disable_op_determinism
+
     # TensorFlow's Python logger mirrors the C++ level: INFO lines such as "Using
     # MirroredStrategy with devices ..." only when the user asks for them.
     python_level = {0: logging.INFO, 1: logging.WARNING, 2: logging.WARNING, 3: logging.ERROR}
@@ -152,6 +154,11 @@ def setup(runtime: Any) -> None:
     keras.utils.set_random_seed(int(runtime.seed))
     if runtime.deterministic:
         tf.config.experimental.enable_op_determinism()
+    else:
+        # A process setting, as the precision policy below: an earlier Experiment of this
+        # process (a notebook) with deterministic=true left it on, which also turns XLA
+        # off for every model (Keras's `model_supports_jit`).
+        disable_op_determinism()
 
     policy = runtime.mixed_precision or "float32"
     keras.mixed_precision.set_global_policy(policy)
