@@ -362,8 +362,7 @@ class Controller:
         intervals = [saver.every_n_steps for saver in savers]
         model.stop_training = False
         runner.fit_begin()  # Keras: `self._maybe_symbolic_build(iterator=epoch_iterator)`
-        # Keras: `self.stop_training = False` ... `callbacks.on_train_begin()`.
-        callbacks.on_train_begin()
+        callbacks.on_train_begin()  # Keras: `self.stop_training = False` ... on_train_begin
         # Keras: `initial_epoch = self._initial_epoch or initial_epoch` (a Keras
         # `BackupAndRestore` restored a later epoch's weights in `on_train_begin`).
         # kdist: the epoch is where the global step is (`fit(initial_epoch=...)` set its
