@@ -224,38 +224,35 @@ class KillAtStep:
 class KillDuringAsyncSave:
     """`callbacks.extra` target: SIGKILL this process while the backup of `step` is written.
 
-    The backup of `step` is queued for writing after the train call that follows its
-    save (that call makes its host copy; see `_HostWriter.defer`), by then at the
-    latest. So this wraps `PeriodicCheckpoint.after_steps`: after the first call past
-    `step`, it waits (at most `timeout` seconds) for TensorFlow's temporary folder of
-    that checkpoint (`ckpt-<step>_temp`) to appear, writes what it saw to `report`, and
-    kills the process: the write is then in progress in the background thread.
+    It wraps kdist's writer (`HostWriter.write`, on the writer thread): the write of the
+    backup `ckpt-<step>` starts as TensorFlow's does, with its temporary folder
+    (`ckpt-<step>_temp`) and a shard in it, and the process is killed there, so the kill
+    always falls inside the write. (It polled for TensorFlow's own temporary folder from
+    the training thread before: on a loaded machine the write had ended by the time the
+    poll began.) It writes what it saw to `report` first.
     """
 
-    def __new__(cls, *, step: int, report: str, timeout: float = 5.0):
+    def __new__(cls, *, step: int, report: str):
         import signal
-        import time
 
         import keras
 
-        from kdist.engine import checkpoint
+        from kdist.engine.checkpoint import writer
 
-        original = checkpoint.PeriodicCheckpoint.after_steps
+        original = writer.HostWriter.write
 
-        def after_steps(self, steps):
-            original(self, steps)
-            if steps <= step or self.directory.name != "backup":
-                return
-            temporary = self.directory / f"ckpt-{step}_temp"
-            deadline = time.monotonic() + timeout
-            while not temporary.exists() and time.monotonic() < deadline:
-                time.sleep(0.0005)
-            seen = "temp" if temporary.exists() else "no temp"
-            complete = (self.directory / f"ckpt-{step}.index").exists()
-            Path(report).write_text(f"{seen}, index {'written' if complete else 'missing'}")
+        def write(self, prefix):
+            path = Path(prefix)
+            if path.name != f"ckpt-{step}" or path.parent.name != "backup":
+                return original(self, prefix)
+            temporary = path.parent / f"{path.name}_temp"
+            temporary.mkdir()
+            (temporary / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"\0" * 64)
+            complete = (path.parent / f"{path.name}.index").exists()
+            Path(report).write_text(f"temp, index {'written' if complete else 'missing'}")
             os.kill(os.getpid(), signal.SIGKILL)
 
-        checkpoint.PeriodicCheckpoint.after_steps = after_steps
+        writer.HostWriter.write = write
         return keras.callbacks.Callback()
 
 
