@@ -422,6 +422,92 @@ def test_at_most_one_asynchronous_save_is_in_flight(tmp_path: Path, monkeypatch)
     saver.finish(3)
 
 
+def test_a_deferred_saves_write_runs_beside_the_steps_of_the_call_that_copies_it(
+    tmp_path: Path, monkeypatch
+):
+    # The call after a save copies its variables before its steps and says so: the
+    # write starts then, beside the steps (a checkpoint a few steps after a backup no
+    # longer waits for the backup's write). A step of this model waits for the write
+    # to start: were the write queued only after the call, the step would time out.
+    import keras
+
+    write_started = threading.Event()
+    armed = threading.Event()
+    waited: list[bool] = []  # by the armed step: whether the write had started
+    write = writer_module.HostWriter.write
+
+    def recorded(self, prefix: str) -> None:
+        write_started.set()
+        write(self, prefix)
+
+    monkeypatch.setattr(writer_module.HostWriter, "write", recorded)
+
+    def wait_for_write(x):
+        if armed.is_set():
+            waited.append(write_started.wait(60))
+        return x
+
+    class WaitsForTheWrite(keras.layers.Layer):
+        def call(self, x):
+            y = tf.py_function(wait_for_write, [x], x.dtype)
+            y.set_shape(x.shape)
+            return y
+
+    exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)
+    with exp.strategy.scope():
+        model = keras.Sequential(
+            [
+                keras.Input((8, 8, 1)),
+                WaitsForTheWrite(),
+                keras.layers.Flatten(),
+                keras.layers.Dense(10),  # logits, as the config's loss takes them
+            ]
+        )
+    exp.build_model(model)
+    assert exp.runner is not None
+    saver = _saver(exp, tmp_path / "beside")
+    saver.bind(exp.runner)  # as a `fit` does: the runner's calls make the copies
+    exp.runner.train_steps(2)
+    at_2 = _weights(exp.model)
+    saver.save(2, wait=False)  # deferred: the next call copies it
+    time.sleep(0.2)  # past the writer's gate (`GATE_SECONDS`): the job waits for the copy
+    assert not write_started.is_set()
+    armed.set()
+    exp.runner.train_steps(1)
+    saver.after_steps(3)  # the call's copy is checked (finite)
+    saver.sync()
+    assert waited == [True]
+    assert _backup_steps_in(tmp_path / "beside") == [2]
+    exp.controller.checkpoint.restore(str(tmp_path / "beside" / "ckpt-2"))
+    assert _max_diff(_weights(exp.model), at_2) == 0.0
+    saver.finish(3)
+
+
+def test_a_deferred_save_that_no_call_copies_is_dropped_and_nothing_waits_for_it(
+    tmp_path: Path,
+):
+    # Its write is queued at once and waits for the copy: a run that ends on an error
+    # before its next call drops the save (`finish_writes`), and the queued job returns
+    # without writing instead of holding the writer thread (and the process's exit).
+    exp = _built(tmp_path)
+    saver = _saver(exp, tmp_path / "dropped")
+    saver.bind(exp.runner)
+    exp.runner.train_steps(1)
+    saver.save(1, wait=False)  # deferred to a call that never comes
+    finishing = threading.Thread(target=writer_module.finish_writes)
+    finishing.start()
+    finishing.join(60)
+    assert not finishing.is_alive()
+    assert _backup_steps_in(tmp_path / "dropped") == []
+    exp.runner.train_steps(1)  # the set is free again: the next save writes
+    at_2 = _weights(exp.model)
+    saver.save(2)
+    assert _backup_steps_in(tmp_path / "dropped") == [2]
+    exp.controller.checkpoint.restore(str(tmp_path / "dropped" / "ckpt-2"))
+    assert _max_diff(_weights(exp.model), at_2) == 0.0
+    saver.finish(2)
+
+
 def test_a_queued_write_starts_when_the_training_thread_enters_a_call(tmp_path: Path, monkeypatch):
     # Between two calls the training thread runs the hooks; the writer starts a job
     # only once the controller opens the gate around a call, or `sync` waits for it.

@@ -42,6 +42,8 @@ class HostCopies:
         self.helper = helper
         self.free = threading.Event()
         self.free.set()
+        # The save whose copy a runner's call makes into this set (`HostWriter.defer`).
+        self.deferred: Deferred | None = None
 
         # TensorFlow's copy function, as plain Python: in a runner's train function it
         # adds its ops there instead of a nested function call.
@@ -51,7 +53,10 @@ class HostCopies:
             prepare(steps)
             copy_to_cpu(helper)
             checks = [tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(w))) for w in floating]
-            return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
+            finite = tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
+            # Tells the writer thread the copy is made (`Deferred.settle`), while the
+            # call goes on with its steps: the save's write runs beside them.
+            return tf.py_function(self._copied, [finite], tf.bool)
 
         self.body = tf.autograph.experimental.do_not_convert(body)
         self._snapshot = tf.function(self.body)
@@ -66,6 +71,12 @@ class HostCopies:
                 return host_checkpoint.write(prefix)
 
         self._write = write
+
+    def _copied(self, finite: tf.Tensor) -> tf.Tensor:
+        deferred = self.deferred
+        if deferred is not None:
+            deferred.settle(bool(finite.numpy()))
+        return finite
 
     # Traced at their first call, then called as concrete functions: no argument
     # matching per call (about 0.1 ms of the training thread per save). Not traced when
@@ -92,10 +103,40 @@ class HostCopies:
 
 
 class Deferred:
-    """A save whose host copy the runner's next call makes (`HostWriter.defer`)."""
+    """A save whose host copy the runner's next call makes (`HostWriter.defer`).
+
+    Its jobs are queued at once; the writer thread runs each once the copy is made
+    (`wait`), which the call says before its steps (`HostCopies`'s signal), so the write
+    runs beside them. A save dropped before its copy (`cancel`) or whose weights are not
+    finite writes nothing.
+    """
 
     def __init__(self, copies: HostCopies, steps: int):
         self.copies = copies
         self.steps = steps
-        # `(job, writes the copies)`, queued in this order once the copy is made.
-        self.jobs: list[tuple[Callable[[], None], bool]] = []
+        self._ready = threading.Event()
+        self._write = False
+
+    def settle(self, finite: bool) -> None:
+        """The copy is made: its jobs run if the weights are `finite` (once)."""
+        if not self._ready.is_set():
+            self._write = finite
+            self._ready.set()
+
+    def cancel(self) -> None:
+        """No copy will be made: its jobs write nothing."""
+        self.settle(False)
+
+    def wait(self) -> bool:
+        """On the writer thread: wait for the copy; whether the jobs may write."""
+        self._ready.wait()
+        return self._write
+
+    def gate(self, job: Callable[[], None]) -> Callable[[], None]:
+        """`job`, run only once the copy is made and only if it may be written."""
+
+        def gated() -> None:
+            if self.wait():
+                job()
+
+        return gated

@@ -55,7 +55,9 @@ class HostWriter:
     another (a checkpoint at the end of an epoch, a few steps after a backup) waits for
     the first one's write, so at most one save is ever unwritten. A writer thread
     runs queued jobs (a `tf.train.CheckpointManager.save` whose write is `write`, a
-    traced `tf.train.Checkpoint.write` of the set), one at a time, in order.
+    traced `tf.train.Checkpoint.write` of the set), one at a time, in order. A save
+    deferred to the runner's next call (`defer`) is queued at once and written as soon
+    as that call has made its copy, beside the call's steps (`Deferred`).
     Savers that share the checkpoint (periodic checkpoints and backups) share its
     writer, so a set is never overwritten while it is written. An error in the writer
     thread is raised by the next `snapshot` or `sync`.
@@ -151,9 +153,11 @@ class HostWriter:
             self._thread.daemon = True  # a kill at exit leaves the previous one usable
             self._thread.start()
             atexit.register(self.stop)
-        if self._pending is not None:
-            # After the deferred write, in order (a link to it, the other saver's save).
-            self._pending.jobs.append((job, copies))
+        pending = self._pending
+        if pending is not None:
+            # Queued now, run once the next call has made the copy (a link to it, the
+            # other saver's save, in order): the write runs beside the call's steps.
+            self._jobs.put((pending.gate(job), pending.copies if copies else None))
             return
         taken = None
         if copies:
@@ -264,7 +268,7 @@ class HostWriter:
         self._copies.remove(copies)
         self._copies.append(copies)  # now the most recently taken
         copies.free.clear()
-        self._pending = Deferred(copies, steps)
+        self._pending = copies.deferred = Deferred(copies, steps)
         self._runner.snapshot_next_call(copies.index, steps)
         return True
 
@@ -299,22 +303,21 @@ class HostWriter:
         self._queue_pending(bool(finite.numpy()))
 
     def _queue_pending(self, finite: bool) -> None:
+        """The deferred save's copy is made: its queued jobs run (or, not finite, skip)."""
         pending = self._pending
         assert pending is not None
-        self._pending = None
+        self._pending = pending.copies.deferred = None
+        pending.settle(finite)
         if not finite:
-            pending.copies.free.set()
             self.newest = None
             raise NonFiniteWeightsError(non_finite_message(pending.steps))
-        for job, copies in pending.jobs:
-            if copies:
-                self._taken = pending.copies
-            self.submit(job, copies=copies)
 
     def _drop_pending(self) -> None:
         pending, self._pending = self._pending, None
         if pending is not None:
-            pending.copies.free.set()
+            # Its queued jobs write nothing; the save's job frees the set when it ends.
+            pending.copies.deferred = None
+            pending.cancel()
             if self._runner is not None:
                 self._runner.cancel_snapshot()
                 self._runner.pop_snapshot()
@@ -322,6 +325,7 @@ class HostWriter:
     def stop(self) -> None:
         """Finish the queued writes and end the writer thread (a later save restarts it)."""
         thread = self._thread
+        self._drop_pending()  # a save no call will copy: its queued jobs must not wait
         if thread is not None and thread.is_alive():
             self._jobs.put(None)
             TRAIN_CALLS.open()
