@@ -118,9 +118,17 @@ NOTES: dict[str, str] = {
         "1.243) at a load of 0.3 (`results/rerun-defaults-before.json`)."
     ),
     "defaults/default_share": (
-        "Met: 2.24 % of a 20-epoch fit; 1.96 %, 2.62 %, 1.96 %, 2.40 %, 2.15 %, 2.8 % and "
-        "5.0 % in the seven runs before; a 3-epoch run 3.6 % (4.1 %, 4.6 %, 4.1 %, 3.2 %, "
-        "4.0 % and 5.2 % before). "
+        "Met: 2.53 % of a 20-epoch fit (issue 44, `results/issue44-defaults-writes-beside`), "
+        "after 4.86 % and 3.7-3.9 % in the runs of issue 42 (the per-epoch line in "
+        "train.log, the run-HParams writer, the mirrored batch logs); 2.24 %, 1.96 %, "
+        "2.62 %, 1.96 %, 2.40 %, 2.15 %, 2.8 % and 5.0 % before those. What had grown: an "
+        "epoch's checkpoint a few steps after a backup (steps 300 and 320 of 100-step "
+        "backups and 320-step epochs) waited for the backup's write, about 9 times a fit at "
+        "4-5 ms each (the write was queued after the call that copied it, and ran while the "
+        "training thread waited). Now a deferred save's write is queued at once and starts "
+        "when the copying call signals its copy, beside that call's steps: one wait in the "
+        "first fit, none after (the variants alternated in one process: 114-120 ms outside "
+        "the step calls before, 77-89 ms after). "
         "Sampling the "
         "training thread with py-spy showed that every TensorFlow call between two step calls"
         " costs 15-40 times its warm cost (40 us for the first `.numpy()` after a call), and "
@@ -133,8 +141,7 @@ NOTES: dict[str, str] = {
         "Keras's asynchronous batch-end hooks, the logs converted to floats in the runner, "
         "TensorFlow's copy function inlined. What is left (the hook breakdown in the "
         "details): the TensorBoard and speed scalars at each epoch end, the progress bar and "
-        "the logs converted to floats after each call, and the epoch's checkpoint, whose copy"
-        " still takes a call of its own while the backup before it is written."
+        "the logs converted to floats after each call."
     ),
     "input/cnn_k1_cached": (
         "Met: 1.024 (CPU 0.994; 0.995, 0.991, 0.989, 0.975 and 1.022 in the five runs "
