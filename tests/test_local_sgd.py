@@ -215,6 +215,158 @@ def test_each_replicas_optimizer_state_is_gathered_for_a_save_and_spread_back(tm
     assert not runner.averager.replica_states.spread()
 
 
+def _replica_copies(variable) -> list[np.ndarray]:
+    copies = [np.asarray(c) for c in variable.value.values]
+    assert len(copies) == 2
+    return copies
+
+
+def test_batch_norm_statistics_are_averaged_with_the_weights(tmp_path: Path):
+    # Each replica updates BatchNormalization's moving mean and variance from its own
+    # batches; an average replaces them by their mean, so every replica (and a save)
+    # holds the same statistics.
+    bn = ["model=resnet", "data.source.input_shape=[8,8,3]"]
+    exp = kdist.Experiment(compose([*JOB, *bn, *SGD, *_local(every=4)]), run_dir=tmp_path / "bn")
+    exp.fit()
+    runner = exp.runner
+    statistics = [v for v in exp.model.non_trainable_variables if "moving_" in v.path]
+    assert statistics
+    assert len(runner.averager._statistics) == len(statistics)
+    runner.train_loop_begin(reset_metrics=True)
+    runner.train_steps(3)  # steps 25-27: apart
+    before = [_replica_copies(v) for v in statistics]
+    assert max(float(np.max(np.abs(a - b))) for a, b in before) > 0
+    runner.train_steps(1)  # step 28: its own update, then the average
+    after = [_replica_copies(v) for v in statistics]
+    for a, b in after:
+        np.testing.assert_array_equal(a, b)
+    # One all-reduce an average still (the statistics travel with the weights' changes).
+    assert runner.averager.count.all_reduces == 1
+
+
+def test_a_gans_own_optimizers_keep_each_replicas_state_for_a_save(tmp_path: Path):
+    from conformance_models import FEATURES, gan
+
+    cfg = compose(
+        [
+            *JOB,
+            f"data.source.input_shape=[{FEATURES}]",
+            "data.source.num_classes=3",
+            "trainer.validation=false",  # keras.io's GAN has no `test_step`
+            *_local(every=4),
+        ]
+    )
+    exp = kdist.Experiment(cfg, run_dir=tmp_path / "gan")
+    with exp.strategy.scope():
+        model = gan()
+    exp.build_model(model)
+    exp.fit()
+    runner = exp.runner
+    optimizers = [model.d_optimizer, model.g_optimizer]
+    kept = runner.replica_states[1:]
+    assert [states._optimizer for states in kept] == optimizers
+    runner.train_loop_begin(reset_metrics=True)
+    runner.train_steps(2)  # between averages: each replica's moments are its own
+    slots = [v for o in optimizers for v in o.variables if len(v.shape) == 2]
+    assert max(float(np.max(np.abs(a - b))) for a, b in map(_replica_copies, slots)) > 0
+    runner.settle()  # what a save does first: average, then gather every optimizer's
+    gathered = [_replica_copies(v) for v in slots]
+    for slot in slots:
+        slot.assign(np.zeros(slot.shape, "float32"))  # as a restore of the first copy would
+    runner.set_train_dataset_fn(runner.train_dataset_fn)  # what a restore does: spread back
+    for before, back in zip(gathered, map(_replica_copies, slots), strict=True):
+        for replica_before, replica_back in zip(before, back, strict=True):
+            np.testing.assert_array_equal(replica_before, replica_back)
+
+
+# Backups (`callbacks=minimal` saves none; a notebook resumes from its backups).
+SAVES = ["callbacks.backup.enabled=true", "callbacks.backup.every_n_steps=6"]
+
+
+class _AtTrainBegin:
+    """Records what the runner's averager holds when training begins (after a restore)."""
+
+    def __init__(self, exp: kdist.Experiment):
+        import keras
+
+        seen: dict[str, float] = {}
+        self.seen = seen
+
+        class Recorder(keras.callbacks.Callback):
+            def on_train_begin(self, logs=None):
+                averager = exp.runner.averager
+                weights = [np.asarray(v) for v in exp.model.trainable_variables]
+                anchors = [a.numpy() for a in averager.anchors]
+                seen["anchor_vs_weights"] = _max_diff(anchors, weights)
+                seen["momentum"] = max(
+                    (float(np.max(np.abs(m.numpy()))) for m in averager.momentum), default=0.0
+                )
+
+        self.callback = Recorder()
+
+
+@pytest.mark.parametrize(("first", "then"), [("every_step", "diloco"), ("local_sgd", "diloco")])
+def test_a_resume_into_another_sync_mode_averages_anew_from_the_restored_weights(
+    tmp_path: Path, first: str, then: str
+):
+    # `strategy.*` may change on resume. A checkpoint without this mode's state of its
+    # step (every_step's has no anchor; local_sgd's no outer momentum): the averages
+    # start from the restored weights with no momentum, not from the anchors the runner
+    # was built with (DiLoCo's first outer step would jump back towards them).
+    run = tmp_path / "run"
+    mode = [] if first == "every_step" else _local(first, 4)
+    job = [*JOB, *MLP, "optimizer=adam", *SAVES]
+    kdist.Experiment(compose([*job, "trainer.epochs=1", *mode]), run_dir=run).fit()
+    resumed = kdist.Experiment(compose([*job, *_local(then, 4)]), run_dir=run)
+    recorder = _AtTrainBegin(resumed)
+    history = resumed.fit(callbacks=[recorder.callback])
+    assert recorder.seen == {"anchor_vs_weights": 0.0, "momentum": 0.0}
+    assert history.epoch == [1]
+    assert _replica_spread(resumed) == 0.0
+    assert np.isfinite(history.history["loss"]).all()
+
+
+def test_a_resume_from_diloco_into_every_step_trains_on_from_the_averaged_weights(
+    tmp_path: Path,
+):
+    run = tmp_path / "run"
+    job = [*JOB, *MLP, "optimizer=adam", *SAVES]
+    first = kdist.Experiment(
+        compose([*job, "trainer.epochs=1", *_local("diloco", 4)]), run_dir=run
+    )
+    first.fit()
+    averaged = _weights(first)
+    resumed = kdist.Experiment(compose(job), run_dir=run)
+    seen: list[list[np.ndarray]] = []
+
+    import keras
+
+    class AtBegin(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            seen.append(_weights(resumed))
+
+    history = resumed.fit(callbacks=[AtBegin()])
+    assert history.epoch == [1]
+    assert _max_diff(seen[0], averaged) == 0.0
+    assert np.isfinite(history.history["loss"]).all()
+
+
+def test_a_resume_of_its_own_mode_keeps_the_anchor_and_the_momentum(tmp_path: Path):
+    run = tmp_path / "run"
+    job = [*JOB, *MLP, "optimizer=adam", *SAVES, *_local("diloco", 4)]
+    first = kdist.Experiment(compose([*job, "trainer.epochs=1"]), run_dir=run)
+    first.fit()
+    momentum = [m.numpy() for m in first.runner.averager.momentum]
+    assert max(float(np.max(np.abs(m))) for m in momentum) > 0
+    resumed = kdist.Experiment(compose(job), run_dir=run)
+    recorder = _AtTrainBegin(resumed)
+    resumed.fit(callbacks=[recorder.callback])
+    assert recorder.seen["anchor_vs_weights"] == 0.0  # a save is an average
+    assert recorder.seen["momentum"] == pytest.approx(
+        max(float(np.max(np.abs(m))) for m in momentum)
+    )
+
+
 # -- refusals ---------------------------------------------------------------------------
 
 

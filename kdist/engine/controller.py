@@ -29,13 +29,12 @@ from kdist.compat.keras_loop import initial_epoch_of, should_eval
 from kdist.compat.keras_private import close_tensorboard_writers
 from kdist.data.pipeline import DatasetFn
 from kdist.engine.call_gate import TRAIN_CALLS
+from kdist.engine.restoring import restore_run
 from kdist.engine.runner import Runner, wants_test_hooks
 from kdist.engine.state import (
     RESIDUALS,
     TrainingState,
     describe_resume,
-    holds_residuals,
-    restore_newest,
     resume_point,
     seed_states,
 )
@@ -252,15 +251,13 @@ class Controller:
         self.runner.set_train_dataset_fn(self._train_data(examples))
 
     def _restore_newest(self, backup_dir: Path, checkpoint_dir: Path) -> str | None:
-        if self._residuals is None or holds_residuals(backup_dir, checkpoint_dir):
-            return restore_newest(self.checkpoint, backup_dir, checkpoint_dir)
-        # Written without error feedback (`trainer.allreduce_dtype` changed with
-        # `trainer.allow_resume_changes=true`): no residuals to restore, they start at zero.
-        delattr(self.checkpoint, RESIDUALS)
-        try:
-            return restore_newest(self.checkpoint, backup_dir, checkpoint_dir)
-        finally:
-            setattr(self.checkpoint, RESIDUALS, self._residuals)
+        return restore_run(
+            self.checkpoint,
+            backup_dir,
+            checkpoint_dir,
+            residuals=self._residuals,
+            optimizer=self.model.optimizer,
+        )
 
     def use_runner(self, runner: Runner, train_data: Callable[[int], DatasetFn]) -> None:
         """Train on from here with another runner of the same model (data given anew).

@@ -14,7 +14,7 @@ from kdist.data.pipeline import DatasetFn
 from kdist.engine.building import optimizer_steps, own_optimizers
 from kdist.engine.runner import Logs
 from kdist.engine.standard_runner import StandardRunner
-from kdist.engine.sync.averaging import WeightAverager, averager_of
+from kdist.engine.sync.averaging import WeightAverager, averager_of, running_statistics
 from kdist.engine.sync.local_updates import install_local_updates
 from kdist.engine.sync.replica_state import ReplicaStates
 
@@ -53,7 +53,8 @@ class LocalSGDRunner(StandardRunner):
     chief's checkpoint holds (`kdist.engine.sync.replica_state.ReplicaStates`), and a
     restore gives each replica its own back; the anchor and the outer momentum are
     identical on every replica and saved whole (the averager is tracked by the
-    optimizer). A GAN's second optimizer keeps only its first replica's state.
+    optimizer). The model's own optimizers (a GAN's two) are kept the same way.
+    BatchNormalization's moving statistics are averaged with the weights (their mean).
 
     Arguments as for `StandardRunner`, plus:
 
@@ -87,7 +88,8 @@ class LocalSGDRunner(StandardRunner):
         dtype = _allreduce_dtype(kwargs)
         feedback = bool(kwargs.get("allreduce_error_feedback", True))
         averager = averager_of(self.optimizer)
-        if averager is None or not averager.matches(self.variables, sync, dtype):
+        statistics = running_statistics(self.model)
+        if averager is None or not averager.matches(self.variables, sync, dtype, statistics):
             with strategy.scope():
                 averager = WeightAverager(
                     strategy=strategy,
@@ -95,9 +97,15 @@ class LocalSGDRunner(StandardRunner):
                     settings=sync,
                     dtype=dtype,
                     error_feedback=feedback,
+                    statistics=statistics,
                 )
-                # Tracked by the averager, so saved with it.
+                # Tracked by the averager, so saved with it: the optimizer's and those
+                # of the model's own optimizers (a GAN's two), each replica's state.
                 averager.replica_states = ReplicaStates(strategy=strategy, optimizer=self.optimizer)
+                averager.own_replica_states = [
+                    ReplicaStates(strategy=strategy, optimizer=optimizer)
+                    for optimizer in own_optimizers(self.model)
+                ]
             # Tracked by the optimizer: every checkpoint of it holds the anchor and the
             # outer momentum (`optimizer/kdist_weight_average/...`).
             inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
@@ -150,7 +158,7 @@ class LocalSGDRunner(StandardRunner):
 
     def average(self) -> None:
         """Average the replicas' weights now."""
-        self.averager.average()
+        self.averager.average(optimizer_steps(self.model))
         self._dirty = False
 
     def settle(self) -> None:
@@ -159,7 +167,8 @@ class LocalSGDRunner(StandardRunner):
         # resumed from it continues exactly as the run that saved it did.
         if self._dirty:
             self.average()
-        self.averager.replica_states.gather()
+        for states in self.replica_states:
+            states.gather()
 
     def train_loop_end(self, *, complete: bool = True) -> dict[str, float]:
         if self._dirty:
@@ -173,10 +182,21 @@ class LocalSGDRunner(StandardRunner):
 
     def set_train_dataset_fn(self, dataset_fn: DatasetFn) -> None:
         # A restore: the restored weights, anchor and momentum are those of an average,
-        # and each replica takes back its own optimizer state from the banks.
+        # and each replica takes back its own optimizer state from the banks. A
+        # checkpoint of another sync mode holds no average of its step: the averages
+        # start anew from its weights.
         self._dirty = False
         super().set_train_dataset_fn(dataset_fn)
-        self.averager.replica_states.spread()
+        if self.averager.restart_unless_synced(optimizer_steps(self.model)):
+            log.info("strategy.sync: no %s state at this step, averaging anew", self.sync.mode)
+        for states in self.replica_states:
+            states.spread()
+
+    @property
+    def replica_states(self) -> list[ReplicaStates]:
+        """Each replica's optimizer state, kept for checkpoints: the optimizer's, then
+        those of the model's own optimizers."""
+        return [self.averager.replica_states, *self.averager.own_replica_states]
 
 
 def _allreduce_dtype(kwargs: dict[str, Any]) -> str:
