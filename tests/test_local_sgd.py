@@ -331,9 +331,7 @@ def test_a_resume_from_diloco_into_every_step_trains_on_from_the_averaged_weight
 ):
     run = tmp_path / "run"
     job = [*JOB, *MLP, "optimizer=adam", *SAVES]
-    first = kdist.Experiment(
-        compose([*job, "trainer.epochs=1", *_local("diloco", 4)]), run_dir=run
-    )
+    first = kdist.Experiment(compose([*job, "trainer.epochs=1", *_local("diloco", 4)]), run_dir=run)
     first.fit()
     averaged = _weights(first)
     resumed = kdist.Experiment(compose(job), run_dir=run)
