@@ -12,7 +12,6 @@ import shlex
 from pathlib import Path
 
 import pytest
-import yaml
 from helpers import REPO
 
 from kdist import docs
