@@ -7,8 +7,10 @@ them write where they are told: `Curves(path=...)`, `EpochTensorBoard(log_dir=..
 `callbacks.extra` would make them write anywhere the reader can. So every argument of a
 trusted target whose name says it is a path (`path_parameters`: a word of its name is
 `path`, `dir`, `file`, `folder`, ...; found from the signature, so a new writer is covered
-the day it is added) must resolve, links followed and `..` applied, inside the run folder
-the file belongs to, or the target is refused in one line naming the key and the path.
+the day it is added; a keyword its `**kwargs` pass on to a base, and every other keyword
+whose name says it is a path, are held the same way) must resolve, links followed and
+`..` applied, inside the run folder the file belongs to, or the target is refused in one
+line naming the key and the path.
 
 The data sources (`kdist.data`, `READ_ONLY`) only read their paths (the dataset lives
 wherever it lives; they never download and never write); their writers (`write_tfrecords`)
@@ -39,8 +41,28 @@ READ_ONLY = ("kdist.data",)
 _WORD = re.compile(r"[a-z]+")
 
 
+def _is_path_name(name: str) -> bool:
+    return any(word in PATH_WORDS for word in _WORD.findall(name.lower()))
+
+
+def _signature(target: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(target)
+    except (TypeError, ValueError):
+        return None
+
+
+def _takes(target: Callable[..., Any], kind: object) -> bool:
+    signature = _signature(target)
+    return signature is not None and any(p.kind == kind for p in signature.parameters.values())
+
+
 def path_parameters(target: Callable[..., Any]) -> tuple[str, ...]:
     """The parameters of `target` whose names say they are paths, in signature order.
+
+    A class whose constructor takes `**kwargs` passes them on to its bases (`RunCurves`
+    to `Curves`): the path parameters of every constructor in its method resolution
+    order are its own too, however many `**kwargs` they pass through.
 
     Args:
         target: a class (its constructor's parameters) or a function.
@@ -48,16 +70,22 @@ def path_parameters(target: Callable[..., Any]) -> tuple[str, ...]:
     Returns:
         Their names (`()` when there is no signature to read).
     """
-    try:
-        parameters = inspect.signature(target).parameters
-    except (TypeError, ValueError):
+    signature = _signature(target)
+    if signature is None:
         return ()
-    return tuple(
+    names = [
         name
-        for name, p in parameters.items()
+        for name, p in signature.parameters.items()
         if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-        and any(word in PATH_WORDS for word in _WORD.findall(name.lower()))
-    )
+        and _is_path_name(name)
+    ]
+    if inspect.isclass(target) and _takes(target, inspect.Parameter.VAR_KEYWORD):
+        for base in target.__mro__[1:]:
+            init = base.__dict__.get("__init__")
+            if init is None or base is object:
+                continue
+            names.extend(n for n in path_parameters(init) if n not in names and n != "self")
+    return tuple(names)
 
 
 def writes_paths(target: Callable[..., Any]) -> bool:
@@ -76,21 +104,31 @@ def _inside(value: str, folder: Path) -> bool:
 
 
 def _given(target: Callable[..., Any], node: dict[str, Any]) -> Iterator[tuple[str, Any]]:
-    """`(argument, value)` of each path parameter `node` sets, by name or in `_args_`."""
+    """`(argument, value)` of each argument of `node` that may reach a path parameter.
+
+    By name: a path parameter of `target` or of a base its `**kwargs` reach, and any
+    other key whose name says it is a path (`**kwargs` keep their names wherever they are
+    passed on). By position (`_args_`): one that lands on a path parameter, and every one
+    that lands in `*args` (passed on, it may land on a path anywhere).
+    """
     names = path_parameters(target)
-    if not names:
-        return
-    try:
-        order = list(inspect.signature(target).parameters)
-    except (TypeError, ValueError):
-        order = []
+    signature = _signature(target)
+    parameters = list(signature.parameters.values()) if signature is not None else []
+    if parameters and parameters[0].name == "self":
+        parameters = parameters[1:]
+    positional = [
+        p
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
     args = node.get("_args_") or []
     for i, value in enumerate(args if isinstance(args, list) else []):
-        if i < len(order) and order[i] in names:
+        # Past the positional parameters, it goes to `*args` (or the call fails anyway).
+        if i >= len(positional) or positional[i].name in names:
             yield f"_args_[{i}]", value
-    for name in names:
-        if name in node:
-            yield name, node[name]
+    for name, value in node.items():
+        if not str(name).startswith("_") and (name in names or _is_path_name(str(name))):
+            yield str(name), value
 
 
 def _strings(value: Any) -> Iterator[str]:
