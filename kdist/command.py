@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from kdist.process.exit_codes import EXIT_CONFIG_ERROR, EXIT_OK
+from kdist.process.interrupt import exit_on_ctrl_c
 
 __all__ = [
     "COMMANDS",
@@ -239,9 +240,11 @@ def _run(name: str, args: Sequence[str]) -> None:
         args
     )
     sys.argv = [PROG if completion_script else f"{PROG} {name}", *args]
-    prepare_command()
-    module = importlib.import_module(command.module)
-    module.main()
+    # Ctrl-C while the subcommand's modules import: one line and 130, no traceback.
+    with exit_on_ctrl_c(f"{PROG} {name}: interrupted (Ctrl-C) before it started"):
+        prepare_command()
+        module = importlib.import_module(command.module)
+        module.main()
 
 
 def _completion_query(args: Sequence[str]) -> bool:

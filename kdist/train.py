@@ -36,6 +36,7 @@ from kdist.config.groups import check_choices
 from kdist.config.objective import resolve_objective
 from kdist.config.validate import validate
 from kdist.config.yaml_limits import config_folder
+from kdist.launcher.sweep_launchers import sweep_launcher_overrides
 from kdist.process.exit_codes import (
     EXIT_CHECKPOINT,
     EXIT_CONFIG_ERROR,
@@ -43,6 +44,7 @@ from kdist.process.exit_codes import (
     EXIT_PS_UNAVAILABLE,
     EXIT_WRITE_FAILED,
 )
+from kdist.process.interrupt import exit_on_ctrl_c
 from kdist.process.log_level import requested_log_level
 from kdist.process.runtime import quiet_tensorflow
 from kdist.runs import lock as run_lock
@@ -407,12 +409,26 @@ def non_chief_overrides(info: ClusterInfo, *, multirun: bool = False) -> list[st
 
 def main() -> None:
     """Entry point of `python -m kdist.train` (and `kdist train`)."""
+    # Ctrl-C before training starts (TensorFlow's import, Hydra's composition): one line.
+    with exit_on_ctrl_c(_INTERRUPTED):
+        _main()
+
+
+_INTERRUPTED = (
+    "kdist.train: interrupted (Ctrl-C); run the same command again to resume from its last "
+    "backup, if any"
+)
+
+
+def _main() -> None:
     register()
     prepare_command()
     # Before anything imports TensorFlow (checking `_target_` keys imports the models).
     quiet_tensorflow(requested_log_level(sys.argv[1:]))
     try:
         info = resolve_cluster()
+        # A multirun's launcher (joblib, submitit): checked and bounded before any job starts.
+        sys.argv.extend(sweep_launcher_overrides(sys.argv[1:]))
     except ConfigError as error:
         exit_with(error)
     multirun = any(arg in ("-m", "--multirun") for arg in sys.argv[1:])

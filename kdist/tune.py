@@ -222,6 +222,12 @@ def _default_space(argv: list[str]) -> bool:
 
 def main() -> None:
     """Entry point of `python -m kdist.tune` (and `kdist tune`)."""
+    # Ctrl-C at any point, its first seconds included: one line and status 130.
+    with exit_on_ctrl_c(_INTERRUPTED):
+        _main()
+
+
+def _main() -> None:
     register()
     prepare_command()
     argv = sys.argv[1:]
@@ -261,8 +267,7 @@ def main() -> None:
             check(cfg)
         except ConfigError as error:
             exit_with(error)
-    with exit_on_ctrl_c(_INTERRUPTED):  # one line, as kdist.train and kdist.launch say it
-        _app()
+    _app()
 
 
 _INTERRUPTED = (

@@ -29,7 +29,24 @@ def exit_on_ctrl_c(message: str) -> Iterator[None]:
     """
     try:
         yield
-    except KeyboardInterrupt:
-        log.warning("%s", message)
+    except BaseException as error:
+        if not _is_ctrl_c(error):
+            raise
+        if log.hasHandlers():  # else logging's last resort would print the line twice
+            log.warning("%s", message)
         print(message, file=sys.stderr, flush=True)
         raise SystemExit(EXIT_INTERRUPTED) from None
+
+
+def _is_ctrl_c(error: BaseException | None) -> bool:
+    """A `KeyboardInterrupt`, or an error it caused: Ctrl-C inside an import can surface as
+    another error whose cause is the interrupt (a `RuntimeError` from a dataclass's
+    `__set_name__`)."""
+    seen = 0
+    while error is not None and seen < 20:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        if isinstance(error, SystemExit):
+            return False
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return False

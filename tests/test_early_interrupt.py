@@ -1,0 +1,69 @@
+"""Ctrl-C in the first seconds of `kdist train` / `kdist tune` (issue 52, case 5): one line
+and status 130 (`EXIT_INTERRUPTED`), never a `KeyboardInterrupt` traceback, wherever the
+interrupt lands (TensorFlow's import, Hydra's composition, the run's setup)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kdist.process.exit_codes import EXIT_INTERRUPTED
+from kdist.process.interrupt import exit_on_ctrl_c
+
+
+def test_an_error_caused_by_ctrl_c_exits_130_with_one_line(capsys):
+    """Ctrl-C inside an import can surface as another error (a dataclass's `__set_name__`
+    wraps it in a `RuntimeError`); it is still Ctrl-C."""
+    with pytest.raises(SystemExit) as raised, exit_on_ctrl_c("kdist.x: interrupted (Ctrl-C)"):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as interrupt:
+            raise RuntimeError("Error calling __set_name__") from interrupt
+    assert raised.value.code == EXIT_INTERRUPTED
+    assert capsys.readouterr().err == "kdist.x: interrupted (Ctrl-C)\n"
+    with pytest.raises(ValueError), exit_on_ctrl_c("unused"):
+        raise ValueError("an error of its own stays itself")
+
+
+def _interrupt_after(seconds: float, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """`python -m kdist ARGS`, SIGINT after `seconds` (its imports take longer than that)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kdist", *args],
+        cwd=cwd,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # A shell's background job ignores SIGINT; a terminal's Ctrl-C does not.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        try:
+            process.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+@pytest.mark.parametrize("command", ["train", "tune"])
+@pytest.mark.parametrize("seconds", [0.8, 2.0])
+def test_ctrl_c_in_the_first_seconds_prints_one_line_and_exits_130(
+    tmp_path: Path, command: str, seconds: float
+):
+    result = _interrupt_after(seconds, [command, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    assert result.returncode == EXIT_INTERRUPTED, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr[-3000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr[-3000:]
+    assert "interrupted (Ctrl-C)" in lines[0]
+    assert lines[0].startswith(f"kdist {command}: ") or lines[0].startswith(f"kdist.{command}: ")
