@@ -39,7 +39,7 @@ def test_each_notebook_is_a_page_executed_from_its_current_cells():
         assert page.metadata["kdist"]["source"] == f"recipes/notebooks/{source.name}"
         # The page's cells are the notebook's, with the note on where it comes from.
         original = nbformat.read(source, as_version=4)
-        kept = [c for c in page.cells if "!!! note" not in c.source]
+        kept = [c for c in page.cells if not c.metadata.get(notebooks.NOTE_KEY)]
         assert [(c.cell_type, c.source) for c in kept] == [
             (c.cell_type, c.source) for c in original.cells
         ]
@@ -50,6 +50,56 @@ def test_each_notebook_is_a_page_executed_from_its_current_cells():
         assert not [o for o in outputs if o.get("name") == "stderr"], source.name
         images = [o.data["image/png"] for o in outputs if "image/png" in o.get("data", {})]
         assert images and all(base64.b64decode(i).startswith(PNG_MAGIC) for i in images)
+
+
+def test_notebook_pages_print_no_control_characters():
+    """Issue 52: the quickstart's saved training output held ~850 backspaces (Keras's
+    progress bar redrawing its line under a kernel), drawn as boxes on the page; and the
+    note was MkDocs's `!!! note`, which mkdocs-jupyter shows as raw text."""
+    for path in sorted(DOCS.glob("notebooks/*.ipynb")):
+        page = nbformat.read(path, as_version=4)
+        for cell in page.cells:
+            assert not cell.source.lstrip().startswith("!!!"), (path.name, cell.source[:80])
+            for output in cell.get("outputs", []):
+                texts = [output.get("text", "")] + [
+                    v for v in output.get("data", {}).values() if isinstance(v, str)
+                ]
+                for text in texts:
+                    found = notebooks.CONTROL.search(text)
+                    assert found is None, (path.name, text[max(0, found.start() - 60) :][:120])
+        (note,) = [c for c in page.cells if c.metadata.get(notebooks.NOTE_KEY)]
+        assert note.source.startswith('<div class="admonition note">'), note.source
+
+
+def test_a_progress_bar_is_kept_as_its_final_lines():
+    """What Keras's progress bar prints under a kernel (a line redrawn with backspaces and
+    carriage returns, split over outputs), cleaned as a front end shows it."""
+    redraw = "\x08" * 20 + "\r 8/22 ━━ - loss: 2.2"
+    cell = nbformat.v4.new_code_cell(
+        "fit()",
+        outputs=[
+            nbformat.v4.new_output("stream", name="stdout", text="Epoch 1/2\n"),
+            nbformat.v4.new_output("stream", name="stdout", text="\r 1/22 ━ - loss: 2.3"),
+            nbformat.v4.new_output("stream", name="stdout", text=redraw),
+            nbformat.v4.new_output(
+                "stream", name="stdout", text="\x08" * 30 + "\r22/22 ━━━ - loss: 1.9  \n"
+            ),
+            nbformat.v4.new_output("stream", name="stdout", text="Epoch 2/2\n\r22/22 ━━━\n"),
+        ],
+    )
+    node = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# A"), cell])
+    source = REPO / "recipes" / "notebooks" / "quickstart.ipynb"
+    finished = notebooks.finish(node, source, "0" * 64)
+    (stream,) = finished.cells[2].outputs
+    assert stream.text == "Epoch 1/2\n22/22 ━━━ - loss: 1.9  \nEpoch 2/2\n22/22 ━━━\n"
+    # Finishing again changes nothing, and replaces the note rather than adding one.
+    again = notebooks.finish(finished, source, "0" * 64)
+    assert [c.metadata.get(notebooks.NOTE_KEY, False) for c in again.cells] == [
+        False,
+        True,
+        False,
+    ]
+    assert again.cells[2].outputs == [stream]
 
 
 def test_the_site_renders_the_executed_notebooks():

@@ -221,6 +221,37 @@ def test_a_small_site_served(tmp_path: Path):
     assert "validation_split" in fetched["guides/notebook.html"]
 
 
+def _notebook_page_problems(page_html: str) -> list[str]:
+    """What a reader of a notebook's built page would see wrong: MkDocs's `!!!` admonition
+    syntax left as text, or a control character (drawn as a box); ANSI colours are allowed
+    only as nbconvert renders them, as spans."""
+    text = html.unescape(re.sub(r"<[^>]+>", " ", page_html))
+    problems = [f"raw admonition: {m.group()!r}" for m in re.finditer(r"!!! ?\w+[^\n]{0,30}", text)]
+    problems += [
+        f"control character {m.group()!r} after {page_html[max(0, m.start() - 40) : m.start()]!r}"
+        for m in re.finditer(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", page_html)
+    ]
+    if 'class="admonition note"' not in page_html:
+        problems.append("no note")
+    return problems
+
+
+def test_notebook_pages_render_their_note_and_no_control_characters(tmp_path: Path):
+    """Issue 52: the built notebook pages showed `!!! note "Run it"` as raw text, and the
+    quickstart's training output drew ~850 backspaces as boxes."""
+    pages = {"index.md": "# kdist\n"}
+    for path in sorted((REPO / "docs" / "notebooks").glob("*.ipynb")):
+        pages[f"notebooks/{path.name}"] = path.read_text()
+    assert len(pages) == 4
+    result = _build(_small_project(tmp_path, pages), tmp_path / "site")
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in pages:
+        if name.startswith("notebooks/"):
+            built = (tmp_path / "site" / name).with_suffix(".html").read_text()
+            assert _notebook_page_problems(built) == [], name
+            assert "Epoch" in built or "examples/s" in built, name
+
+
 def test_a_broken_link_fails_the_build_naming_the_page(tmp_path: Path):
     config = _small_project(
         tmp_path,
@@ -251,3 +282,4 @@ def test_the_whole_site(tmp_path: Path):
     for page in (p for p in expected if p.startswith("notebooks/")):
         assert "data:image/png;base64," in fetched[page], page
         assert "examples/s" in fetched[page] or "Epoch" in fetched[page], page
+        assert _notebook_page_problems(fetched[page]) == [], page

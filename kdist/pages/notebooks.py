@@ -6,20 +6,30 @@ The executed copy records the SHA-256 of the notebook's cells it was run from: i
 cache, so `make docs` re-runs a notebook only when its cells changed (or its copy is
 missing), and `python -m kdist.docs --check` (a test) names a copy that is not current.
 The notebooks stay committed without outputs in `recipes/notebooks/`.
+
+The copy is finished as a reader sees it (`finish`): the note is an HTML block (mkdocs-jupyter
+leaves MkDocs's `!!! note` syntax as raw text), and each cell's printed output is what a
+notebook front end shows: Keras's progress bar redraws its line with backspaces and carriage
+returns, which a kernel's stream keeps and a page would draw as boxes; only the final text of
+each line is kept. A copy that is current but not finished is rewritten without a re-run.
 """
 
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "NOTEBOOKS",
+    "clean_stream",
     "execute",
+    "finish",
     "refresh_notebooks",
     "source_digest",
     "stale_notebooks",
@@ -74,6 +84,7 @@ def stale_notebooks(folder: str | Path = "docs") -> list[str]:
         str(_page(folder, nb).relative_to(folder))
         for nb in sources
         if _recorded_digest(_page(folder, nb)) != source_digest(nb)
+        or not _is_finished(_page(folder, nb), nb)
     ]
     names = {nb.name for nb in sources}
     present = sorted((folder / "notebooks").glob("*.ipynb")) if sources else []
@@ -117,20 +128,111 @@ def execute(notebook: Path, *, cwd: Path, timeout: int = TIMEOUT_S) -> Any:
     return node
 
 
-def _with_note(node: Any, notebook: Path, digest: str) -> Any:
+# Marks the note's cell in the executed copy (its metadata), so that `finish` replaces it.
+NOTE_KEY = "kdist_note"
+# What a page must not print: the control characters other than tab and newline (ANSI
+# colour codes, `\x1b[`, are rendered as colours by nbconvert and are allowed).
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1a\x1c-\x1f\x7f]")
+
+
+def clean_stream(text: str) -> str:
+    """`text` as a notebook front end shows a stream: each backspace erases the character
+    before it, and a carriage return starts its line again (JupyterLab's `fixConsole`).
+
+    Args:
+        text: what a kernel printed, with Keras's progress-bar redraws.
+
+    Returns:
+        The final text of each line, without backspaces or carriage returns.
+    """
+    previous = None
+    while previous != text:
+        previous, text = text, re.sub(r"[^\n\x08]\x08", "", text)
+    text = re.sub(r"\r+\n", "\n", text)
+    text = re.sub(r"^.*\r", "", text, flags=re.M)
+    return text.replace("\x08", "")
+
+
+def _clean_outputs(cell: Any) -> None:
+    """Join a cell's consecutive outputs on the same stream (as a front end shows them)
+    and clean their text."""
+    outputs: list[Any] = []
+    for output in cell.get("outputs", []):
+        last = outputs[-1] if outputs else None
+        if (
+            output.output_type == "stream"
+            and last is not None
+            and last.output_type == "stream"
+            and last.name == output.name
+        ):
+            last.text += output.text
+        else:
+            outputs.append(output)
+    for output in outputs:
+        if output.output_type == "stream":
+            output.text = clean_stream(output.text)
+    cell.outputs = [o for o in outputs if o.output_type != "stream" or o.text]
+
+
+def _note(notebook: Path) -> Any:
     import nbformat
 
     relative = f"recipes/notebooks/{notebook.name}"
-    note = nbformat.v4.new_markdown_cell(
-        f'!!! note "Run it"\n    This page is `{relative}`, executed by `make docs` (the outputs '
-        "below are that run's). Open it in Jupyter (`.venv/bin/jupyter lab "
-        f"{relative}`, after `pip install jupyterlab`) or any notebook front end using the "
-        "`.venv` kernel."
+    # HTML, which mkdocs-jupyter passes through, in Material's admonition classes.
+    cell = nbformat.v4.new_markdown_cell(
+        '<div class="admonition note">\n<p class="admonition-title">Run it</p>\n'
+        f"<p>This page is <code>{html.escape(relative)}</code>, executed by "
+        "<code>make docs</code> (the outputs below are that run's). Open it in Jupyter "
+        f"(<code>.venv/bin/jupyter lab {html.escape(relative)}</code>, after "
+        "<code>pip install jupyterlab</code>) or any notebook front end using the "
+        "<code>.venv</code> kernel.</p>\n</div>"
     )
-    node.cells.insert(1, note)
-    node.metadata[METADATA_KEY] = {"source": relative, "source_sha256": digest}
+    cell.metadata[NOTE_KEY] = True
+    cell.id = "kdist-note"  # not a random one: finishing a finished copy changes nothing
+    return cell
+
+
+def finish(node: Any, notebook: Path, digest: str) -> Any:
+    """The executed `node` as its page shows it: the note on where it comes from after the
+    first cell (replacing an earlier one), clean outputs, and the digest it was run from.
+
+    Args:
+        node: the executed `nbformat.NotebookNode` (changed in place).
+        notebook: its source in `recipes/notebooks/`.
+        digest: `source_digest(notebook)` when it was executed.
+
+    Returns:
+        `node`.
+    """
+    import nbformat
+
+    node.cells = [
+        cell
+        for cell in node.cells
+        if not cell.metadata.get(NOTE_KEY) and not cell.source.startswith('!!! note "Run it"')
+    ]
+    for cell in node.cells:
+        if cell.cell_type == "code":
+            _clean_outputs(cell)
+    node.cells.insert(1, _note(notebook))
+    node.metadata[METADATA_KEY] = {
+        "source": f"recipes/notebooks/{notebook.name}",
+        "source_sha256": digest,
+    }
     nbformat.validate(node)
     return node
+
+
+def _is_finished(page: Path, notebook: Path) -> bool:
+    """Whether the copy `page` is already what `finish` makes of it."""
+    import nbformat
+
+    if not page.is_file():
+        return False
+    text = page.read_text()
+    node = nbformat.reads(text, as_version=4)
+    digest = node.metadata.get(METADATA_KEY, {}).get("source_sha256", "")
+    return nbformat.writes(finish(node, notebook, digest)) + "\n" == text
 
 
 def refresh_notebooks(folder: str | Path = "docs", *, force: bool = False) -> list[Path]:
@@ -153,8 +255,12 @@ def refresh_notebooks(folder: str | Path = "docs", *, force: bool = False) -> li
         if not force and str(page.relative_to(folder)) not in stale:
             continue
         digest = source_digest(notebook)
-        with tempfile.TemporaryDirectory(prefix="kdist-notebook-") as cwd:
-            node = _with_note(execute(notebook, cwd=Path(cwd)), notebook, digest)
+        if not force and _recorded_digest(page) == digest:
+            # Current, but not finished: finish it without running it again.
+            node = finish(nbformat.read(page, as_version=4), notebook, digest)
+        else:
+            with tempfile.TemporaryDirectory(prefix="kdist-notebook-") as cwd:
+                node = finish(execute(notebook, cwd=Path(cwd)), notebook, digest)
         page.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(node, page)
         changed.append(page)
