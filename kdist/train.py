@@ -56,12 +56,12 @@ from kdist.runs.layout import (
     CONFIG,
     HYDRA,
     SAVE_FOLDERS,
-    TRAIN_LOG,
     check_run_dir,
     clean_leftovers,
     foreign_entries,
     linked_entries,
 )
+from kdist.runs.refusal import as_it_was_on_refusal
 from kdist.runs.sweep import set_chief
 
 __all__ = ["accept_run_dir", "main", "non_chief_overrides", "precheck", "run"]
@@ -69,9 +69,6 @@ __all__ = ["accept_run_dir", "main", "non_chief_overrides", "precheck", "run"]
 log = logging.getLogger("kdist.train")
 
 FOREIGN_KEY = "trainer.allow_foreign_files"
-# `train.log` of the run folder named on the command line, when it did not exist before
-# Hydra opened it: a refused run removes it again (empty), leaving the folder as it was.
-_NEW_LOG: Path | None = None
 
 
 def precheck(argv: list[str], *, config_name: str = "train") -> DictConfig | None:
@@ -116,8 +113,6 @@ def precheck(argv: list[str], *, config_name: str = "train") -> DictConfig | Non
             accept_run_dir(named, cfg)
     except ConfigError as error:
         exit_with(error)
-    global _NEW_LOG
-    _NEW_LOG = None if not named or (Path(named) / TRAIN_LOG).exists() else Path(named) / TRAIN_LOG
     return cfg
 
 
@@ -178,16 +173,6 @@ def _write_run_config(run_dir: str, cfg: DictConfig) -> None:
     resume_check.save_config(run_dir, cfg)
 
 
-def _forget_new_log() -> None:
-    """A refused run leaves no `train.log` it created (empty: nothing was logged)."""
-    path = _NEW_LOG
-    try:
-        if path is not None and not path.is_symlink() and path.stat().st_size == 0:
-            path.unlink()
-    except OSError:
-        pass
-
-
 def _run_dir_override(overrides: list[str]) -> str | None:
     for override in overrides:
         key, sep, value = override.partition("=")
@@ -208,7 +193,6 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         The run's `metrics.json` content.
     """
     run_dir = HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else None
-    accepted = False
     try:
         if run_dir is None:
             return _train(cfg, None)
@@ -222,11 +206,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             # Again under the lock (another run may have trained here since); records
             # the allowed changes for the restore.
             resume_check.check_resume(run_dir, cfg)
-            accepted = True
-            return _train(cfg, run_dir, write_config=is_chief)
+            # A check that needs the strategy, the model or the data refuses the run
+            # after its config was written: the folder is put back, byte for byte.
+            with as_it_was_on_refusal(run_dir, enabled=is_chief):
+                return _train(cfg, run_dir, write_config=is_chief)
     except ConfigError as error:
-        if not accepted:
-            _forget_new_log()
+        # A run refused here never removes the train.log that Hydra opened: another run
+        # that took the folder since the check before Hydra may have opened it too.
         exit_with(error)
     except KeyboardInterrupt:
         message = "interrupted (Ctrl-C), no backup saved now; a re-run resumes from the last one"

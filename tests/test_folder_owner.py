@@ -1,0 +1,157 @@
+"""One owner per run folder, and a refused run leaves the folder as it was (issue 52).
+
+Each case is made deterministic: the other owner is a helper process that holds the
+folder's lock at a chosen moment, not a race that passes by luck.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from helpers import run_module
+
+from kdist.process.exit_codes import EXIT_CONFIG_ERROR
+
+# A process that holds `sys.argv[1]`'s lock, makes the folder's train.log as a starting
+# run does (Hydra opens it empty), says "ready" and holds on until its stdin closes.
+_OWNER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from kdist.runs import lock
+    folder = Path(sys.argv[1])
+    with lock.hold(folder):
+        (folder / "train.log").touch()
+        print("ready", flush=True)
+        sys.stdin.read()
+    """
+)
+
+
+def _start_owner(folder: Path) -> subprocess.Popen:
+    owner = subprocess.Popen(
+        [sys.executable, "-c", _OWNER, str(folder)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert owner.stdout is not None
+    assert owner.stdout.readline().strip() == "ready"  # ends if the owner dies
+    return owner
+
+
+def _stop(owner: subprocess.Popen) -> None:
+    assert owner.stdin is not None
+    owner.stdin.close()
+    try:
+        owner.wait(timeout=30)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait(timeout=30)
+
+
+def _hashes(root: Path) -> dict[str, str]:
+    """Every entry under `root` with its content's hash (folders as "/")."""
+    return {
+        str(path.relative_to(root)): (
+            hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "/"
+        )
+        for path in sorted(root.rglob("*"))
+    }
+
+
+# `kdist train`, with its pre-Hydra check passed before the other owner starts: the
+# moment two commands started together meet (both checked a free folder, one wins).
+_TRAIN_AFTER_OWNER = textwrap.dedent(
+    """
+    import subprocess, sys
+    import kdist.train as train
+    owner_code, folder = sys.argv[1], sys.argv[2]
+    checked = train.precheck
+
+    def precheck(argv, **kwargs):
+        cfg = checked(argv, **kwargs)
+        owner = subprocess.Popen(
+            [sys.executable, "-c", owner_code, folder],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        assert owner.stdout.readline().strip() == "ready"
+        print(f"owner {owner.pid}", file=sys.stderr, flush=True)
+        return cfg
+
+    train.precheck = precheck
+    sys.argv = ["kdist train", f"hydra.run.dir={folder}", "trainer=fast_dev"]
+    train.main()
+    """
+)
+
+
+def test_a_refused_run_leaves_the_winners_new_train_log_alone(tmp_path: Path):
+    """Two `kdist train hydra.run.dir=Z` started together: the refused one deleted the
+    winner's still-empty train.log (the winner then logged into a removed file)."""
+    folder = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, "-c", _TRAIN_AFTER_OWNER, _OWNER, str(folder)],
+        cwd=tmp_path,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    # The owner (a grandchild) ends when its stdin closes, with the command.
+    owner_pid = int(result.stderr.split("owner ", 1)[1].split()[0])
+    assert result.returncode == EXIT_CONFIG_ERROR, result.stderr[-3000:]
+    assert f"is in use by another kdist run (pid {owner_pid} on" in result.stderr
+    assert (folder / "train.log").is_file(), "the refused run removed the winner's train.log"
+
+
+def _finished_folder(run_dir: Path) -> Path:
+    """A run folder as a finished run leaves it (config, checkpoints, log, metrics)."""
+    from omegaconf import OmegaConf
+
+    from kdist.config.compose import compose
+    from kdist.runs import resume_check
+
+    cfg = compose([])
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    (run_dir / ".hydra" / "hydra.yaml").write_text("hydra: {}\n")
+    (run_dir / ".hydra" / "overrides.yaml").write_text("[]\n")
+    resume_check.save_config(run_dir, cfg)
+    (run_dir / "backup" / "ckpt-22.index").write_bytes(b"index")
+    (run_dir / "backup" / "ckpt-22.data-00000-of-00001").write_bytes(b"data")
+    (run_dir / "train.log").write_text("10:00:00 INFO trained 22 steps\n")
+    (run_dir / "metrics.json").write_text('{"steps": 22}\n')
+    (run_dir / ".lock").write_text("")
+    return run_dir
+
+
+def test_a_resume_refused_after_the_strategy_is_built_leaves_every_byte(tmp_path: Path):
+    """`strategy=auto` finds one device, and `strategy.sync.mode=diloco` needs replicas: a
+    refusal that comes once the run holds its folder. It rewrote `.hydra/*.yaml`,
+    `backup/config.yaml` and `checkpoints/config.yaml` and appended to train.log."""
+    run_dir = _finished_folder(tmp_path / "run")
+    before = _hashes(run_dir)
+    result = run_module(
+        "kdist.train",
+        [
+            f"hydra.run.dir={run_dir}",
+            "trainer.epochs=2",
+            "strategy=auto",
+            "strategy.sync.mode=diloco",
+            # One device, whatever the machine: `auto` picks one_device.
+            "runtime.logical_devices=1",
+        ],
+        cwd=tmp_path,
+        env={"CUDA_VISIBLE_DEVICES": ""},
+        timeout=300,
+    )
+    assert result.returncode == EXIT_CONFIG_ERROR, result.stderr[-3000:]
+    assert "kdist: config error: strategy.sync.mode='diloco'" in result.stderr
+    assert _hashes(run_dir) == before
