@@ -6,6 +6,14 @@ model's outputs, for TF Serving or `tf.saved_model.load`). Reading a `.keras` fi
 uses Keras safe mode, which refuses to deserialize code (e.g. `Lambda` layers); no
 argument or config turns it off, and legacy HDF5 (`.h5`) full models are refused.
 
+A `model.keras` is a zip archive, and a planted one may be a bomb (a few MB on disk whose
+`config.json` inflates to gigabytes). Before anything reads a member, every member's
+declared size is checked (`check_archive`): `config.json` and `metadata.json` may hold at
+most `MAX_CONFIG_BYTES`, and any member larger than `BOMB_FLOOR_BYTES` at most
+`MAX_EXPANSION` times its compressed size (Keras stores its members uncompressed); the
+config is then read with the same cap on the bytes actually inflated. A file over a limit
+is refused in one line naming the file, the member and the limit.
+
 Example:
 
 ```python
@@ -30,10 +38,26 @@ import tensorflow as tf
 from kdist.compat.keras_private import safe_mode_scope
 from kdist.config.errors import ConfigError
 
-__all__ = ["LEGACY_SUFFIXES", "SIGNATURE", "load_model", "load_serving"]
+__all__ = [
+    "BOMB_FLOOR_BYTES",
+    "LEGACY_SUFFIXES",
+    "MAX_CONFIG_BYTES",
+    "MAX_EXPANSION",
+    "SIGNATURE",
+    "check_archive",
+    "load_model",
+    "load_serving",
+]
 
 LEGACY_SUFFIXES = (".h5", ".hdf5", ".keras.h5")
 SIGNATURE = "serving_default"
+# The JSON members of a `.keras` archive: a model's config is kilobytes to a few MB.
+CONFIG_MEMBERS = ("config.json", "metadata.json")
+MAX_CONFIG_BYTES = 32 * 2**20
+# Past this size a member (the weights) may be at most `MAX_EXPANSION` times its size in
+# the archive; Keras refuses the same past 4 GiB, after kdist has read the config.
+BOMB_FLOOR_BYTES = 256 * 2**20
+MAX_EXPANSION = 100
 
 
 def load_model(path: str | os.PathLike[str]) -> keras.Model:
@@ -70,6 +94,7 @@ def load_model(path: str | os.PathLike[str]) -> keras.Model:
         raise ConfigError(str(path), "no such model file")
     if target.suffix != ".keras":
         raise ConfigError(str(path), "is not a .keras file", hint="give the run's model.keras")
+    check_archive(target, key=str(path))
     if _has_python_lambda(target):
         raise ConfigError(
             str(path),
@@ -102,12 +127,66 @@ def _unreadable(path: str | os.PathLike[str], error: Exception) -> ConfigError:
     )
 
 
+def _too_large(key: str, member: str, problem: str) -> ConfigError:
+    return ConfigError(
+        key,
+        f"{member} in the archive {problem}, which kdist does not read (a zip bomb?)",
+        hint="use a model.keras you saved yourself, or train the run again",
+    )
+
+
+def check_archive(path: Path, *, key: str) -> None:
+    """Refuse a `.keras` archive whose members declare more than kdist reads.
+
+    Args:
+        path: the archive.
+        key: the argument that named it, for the message.
+
+    Raises:
+        ConfigError: naming `key`, the member and the limit (`MAX_CONFIG_BYTES` for the
+            JSON members; `MAX_EXPANSION` times its compressed size for any member over
+            `BOMB_FLOOR_BYTES`).
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return  # not a readable archive: Keras says so
+    for info in members:
+        if info.filename in CONFIG_MEMBERS and info.file_size > MAX_CONFIG_BYTES:
+            raise _too_large(
+                key,
+                info.filename,
+                f"declares {info.file_size} bytes (the limit is {MAX_CONFIG_BYTES} bytes)",
+            )
+        if info.file_size > BOMB_FLOOR_BYTES and info.file_size > MAX_EXPANSION * max(
+            info.compress_size, 1
+        ):
+            raise _too_large(
+                key,
+                info.filename,
+                f"declares {info.file_size} bytes from {info.compress_size} compressed "
+                f"(the limit is {MAX_EXPANSION} times past {BOMB_FLOOR_BYTES} bytes)",
+            )
+
+
+def _read_member(archive: zipfile.ZipFile, name: str, limit: int) -> bytes:
+    """Member `name` of `archive`, inflating at most `limit + 1` bytes of it."""
+    with archive.open(name) as member:
+        data = member.read(limit + 1)
+    if len(data) > limit:
+        raise _too_large(str(archive.filename), name, f"inflates past the limit of {limit} bytes")
+    return data
+
+
 def _has_python_lambda(path: Path) -> bool:
     """Whether a `.keras` archive's config holds a serialized Python lambda."""
     try:
         with zipfile.ZipFile(path) as archive:
-            config = json.loads(archive.read("config.json"))
-    except (zipfile.BadZipFile, KeyError, ValueError):
+            config = json.loads(_read_member(archive, "config.json", MAX_CONFIG_BYTES))
+    except (zipfile.BadZipFile, KeyError, ValueError) as error:
+        if isinstance(error, ConfigError):
+            raise
         return False  # not a readable archive: let Keras report it
 
     def walk(node: Any) -> bool:

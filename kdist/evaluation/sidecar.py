@@ -29,7 +29,7 @@ from typing import Any
 
 from kdist.config.errors import ConfigError
 from kdist.runs import lock as run_lock
-from kdist.runs.fileio import open_nofollow, read_csv
+from kdist.runs.fileio import open_nofollow, read_csv, read_text_limited
 from kdist.runs.layout import (
     CHECKPOINTS,
     EVAL,
@@ -61,7 +61,10 @@ def _complete_checkpoints(folder: Path) -> list[str]:
 
     if not (folder / "checkpoint").is_file():
         return []
-    state = tf.train.get_checkpoint_state(str(folder))
+    try:
+        state = tf.train.get_checkpoint_state(str(folder))
+    except (UnicodeDecodeError, ValueError, tf.errors.OpError):
+        state = None  # empty or damaged: no complete checkpoint listed (yet)
     if state is None:
         return []
     # The state file may name them relative to another folder: they live in this one.
@@ -74,8 +77,12 @@ def _finished_at(run_dir: Path) -> int | None:
     if not path.is_file():
         return None
     try:
-        return int(json.loads(path.read_text())["steps"])
-    except (ValueError, KeyError, OSError):
+        text = read_text_limited(path)  # a planted giant file: one line, not all memory
+    except OSError:
+        return None
+    try:
+        return int(json.loads(text)["steps"])
+    except (ValueError, KeyError, TypeError):
         return None  # being written
 
 

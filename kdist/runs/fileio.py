@@ -5,12 +5,19 @@ moved into place with `os.replace`, which is atomic on one filesystem (and repla
 symbolic link at `path` instead of writing through it). A file kdist appends to or writes
 in place is opened with `O_NOFOLLOW` (`open_nofollow`): a link planted at its name is an
 error, never a way to write another file.
+
+A file kdist reads back from a run folder (`history.csv`, `summary.csv`, `metrics.json`)
+may come from anyone: it is read within `MAX_READ_BYTES` (`read_text_limited`), and refused
+in one line naming the file and the limit when it is larger. The CSV tables are only
+informational: bytes that are not UTF-8 read as U+FFFD (a cell that no longer reads as a
+number is left out) instead of stopping the run.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import shutil
 import tempfile
@@ -19,16 +26,25 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from kdist.config.errors import ConfigError
+
 __all__ = [
+    "MAX_READ_BYTES",
     "LinkError",
     "atomic_directory",
     "atomic_path",
     "open_nofollow",
     "read_csv",
     "read_csv_numbers",
+    "read_json",
+    "read_text_limited",
     "write_csv_atomic",
     "write_text_atomic",
 ]
+
+# The most bytes kdist reads from a JSON or CSV file of a run folder: a run's history of
+# a million epochs is ~100 MiB.
+MAX_READ_BYTES = 128 * 2**20
 
 
 class LinkError(OSError):
@@ -145,14 +161,70 @@ def write_csv_atomic(
     write_text_atomic(path, buffer.getvalue())
 
 
-def read_csv(path: str | Path) -> list[dict[str, str]]:
-    """The rows of a CSV file (`history.csv`, `summary.csv`, ...) as dictionaries of strings.
+def read_text_limited(path: str | Path, *, limit: int | None = None, errors: str = "strict") -> str:
+    """The text of `path`, read only when it holds at most `limit` bytes.
+
+    Both the size the file says it has and the bytes actually read are bounded (a file
+    that grows while it is read, or a pipe, is cut at `limit + 1` bytes and refused).
+
+    Args:
+        path: the file.
+        limit: most bytes. Defaults to `None`: `MAX_READ_BYTES`.
+        errors: how bytes that are not UTF-8 are decoded (`"replace"`: as U+FFFD).
+            Defaults to `"strict"`.
 
     Raises:
+        ConfigError: naming the file and the limit when it is larger.
         FileNotFoundError: when `path` does not exist.
     """
-    with Path(path).open(newline="") as handle:
-        return list(csv.DictReader(handle))
+    limit = MAX_READ_BYTES if limit is None else limit
+    with Path(path).open("rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        data = b"" if size > limit else handle.read(limit + 1)
+    if size > limit or len(data) > limit:
+        raise ConfigError(
+            str(path),
+            f"is larger than kdist reads from a run folder ({max(size, len(data))} bytes; "
+            f"the limit is {limit} bytes)",
+            hint="remove or shorten the file if you trust the folder, or use another run_dir",
+        )
+    return data.decode("utf-8", errors=errors)
+
+
+def read_json(path: str | Path, *, limit: int | None = None) -> Any:
+    """The JSON value in `path` (`metrics.json`, ...), read within `limit` bytes.
+
+    Raises:
+        ConfigError: naming the file when it is larger than `limit`
+            (`MAX_READ_BYTES`), not UTF-8 or not JSON.
+        FileNotFoundError: when `path` does not exist.
+    """
+    try:
+        return json.loads(read_text_limited(path, limit=limit))
+    except (UnicodeDecodeError, ValueError) as error:
+        if isinstance(error, ConfigError):
+            raise
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ConfigError(
+            str(path),
+            f"is not a readable JSON file ({first[:160]})",
+            hint="delete it or start a new run_dir",
+        ) from None
+
+
+def read_csv(path: str | Path, *, limit: int | None = None) -> list[dict[str, str]]:
+    """The rows of a CSV file (`history.csv`, `summary.csv`, ...) as dictionaries of strings.
+
+    Read within `limit` bytes (`MAX_READ_BYTES`); bytes that are not UTF-8 read as U+FFFD
+    (the tables are informational: a damaged cell does not stop a run).
+
+    Raises:
+        ConfigError: naming the file and the limit when it is larger.
+        FileNotFoundError: when `path` does not exist.
+    """
+    text = read_text_limited(path, limit=limit, errors="replace")
+    # NUL bytes make the csv module stop ("line contains NUL"): read them as U+FFFD too.
+    return list(csv.DictReader(io.StringIO(text.replace("\0", "\ufffd"), newline="")))
 
 
 def read_csv_numbers(path: str | Path) -> list[dict[str, float]]:

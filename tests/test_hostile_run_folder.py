@@ -1,0 +1,192 @@
+"""A run folder someone else wrote: bombs, damaged files and full disks (issue 52).
+
+Each file kdist reads back from a run folder is read within a limit, and a damaged one is
+refused in one line naming the file and what to do (or read with replacement where it is
+only informational). Cost: a few seconds each; nothing here needs more than ~40 MiB.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from kdist.config import ConfigError
+from kdist.evaluation import export
+from kdist.runs import fileio
+
+# -- case 2: a zip bomb in model.keras ------------------------------------------------------
+
+
+def _keras_archive(path: Path, members: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return path
+
+
+def _declare(path: Path, member: str, size: int) -> None:
+    """Make the archive's headers say `member` inflates to `size` bytes (its data as was)."""
+    data = bytearray(path.read_bytes())
+    name = member.encode()
+    for signature, offset in ((b"PK\x01\x02", 24), (b"PK\x03\x04", 22)):
+        start = 0
+        while (at := data.find(signature, start)) >= 0:
+            start = at + 4
+            name_at = at + (46 if signature == b"PK\x01\x02" else 30)
+            if data[name_at : name_at + len(name)] == name:
+                data[at + offset : at + offset + 4] = struct.pack("<I", size)
+    path.write_bytes(bytes(data))
+
+
+def _one_line(error: pytest.ExceptionInfo, path: Path) -> str:
+    text = str(error.value)
+    assert "\n" not in text and text.startswith(f"{path}: "), text
+    return text
+
+
+def test_a_config_json_that_inflates_past_the_default_limit_is_refused(tmp_path):
+    # 40 MiB of JSON from ~40 KB on disk, over the real default (32 MiB).
+    size = 40 * 2**20
+    config = b'{"class_name": "Sequential", "pad": "' + b" " * size + b'"}'
+    path = _keras_archive(tmp_path / "model.keras", {"config.json": config})
+    assert path.stat().st_size < 200_000
+    with pytest.raises(ConfigError) as error:
+        export.load_model(path)
+    text = _one_line(error, path)
+    assert export.MAX_CONFIG_BYTES <= 64 * 2**20  # the default is bounded
+    assert "config.json in the archive declares" in text
+    assert f"the limit is {export.MAX_CONFIG_BYTES} bytes" in text
+
+
+def test_a_member_that_declares_gigabytes_is_refused_before_any_read(tmp_path, monkeypatch):
+    # The headers of a 1 KB file say its config holds 4,000,000,000 bytes (as a bomb's do).
+    path = _keras_archive(tmp_path / "model.keras", {"config.json": b"{}" * 500})
+    _declare(path, "config.json", 4_000_000_000)
+    opened = []
+    monkeypatch.setattr(zipfile.ZipFile, "open", lambda *a, **k: opened.append(a) or 1 / 0)
+    with pytest.raises(ConfigError) as error:
+        export.load_model(path)
+    assert "declares 4000000000 bytes" in _one_line(error, path)
+    assert opened == []  # nothing was inflated
+
+
+def test_a_weights_member_far_larger_than_its_compressed_size_is_refused(tmp_path):
+    path = _keras_archive(
+        tmp_path / "model.keras",
+        {"config.json": b"{}", "metadata.json": b"{}", "model.weights.h5": b"\0" * 4096},
+    )
+    _declare(path, "model.weights.h5", export.BOMB_FLOOR_BYTES + 1)
+    with pytest.raises(ConfigError) as error:
+        export.load_model(path)
+    text = _one_line(error, path)
+    assert "model.weights.h5 in the archive declares" in text
+    assert f"{export.MAX_EXPANSION} times" in text
+
+
+def test_the_bytes_actually_inflated_are_capped_too(tmp_path):
+    path = _keras_archive(tmp_path / "model.keras", {"config.json": b" " * 10_000})
+    with zipfile.ZipFile(path) as archive, pytest.raises(ConfigError) as error:
+        export._read_member(archive, "config.json", 1000)
+    assert "inflates past the limit of 1000 bytes" in str(error.value)
+
+
+def test_evaluate_refuses_the_bomb_in_one_line(tmp_path):
+    from helpers import compose
+    from omegaconf import OmegaConf
+
+    from kdist.evaluation.reopen import evaluate_run
+
+    run_dir = tmp_path / "run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    cfg = compose(["trainer=fast_dev", f"run_dir={run_dir}"])
+    (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    path = _keras_archive(run_dir / "model.keras", {"config.json": b"{}"})
+    _declare(path, "config.json", 3 * 2**30)
+    with pytest.raises(ConfigError) as error:
+        evaluate_run(run_dir)
+    assert "config.json in the archive declares" in _one_line(error, path)
+
+
+# -- bounded JSON and CSV reads --------------------------------------------------------------
+
+
+def test_json_and_csv_files_of_a_run_folder_are_read_within_a_limit(tmp_path):
+    assert fileio.MAX_READ_BYTES <= 2**30  # the default is bounded
+    big = tmp_path / "history.csv"
+    big.write_text("epoch,loss\n" + "0,1.0\n" * 300)
+    with pytest.raises(ConfigError) as error:
+        fileio.read_csv(big, limit=1000)
+    assert "the limit is 1000 bytes" in _one_line(error, big)
+    metrics = tmp_path / "metrics.json"
+    metrics.write_text(json.dumps({"steps": 20, "pad": "x" * 2000}))
+    with pytest.raises(ConfigError, match="the limit is 1000 bytes"):
+        fileio.read_json(metrics, limit=1000)
+    assert fileio.read_json(metrics)["steps"] == 20
+
+
+# -- case 3: a damaged checkpoint state file -------------------------------------------------
+
+STATE_FILES = {"random": bytes(range(256))[::-1] * 2, "empty": b""}
+
+
+@pytest.mark.parametrize("kind", sorted(STATE_FILES))
+def test_a_damaged_checkpoint_state_file_is_set_aside_and_the_run_saves(tmp_path, kind, caplog):
+    import tensorflow as tf
+    from helpers import compose
+
+    import kdist
+
+    for folder in ("backup", "checkpoints"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "checkpoint").write_bytes(STATE_FILES[kind])
+    exp = kdist.Experiment(compose(["trainer=fast_dev", "trainer.verbose=0"]), run_dir=tmp_path)
+    with caplog.at_level("WARNING", logger="kdist.engine.checkpoint.saver"):
+        exp.fit()
+    for folder in ("backup", "checkpoints"):
+        state = tf.train.get_checkpoint_state(str(tmp_path / folder))
+        assert state is not None and state.model_checkpoint_path.endswith("ckpt-10")
+        (aside,) = (tmp_path / folder).glob("checkpoint.unreadable-*")
+        assert aside.read_bytes() == STATE_FILES[kind]
+        said = [r.getMessage() for r in caplog.records if str(aside) in r.getMessage()]
+        assert len(said) == 1 and said[0].startswith(f"{tmp_path / folder / 'checkpoint'} is ")
+        assert "\n" not in said[0]
+
+
+# -- case 4: a truncated backup/config.yaml --------------------------------------------------
+
+
+def _saved_run(run_dir: Path) -> Path:
+    from helpers import compose
+
+    from kdist.runs import resume_check
+
+    resume_check.save_config(run_dir, compose(["trainer=fast_dev"]))
+    (run_dir / "backup" / "ckpt-10.index").write_bytes(b"index")
+    return run_dir / "backup" / "config.yaml"
+
+
+@pytest.mark.parametrize("cut", ["inside a key", "after a key", "at the start"])
+def test_a_truncated_saved_config_is_named_in_one_line_with_what_to_do(tmp_path, cut):
+    from helpers import compose
+
+    from kdist.runs import resume_check
+
+    saved = _saved_run(tmp_path)
+    text = saved.read_text()
+    at = {
+        "inside a key": text.index("\n  lr_scaling") + 5,  # `  lr_` : not YAML
+        "after a key": text.index("trainer:") + 20,  # YAML, cut short of its end
+        "at the start": 0,
+    }[cut]
+    saved.write_text(text[:at])
+    with pytest.raises(ConfigError) as error:
+        resume_check.check_resume(tmp_path, compose(["trainer=fast_dev"]))
+    message = str(error.value)
+    assert "\n" not in message, message
+    assert message.startswith(f"hydra.run.dir='{tmp_path}': holds checkpoints whose saved ")
+    assert f"config {saved} is damaged" in message
+    assert f"remove {saved.parent} to resume from the run's other saves" in message
