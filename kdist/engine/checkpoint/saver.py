@@ -52,6 +52,30 @@ __all__ = ["PeriodicCheckpoint"]
 log = logging.getLogger(__name__)
 
 
+def _set_aside_unreadable_state(directory: Path) -> None:
+    """Move `directory/checkpoint` aside when TensorFlow cannot read it.
+
+    The state file only lists the checkpoints (restoring finds them by name, and the
+    manager writes a new one at the next save), so an empty, truncated or random one is
+    no reason to lose a run's work: it is moved to `checkpoint.unreadable-<time>` with one
+    warning naming both, and the save goes on.
+    """
+    try:
+        readable = state_file_readable(directory)
+    except (UnicodeDecodeError, ValueError, OSError, tf.errors.OpError):
+        readable = False  # random bytes (not UTF-8), an empty file, a folder at the name
+    if readable:
+        return
+    state, aside = directory / "checkpoint", directory / f"checkpoint.unreadable-{time.time_ns()}"
+    log.warning(
+        "%s is not a readable checkpoint state file; moved to %s (a new one is written "
+        "at this save; delete the moved file, or start a new run_dir if you did not expect it)",
+        state,
+        aside,
+    )
+    state.rename(aside)
+
+
 class PeriodicCheckpoint:
     """Save a checkpoint every `every_n_steps` optimizer steps, keeping the `keep` newest.
 
@@ -126,10 +150,7 @@ class PeriodicCheckpoint:
             self._write_dir.mkdir(parents=True, exist_ok=True)
             if self._is_chief:
                 clean_leftovers(self._write_dir)
-                if not state_file_readable(self._write_dir):
-                    aside = self._write_dir / f"checkpoint.unreadable-{int(time.time())}"
-                    log.warning("moving the unreadable checkpoint state file to %s", aside)
-                    (self._write_dir / "checkpoint").rename(aside)
+                _set_aside_unreadable_state(self._write_dir)
             # Asynchronous: the manager runs on the writer thread and writes the host
             # copies (its bookkeeping after the files are complete, as before).
             target: Any = self.checkpoint
