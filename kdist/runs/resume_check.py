@@ -147,20 +147,27 @@ def holds_checkpoints(run_dir: str | os.PathLike[str]) -> bool:
     return any(_has_checkpoints(Path(run_dir) / name) for name in FOLDERS)
 
 
+def _damaged(path: Path, why: str) -> ConfigError:
+    return ConfigError(
+        "hydra.run.dir",
+        f"holds checkpoints whose saved config {path} is damaged ({why})",
+        value=str(path.parent.parent),
+        hint=f"remove {path.parent} to resume from the run's other saves, or use a new run dir",
+    )
+
+
 def _load(path: Path) -> DictConfig:
     check_yaml_file(path, key="hydra.run.dir")  # within the size and alias limits
+    text = path.read_bytes()
     try:
-        saved = OmegaConf.load(path)
-    except Exception as error:  # YAML errors of many types
-        raise ConfigError(
-            "hydra.run.dir",
-            f"holds checkpoints whose saved config {path} does not read ({error})",
-            value=str(path.parent.parent),
-        ) from None
-    if not isinstance(saved, DictConfig):
-        raise ConfigError(
-            "hydra.run.dir", f"holds checkpoints whose saved config {path} is not a mapping"
-        )
+        saved = OmegaConf.create(text.decode("utf-8")) if text.strip() else None
+    except Exception as error:  # YAML errors of many types, bytes that are not UTF-8
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise _damaged(path, f"does not read as YAML: {first[:120]}") from None
+    if not isinstance(saved, DictConfig) or not {"model", "trainer"} <= set(saved):
+        raise _damaged(path, "not a whole run config: empty, or cut short")
+    if not text.endswith(b"\n"):  # kdist writes it whole (`save_config`), newline last
+        raise _damaged(path, "cut short: it does not end with a newline")
     return saved
 
 
