@@ -11,6 +11,7 @@ tests/slow_cases.txt; the cases at the end read records and environments only.
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -46,10 +47,28 @@ def test_a_joblib_sweep_gives_what_the_basic_launchers_sweep_gives(tmp_path: Pat
     rates = ["optimizer.learning_rate=1e-3,3e-3", "callbacks.tensorboard.enabled=true"]
     basic, basic_done = _sweep(tmp_path, "basic", rates)
     assert basic_done.returncode == 0, basic_done.stderr[-3000:]
+    mark = f"kdist-test-{uuid.uuid4().hex}"  # in the environment of every process it starts
     joblib, done = _sweep(
-        tmp_path, "joblib", ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *rates]
+        tmp_path,
+        "joblib",
+        ["hydra/launcher=joblib", "hydra.launcher.n_jobs=3", *rates],
+        env={"KDIST_TEST_MARK": mark},
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    output = done.stdout + done.stderr
+    # n_jobs is bounded by the sweep's 2 jobs, and says so; no worker outlives the command.
+    assert "kdist: hydra.launcher.n_jobs=3: runs 2 job(s) at a time (the sweep has 2 job(s))" in (
+        done.stderr
+    )
+    assert "Joblib.Parallel(n_jobs=2," in output
+    assert _marked_processes(mark) == []
+    # Each job's lines carry the job; TensorFlow's start-up lines are dropped, as the basic
+    # launcher drops them.
+    for num in (0, 1):
+        assert f"[job {num}] Epoch 2/2" in output and f"[job {num}] validation accuracy" in output
+    assert [line for line in output.splitlines() if "Epoch " in line and "[job " not in line] == []
+    for noise in ("absl::InitializeLog", "oneDNN custom operations", "cuda drivers", "cuInit"):
+        assert noise not in output
     expected = {r["job"]: r for r in read_csv(basic / "summary.csv")}
     rows = read_csv(joblib / "summary.csv")
     assert [r["status"] for r in rows] == ["COMPLETED", "COMPLETED"]
@@ -77,7 +96,22 @@ def test_a_joblib_sweep_gives_what_the_basic_launchers_sweep_gives(tmp_path: Pat
             assert session["scalars"]["val_accuracy"] == pytest.approx(float(row["objective"]))
             assert session["declared"][0] == "val_accuracy"  # the objective first
             groups[session["group"]] = row["job"]
-    assert groups == {"basic/0": "0", "basic/1": "1", "joblib/0": "0", "joblib/1": "1"}
+    rate = {"0": "optimizer.learning_rate=0.001", "1": "optimizer.learning_rate=0.003"}
+    assert groups == {
+        f"{rate[job]} ({sweep}/{job})": job for sweep in ("basic", "joblib") for job in "01"
+    }
+
+
+def _marked_processes(mark: str) -> list[int]:
+    """The processes whose environment holds `KDIST_TEST_MARK=mark`."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if f"KDIST_TEST_MARK={mark}".encode() in environ.read_bytes().split(b"\0"):
+                found.append(int(environ.parent.name))
+        except OSError:
+            continue  # ended meanwhile, or another user's
+    return found
 
 
 def test_a_submitit_sweep_lists_the_failed_job_and_finishes_the_other(tmp_path: Path):
@@ -93,6 +127,17 @@ def test_a_submitit_sweep_lists_the_failed_job_and_finishes_the_other(tmp_path: 
         env={"PYTHONPATH": str(REPO / "tests")},
     )
     assert done.returncode != 0  # Hydra reports the failed job after the sweep
+    # The sweep says where its jobs' output goes when it starts, and each job's at its end.
+    assert "kdist: submitit runs each job in its own process; its output goes to " in done.stdout
+    for num in (0, 1):
+        (line,) = [
+            x for x in done.stdout.splitlines() if x.startswith(f"kdist: job {num}: output ")
+        ]
+        job_output = Path(line.rpartition(" ")[2])
+        assert job_output.is_file() and job_output.is_relative_to(sweep / ".submitit")
+        # TensorFlow's start-up lines are dropped there too.
+        text = job_output.read_text() + job_output.with_suffix(".err").read_text()
+        assert "oneDNN custom operations" not in text and "absl::InitializeLog" not in text
     rows = read_csv(sweep / "summary.csv")
     assert [(r["model.mode"], r["status"]) for r in rows] == [
         ("error", "FAILED"),

@@ -81,7 +81,8 @@ def test_a_two_job_multirun_compares_in_tensorboard_and_plots_the_swept_value(tm
     assert done.returncode == 0, done.stderr[-3000:]
     for job, rate in (("0", 1e-3), ("1", 3e-3)):
         (session,) = sessions(sweep / job / "tensorboard")
-        assert session["group"] == f"sweep/{job}"  # the folder from the working directory
+        # Named by what differs (the swept value), then the sweep folder and the job.
+        assert session["group"] == f"optimizer.learning_rate={rate} (sweep/{job})"
         assert session["hparams"]["optimizer.learning_rate"] == pytest.approx(rate)
         assert session["hparams"]["callbacks"] == "minimal"
         objective = json.loads((sweep / job / "metrics.json").read_text())["objective"]
@@ -97,8 +98,24 @@ def test_a_two_job_multirun_compares_in_tensorboard_and_plots_the_swept_value(tm
     # The multirun's last line says where its files are.
     assert (
         f"summary {sweep / 'summary.csv'}, plot {sweep / 'summary.png'}; "
-        f"compare the jobs: tensorboard --logdir {sweep} (HParams tab)"
+        f"compare the jobs: tensorboard --logdir {sweep / 'tensorboard'} (HParams tab)"
     ) in done.stdout
+    # There, TensorBoard names each job's runs by its swept value, with no `tensorboard/`
+    # level (the scalars and the HParams session alike).
+    assert _board_runs(sweep / "tensorboard") == [
+        f"optimizer.learning_rate={rate}{run}"
+        for rate in (0.001, 0.003)
+        for run in ("", "/train", "/validation")
+    ]
+
+
+def _board_runs(logdir: Path) -> list[str]:
+    """The run names TensorBoard gives the event folders under `logdir`."""
+    from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
+
+    board = EventMultiplexer()
+    board.AddRunsFromDirectory(str(logdir))
+    return sorted(board.Runs())
 
 
 def test_a_mirrored_sweep_runs_every_job_on_both_replicas(tmp_path: Path):

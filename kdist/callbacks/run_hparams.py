@@ -11,6 +11,11 @@ tensorboard --logdir multirun/<date>/<time>      # the HParams tab: one row per 
 ```
 
 compares the jobs as `tensorboard --logdir <run_dir>/trials` compares a search's trials.
+A multirun job's session is named by what it sweeps (`optimizer.learning_rate=0.003
+(10-00-00/1)`: the values first, then the sweep folder's name and the job's number, so
+two sweeps under one `--logdir` stay two rows), and its folder is linked into the sweep's
+`tensorboard/` under the same values (`kdist.runs.sweep_board`): `tensorboard --logdir
+multirun/<date>/<time>/tensorboard` names the scalar runs `optimizer.learning_rate=0.003/train`.
 """
 
 from __future__ import annotations
@@ -20,14 +25,22 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import keras
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from kdist.runs.hparams import write_session
+from kdist.runs.sweep_board import job_label, link_job_board, swept_keys
 
-__all__ = ["RunHParams", "overridden_values", "session_name", "task_overrides"]
+__all__ = [
+    "RunHParams",
+    "SweepJob",
+    "overridden_values",
+    "session_name",
+    "sweep_job",
+    "task_overrides",
+]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +61,37 @@ def task_overrides() -> list[str] | None:
     if hydra_cfg.job.name != "train":
         return None
     return [str(o) for o in hydra_cfg.overrides.task]
+
+
+class SweepJob(NamedTuple):
+    """A multirun job's place: its sweep folder, its own folder, its label and number."""
+
+    sweep_dir: Path
+    run_dir: Path
+    label: str
+    num: int
+
+    @property
+    def session(self) -> str:
+        """Its HParams session name: the swept values, then `(<sweep folder>/<num>)`."""
+        return f"{self.label} ({self.sweep_dir.name}/{self.num})"
+
+
+def sweep_job() -> SweepJob | None:
+    """This process's multirun job of `kdist.train`, else `None` (a single run, a notebook)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if task_overrides() is None:
+        return None
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return None
+    sweep_dir = Path(str(hydra_cfg.sweep.dir))
+    num = int(hydra_cfg.job.num)
+    overrides = [str(o) for o in hydra_cfg.overrides.task]
+    label = job_label(overrides, swept=swept_keys(sweep_dir), num=num)
+    return SweepJob(sweep_dir, Path(str(hydra_cfg.runtime.output_dir)), label, num)
 
 
 def overridden_values(overrides: Sequence[str], cfg: Any) -> dict[str, Scalar]:
@@ -111,8 +155,9 @@ class RunHParams(keras.callbacks.Callback):
     Args:
         log_dir: the run's TensorBoard folder (`<run_dir>/tensorboard`).
         hparams: key -> value (see `overridden_values`).
-        session: the session's name in TensorBoard. Defaults to `None`: the run folder
-            (`log_dir`'s parent) as `session_name` gives it, unique across sweeps.
+        session: the session's name in TensorBoard. Defaults to `None`: in a multirun
+            job, its swept values and place (`SweepJob.session`); else the run folder
+            (`log_dir`'s parent) as `session_name` gives it.
         objective: the metric the run is judged by (`objective.name`), declared first
             among the session's metrics. Defaults to `None`: none declared.
     """
@@ -128,7 +173,10 @@ class RunHParams(keras.callbacks.Callback):
         super().__init__()
         self.log_dir = Path(log_dir)
         self.hparams = dict(hparams)
-        self.session = session or session_name(self.log_dir.parent)
+        self._job = sweep_job() if session is None else None
+        if session is None:
+            session = self._job.session if self._job else session_name(self.log_dir.parent)
+        self.session = session
         self.objective = objective
         self._started = time.time()
         self._epochs = 0
@@ -136,6 +184,9 @@ class RunHParams(keras.callbacks.Callback):
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         self._started = time.time()
+        if self._job is not None:
+            # Named in the sweep's board while it trains (`kdist.runs.sweep_board`).
+            link_job_board(self._job.sweep_dir, self._job.run_dir, self._job.label)
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epochs = epoch + 1

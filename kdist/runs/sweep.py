@@ -36,6 +36,7 @@ from kdist.compat.tools_private import job_return_value
 from kdist.config.yaml_limits import load_yaml
 from kdist.runs.fileio import write_csv_atomic, write_text_atomic
 from kdist.runs.layout import METRICS, SUMMARY, TENSORBOARD
+from kdist.runs.sweep_board import sweep_board
 
 __all__ = [
     "JOBS",
@@ -337,7 +338,10 @@ def where_message(path: Path, rows: Sequence[Mapping[str, Any]]) -> str:
     )
     boards = [path.parent / str(row.get("run_dir")) / TENSORBOARD for row in rows]
     if any(board.is_dir() for board in boards):
-        message += f"; compare the jobs: tensorboard --logdir {path.parent} (HParams tab)"
+        # The sweep's board names each job by its values (`kdist.runs.sweep_board`).
+        named = sweep_board(path.parent)
+        logdir = named if named.is_dir() else path.parent
+        message += f"; compare the jobs: tensorboard --logdir {logdir} (HParams tab)"
     return message
 
 
