@@ -190,3 +190,40 @@ def test_a_truncated_saved_config_is_named_in_one_line_with_what_to_do(tmp_path,
     assert message.startswith(f"hydra.run.dir='{tmp_path}': holds checkpoints whose saved ")
     assert f"config {saved} is damaged" in message
     assert f"remove {saved.parent} to resume from the run's other saves" in message
+
+
+# -- case 5: bytes that are not UTF-8 in history.csv -----------------------------------------
+
+
+def test_a_history_with_bytes_that_are_not_utf8_is_read_with_replacement(tmp_path):
+    from kdist.runs.plots import history_figure
+
+    history = tmp_path / "history.csv"
+    history.write_bytes(b"epoch,loss,val_\xff\xfeloss\n0,1.5,2.0\n1,1.\xff0,1.9\n2,0.5,1.8\x00\n")
+    rows = fileio.read_csv(history)
+    assert [r["epoch"] for r in rows] == ["0", "1", "2"]
+    assert rows[1]["loss"] == "1.\ufffd0"
+    numbers = fileio.read_csv_numbers(history)
+    assert numbers[0] == {"epoch": 0.0, "loss": 1.5, "val_\ufffd\ufffdloss": 2.0}
+    assert "loss" not in numbers[1]  # the damaged cell is left out, not a crash
+    history_figure(history)  # the plots read it too
+
+
+def test_a_resumed_run_appends_to_a_history_with_bytes_that_are_not_utf8(tmp_path, caplog):
+    from helpers import compose
+
+    import kdist
+
+    base = ["trainer=fast_dev", "trainer.verbose=0"]
+    kdist.Experiment(compose(base), run_dir=tmp_path).fit()
+    history = tmp_path / "history.csv"
+    damaged = history.read_bytes().replace(b"0.", b"0.\xff", 1)
+    history.write_bytes(damaged)
+    exp = kdist.Experiment(compose([*base, "trainer.epochs=3"]), run_dir=tmp_path)
+    with caplog.at_level("WARNING", logger="kdist.callbacks.run_epochs"):
+        exp.fit()
+    text = history.read_bytes()
+    assert text.startswith(damaged) and text.count(b"\n") == 4  # header, 2 rows, 1 new
+    assert [r["epoch"] for r in fileio.read_csv(history)] == ["0", "1", "2"]
+    (said,) = [r.getMessage() for r in caplog.records if "not UTF-8" in r.getMessage()]
+    assert said.startswith(f"{history} holds bytes that are not UTF-8")
