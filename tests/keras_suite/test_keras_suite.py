@@ -1,0 +1,40 @@
+"""Keras's own tests as the judge (issue 50): `suite.py` run from pytest.
+
+Runs Keras's test files (`suite.FILES`, from the installed Keras's source distribution,
+downloaded once into `~/.cache/kdist/keras-sdist`) as Keras ships them and routed through
+kdist under `one_device`, and checks that no test routed through kdist in the committed
+report (`benchmarks/results/keras-suite.json`) fails now. Skipped, with the reason, when
+the source distribution cannot be downloaded. Cost: ~15-40 min on 2 cores (`slow`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import suite
+
+
+def test_keras_tests_routed_through_kdist_pass_as_in_the_report(tmp_path):
+    version = suite.keras_version()
+    try:
+        archive = suite.sdist(version)
+    except suite.Unavailable as error:
+        pytest.skip(f"Keras's source distribution cannot be had: {error}")
+    work = suite.unpack(archive, version, suite.FILES)
+    baseline = suite.run(work, suite.FILES, route="", out=tmp_path / "baseline.json")
+    routed = suite.run(work, suite.FILES, route="one_device", out=tmp_path / "routed.json")
+    comparison = suite.compare(baseline, routed)
+    assert comparison["total"].get("pass on keras", 0) > 0, "Keras's own tests did not run"
+    committed = json.loads((suite.RESULTS / "keras-suite.json").read_text())
+    failing_now = set(comparison["failures"])
+    passed_then = set(committed["comparison"]["passes"])
+    regressions = sorted(passed_then & failing_now)
+    assert not regressions, "routed through kdist, these passed before: " + ", ".join(
+        f"{nodeid} ({comparison['failures'][nodeid]})" for nodeid in regressions
+    )
