@@ -339,8 +339,8 @@ def where_message(path: Path, rows: Sequence[Mapping[str, Any]]) -> str:
     boards = [path.parent / str(row.get("run_dir")) / TENSORBOARD for row in rows]
     if any(board.is_dir() for board in boards):
         # The sweep's board names each job by its values (`kdist.runs.sweep_board`).
-        named = sweep_board(path.parent)
-        logdir = named if named.is_dir() else path.parent
+        board = sweep_board(path.parent)
+        logdir = board if board.is_dir() else path.parent
         message += f"; compare the jobs: tensorboard --logdir {logdir} (HParams tab)"
     return message
 
