@@ -155,3 +155,77 @@ def test_a_resume_refused_after_the_strategy_is_built_leaves_every_byte(tmp_path
     assert result.returncode == EXIT_CONFIG_ERROR, result.stderr[-3000:]
     assert "kdist: config error: strategy.sync.mode='diloco'" in result.stderr
     assert _hashes(run_dir) == before
+
+
+def test_a_notebook_fit_beside_a_command_line_run_is_refused_then_owns_the_folder(
+    tmp_path: Path, tiny: list[str]
+):
+    """`Experiment(compose(["run_dir=W", ...])).fit()` beside `kdist train
+    hydra.run.dir=W` resumed from its backup and trained beside it (the command line run
+    then died with exit 6). The notebook takes the folder's lock for the length of `fit`."""
+    import pytest
+
+    import kdist
+    from kdist.config.errors import ConfigError
+    from kdist.runs import lock
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    owner = _start_owner(folder)  # holds the lock as `kdist train` does
+    try:
+        exp = kdist.Experiment(kdist.compose(tiny))
+        before = _hashes(folder)
+        with pytest.raises(ConfigError) as raised:
+            exp.fit()
+        assert str(raised.value).startswith(
+            f"run_dir='{folder}': is in use by another kdist run (pid {owner.pid} on "
+        )
+        assert "choose another run_dir" in str(raised.value)
+        assert _hashes(folder) == before  # no backup read, no file written
+    finally:
+        _stop(owner)
+    history = exp.fit()
+    assert len(history.epoch) == 2
+    _Fails = _fails_on_train_begin()
+    lock.check_free(folder)  # released when fit returned
+    assert lock.recorded_kind(folder) is None and (folder / "model.keras").is_file()
+    # Released on an error too; a second fit of the same Experiment owns it again.
+    with pytest.raises(RuntimeError, match="a callback's own error"):
+        exp.fit(epochs=3, initial_epoch=2, callbacks=[_Fails()])
+    lock.check_free(folder)
+    again = exp.fit(epochs=3, initial_epoch=2)
+    assert again.epoch == [2]
+    lock.check_free(folder)
+
+
+def _fails_on_train_begin():
+    import keras
+
+    class Fails(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            raise RuntimeError("a callback's own error")
+
+    return Fails
+
+
+def test_a_command_line_run_refuses_a_folder_a_notebook_is_fitting(tmp_path: Path):
+    """While `Experiment.fit` runs, the folder's lock names the notebook's process."""
+    import keras
+
+    import kdist
+    from kdist.config.errors import ConfigError
+    from kdist.runs import lock
+
+    folder = tmp_path / "run"
+    exp = kdist.Experiment(kdist.compose(["trainer=fast_dev", "trainer.verbose=0"]), run_dir=folder)
+    seen: list[str] = []
+
+    class _Look(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            try:
+                lock.check_free(folder)
+            except ConfigError as error:
+                seen.append(str(error))
+
+    exp.fit(callbacks=[_Look()])
+    assert seen and f"(pid {os.getpid()} on " in seen[0]

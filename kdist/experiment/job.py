@@ -60,6 +60,7 @@ from kdist.experiment.fit_arguments import (
 from kdist.experiment.results import Results
 from kdist.experiment.resuming import Resuming
 from kdist.process import runtime
+from kdist.runs import lock as run_lock
 from kdist.runs.layout import default_run_dir
 
 __all__ = ["KERAS_BATCH_SIZE", "Experiment"]
@@ -215,6 +216,7 @@ class Experiment(Binding, Results, Resuming):
         assert self.controller is not None
         return self.controller
 
+    @run_lock.owns_run_dir  # one owner per run folder, whatever the entry
     def fit(
         self,
         x: Any = None,

@@ -14,23 +14,38 @@ A folder has one kind of owner: a training run (`kind="run"`, `kdist.train`) or 
 hyperparameter search (`kind="search"`, `kdist.tune`). A search writes its kind into the
 lock file while it holds it and leaves it there when done (`recorded_kind`), so that a
 `check_free(..., kind="run")` refuses a search's folder even after the search ended.
+
+Every entry that trains takes it: `kdist train`, `kdist tune`, and `Experiment.fit` in a
+notebook (`owns_run_dir`), which holds it for the length of the call unless this process
+holds it already (`kdist train` around its `fit`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from kdist.config.errors import ConfigError
 from kdist.runs.layout import LOCK
 
-__all__ = ["KINDS", "LOCK_NAME", "check_free", "hold", "holder", "recorded_kind"]
+__all__ = [
+    "KINDS",
+    "LOCK_NAME",
+    "check_free",
+    "held_here",
+    "hold",
+    "holder",
+    "owns_run_dir",
+    "recorded_kind",
+]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +54,11 @@ LOCK_NAME = LOCK
 KINDS = ("run", "search")
 _SEARCH = "search"
 _WHAT = {"run": "a training run (kdist.train)", "search": "a hyperparameter search (kdist.tune)"}
+# The lock files this process holds (`hold`): (resolved folder, lock file name) -> depth.
+_HELD: dict[tuple[str, str], int] = {}
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def holder(run_dir: str | os.PathLike[str], *, name: str = LOCK_NAME) -> str:
@@ -94,7 +114,7 @@ def _in_use(run_dir: str | os.PathLike[str], key: str, name: str = LOCK_NAME) ->
         key,
         f"is in use by another {what} ({holder(run_dir, name=name)})",
         value=str(run_dir),
-        hint="wait for it to finish, stop it, or choose another hydra.run.dir",
+        hint=f"wait for it to finish, stop it, or choose another {key}",
     )
 
 
@@ -247,9 +267,14 @@ def hold(
         os.ftruncate(fd, 0)
         suffix = f" {_SEARCH}" if after else ""
         os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}{suffix}\n".encode(), 0)
+        held = _held_key(folder, name)
+        _HELD[held] = _HELD.get(held, 0) + 1
         try:
             yield
         finally:
+            _HELD[held] -= 1
+            if not _HELD[held]:
+                del _HELD[held]
             # A pid left in the file means its process died holding the lock.
             os.ftruncate(fd, 0)
             if after:
@@ -258,3 +283,36 @@ def hold(
         # Closing releases the flock; the file stays (removing it would race with a
         # process that has it open and is about to lock it).
         os.close(fd)
+
+
+def _held_key(run_dir: str | os.PathLike[str], name: str) -> tuple[str, str]:
+    return os.path.realpath(run_dir), name
+
+
+def held_here(run_dir: str | os.PathLike[str], *, name: str = LOCK_NAME) -> bool:
+    """Whether this process holds `run_dir`'s lock now (`hold`)."""
+    return _held_key(run_dir, name) in _HELD
+
+
+def owns_run_dir(
+    method: Callable[Concatenate[Any, _P], _R],
+) -> Callable[Concatenate[Any, _P], _R]:
+    """Hold the folder's lock while a method of an `Experiment` runs (its `fit`).
+
+    The object's `run_dir` is held when its `is_chief` is true and this process does not
+    hold it already (`kdist train` holds it around `Experiment.fit`); it is released
+    when the call returns or raises, so a later `fit` of the same object takes it again.
+
+    Raises (from the call):
+        ConfigError: naming `run_dir`, the folder and the owner's pid when another
+            process (a `kdist train`, another notebook) holds the folder.
+    """
+
+    @functools.wraps(method)
+    def owned(self: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        run_dir = self.run_dir
+        mine = bool(self.is_chief) and not held_here(run_dir)
+        with hold(run_dir, key="run_dir", enabled=mine):
+            return method(self, *args, **kwargs)
+
+    return owned
