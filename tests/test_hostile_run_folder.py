@@ -227,3 +227,102 @@ def test_a_resumed_run_appends_to_a_history_with_bytes_that_are_not_utf8(tmp_pat
     assert [r["epoch"] for r in fileio.read_csv(history)] == ["0", "1", "2"]
     (said,) = [r.getMessage() for r in caplog.records if "not UTF-8" in r.getMessage()]
     assert said.startswith(f"{history} holds bytes that are not UTF-8")
+
+
+# -- case 6: a full disk ---------------------------------------------------------------------
+
+
+def _full_disk_write():
+    """A traced write that fails as a full disk does: TensorFlow's own ENOSPC, from
+    `/dev/full` (no privileges needed): 'ResourceExhaustedError: Graph execution error'."""
+    import tensorflow as tf
+
+    @tf.function
+    def write(prefix=None):
+        tf.io.write_file("/dev/full", tf.strings.join(["x"] * 4096))
+
+    return write
+
+
+def _says_disk_full(text: str, *folders: Path) -> None:
+    assert "\n" not in text and "Graph execution error" not in text, text
+    said = [f"the disk holding {f} is full (no space left writing /dev/full" for f in folders]
+    assert any(s in text for s in said), text
+    assert "free there, the save needs about " in text, text
+
+
+def test_a_full_disk_at_an_asynchronous_save_says_so(tmp_path, monkeypatch):
+    from helpers import compose
+
+    import kdist
+    from kdist.engine.checkpoint import CheckpointWriteError, host_copies
+
+    full = _full_disk_write()
+    monkeypatch.setattr(host_copies.HostCopies, "write", property(lambda self: full))
+    exp = kdist.Experiment(compose(["trainer=fast_dev", "trainer.verbose=0"]), run_dir=tmp_path)
+    with pytest.raises(CheckpointWriteError) as error:
+        exp.fit()
+    _says_disk_full(str(error.value), tmp_path / "backup", tmp_path / "checkpoints")
+
+
+def test_a_full_disk_at_a_synchronous_save_says_so(tmp_path, monkeypatch):
+    import tensorflow as tf
+    from helpers import compose
+
+    import kdist
+    from kdist.engine.checkpoint import CheckpointWriteError, PeriodicCheckpoint
+
+    exp = kdist.Experiment(compose(["trainer=fast_dev", "trainer.verbose=0"]), run_dir=tmp_path)
+    exp.build_model()
+    assert exp.controller is not None
+    saver = PeriodicCheckpoint(
+        model=exp.controller.model,
+        checkpoint=exp.controller.checkpoint,
+        state=exp.controller.state,
+        directory=tmp_path / "sync",
+        every_n_steps=0,
+        keep=2,
+        asynchronous=False,
+    )
+    full = _full_disk_write()
+    monkeypatch.setattr(tf.train.CheckpointManager, "save", lambda self, **kw: full())
+    with pytest.raises(CheckpointWriteError) as error:
+        saver.save(3)
+    _says_disk_full(str(error.value), tmp_path / "sync")
+
+
+def test_a_full_disk_on_the_command_line_is_one_line_and_exit_6(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from kdist.process.exit_codes import EXIT_WRITE_FAILED
+
+    driver = tmp_path / "full_disk.py"
+    driver.write_text(
+        "import runpy, sys\n"
+        "import tensorflow as tf\n"
+        "from kdist.engine.checkpoint import host_copies\n"
+        "@tf.function\n"
+        "def full(prefix=None):\n"
+        "    tf.io.write_file('/dev/full', tf.strings.join(['x'] * 4096))\n"
+        "host_copies.HostCopies.write = property(lambda self: full)\n"
+        "sys.argv = ['kdist.train', *sys.argv[1:]]\n"
+        "runpy.run_module('kdist.train', run_name='__main__')\n"
+    )
+    run_dir = tmp_path / "run"
+    args = ["trainer=fast_dev", "trainer.verbose=0", f"hydra.run.dir={run_dir}"]
+    result = subprocess.run(
+        [sys.executable, str(driver), *args],
+        cwd=tmp_path,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == EXIT_WRITE_FAILED, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("kdist:")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert errors[0].startswith("kdist: write error: the disk holding "), errors[0]
+    _says_disk_full(errors[0], run_dir / "backup", run_dir / "checkpoints")
+    assert "Traceback" not in result.stderr

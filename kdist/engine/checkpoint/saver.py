@@ -38,9 +38,10 @@ import tensorflow as tf
 
 from kdist.cluster import chief
 from kdist.engine.checkpoint.compatibility import enable_async_copies, supports_async
+from kdist.engine.checkpoint.disk import disk_full_message, is_disk_full
 from kdist.engine.checkpoint.files import TracedWrites
 from kdist.engine.checkpoint.finite import NonFiniteWeightsError, all_finite, non_finite_message
-from kdist.engine.checkpoint.writer import HostWriter, writer_for
+from kdist.engine.checkpoint.writer import CheckpointWriteError, HostWriter, writer_for
 from kdist.engine.state import (
     TrainingState,
     state_file_readable,
@@ -203,7 +204,18 @@ class PeriodicCheckpoint:
         self.state.advance_to(steps)
         if not all_finite(list(self.model.weights)):
             self._refuse_non_finite(steps)
-        return str(self._ensure_manager().save(checkpoint_number=steps))
+        manager = self._ensure_manager()
+        try:
+            return str(manager.save(checkpoint_number=steps))
+        except (tf.errors.OpError, OSError) as error:
+            if not is_disk_full(error):
+                raise
+            needed = sum(
+                int(w.shape.num_elements() or 0) * tf.as_dtype(w.dtype).size
+                for w in self.model.weights
+            )
+            message = disk_full_message(error, self._write_dir, needed=needed)
+            raise CheckpointWriteError(message) from error
 
     def _save_async(self, steps: int, *, defer: bool) -> str:
         """Copy to host memory; write, record and sweep on the writer thread.

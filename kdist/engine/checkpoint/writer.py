@@ -12,12 +12,14 @@ import queue
 import threading
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
 
 from kdist.compat.tf_private import async_helper
 from kdist.engine.call_gate import TRAIN_CALLS
+from kdist.engine.checkpoint.disk import disk_full_message, is_disk_full
 from kdist.engine.checkpoint.finite import NonFiniteWeightsError, non_finite_message
 from kdist.engine.checkpoint.host_copies import Deferred, HostCopies
 from kdist.engine.state import CheckpointError
@@ -84,6 +86,7 @@ class HostWriter:
         self._jobs: queue.Queue[tuple[Callable[[], None], HostCopies | None] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._written: tuple[str, int] | None = None  # the last write's prefix and bytes
         # The step and path of the newest save written from the copies, in this `fit`.
         self.newest: tuple[int, str] | None = None
         # The savers using it (weak: a failed `fit`'s savers never call `detach`).
@@ -139,6 +142,7 @@ class HostWriter:
     def write(self, prefix: str) -> None:
         """Write the running job's host copies to `prefix` (on the writer thread)."""
         assert self._writing is not None
+        self._written = (prefix, self._writing.nbytes)  # for a full disk's message
         self._writing.write(tf.constant(prefix))
 
     def submit(self, job: Callable[[], None], *, copies: bool = True) -> None:
@@ -187,6 +191,11 @@ class HostWriter:
 
     def _raise_error(self) -> None:
         error, self._error = self._error, None
+        if error is not None and is_disk_full(error):
+            prefix, needed = self._written or ("", None)
+            raise CheckpointWriteError(
+                disk_full_message(error, Path(prefix).parent, needed=needed)
+            ) from error
         if error is not None:
             first = str(error).strip().splitlines()[0] if str(error).strip() else ""
             raise CheckpointWriteError(

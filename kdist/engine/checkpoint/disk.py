@@ -1,0 +1,75 @@
+"""A full disk named as one, not as TensorFlow's `ResourceExhaustedError`.
+
+TensorFlow turns `ENOSPC` into `ResourceExhaustedError`, and inside a traced write its
+message starts "Graph execution error:", so a checkpoint that did not fit on the disk
+read as a memory or graph problem. `is_disk_full` finds the cause in the error (or the
+errors it was raised from); `disk_full_message` says which folder's disk is full, how
+much is free there, and about how much the save needed.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+import shutil
+from pathlib import Path
+
+__all__ = ["NO_SPACE", "disk_full_message", "is_disk_full"]
+
+# What the C library says for a full disk and a full quota, in TensorFlow's messages.
+NO_SPACE = ("No space left on device", "Disk quota exceeded")
+_FILE = re.compile(r"([^\s;'\"]+); (?:" + "|".join(NO_SPACE) + ")")
+
+
+def _chain(error: BaseException | None) -> list[BaseException]:
+    seen: list[BaseException] = []
+    while error is not None and error not in seen:
+        seen.append(error)
+        error = error.__cause__ or error.__context__
+    return seen
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether `error` (or one it was raised from) is a full disk or quota."""
+    for cause in _chain(error):
+        if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if any(text in str(cause) for text in NO_SPACE):
+            return True
+    return False
+
+
+def _size(count: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
+        count /= 1024  # type: ignore[assignment]
+    raise AssertionError("unreachable")
+
+
+def disk_full_message(error: BaseException, folder: Path, *, needed: int | None) -> str:
+    """One line: the disk of `folder` is full, what was written, free and needed bytes.
+
+    Args:
+        error: the write's error (`is_disk_full`).
+        folder: where the save was written.
+        needed: about how many bytes the save writes; `None` when not known.
+    """
+    written = next((m.group(1) for c in _chain(error) if (m := _FILE.search(str(c)))), None)
+    if written is None:
+        written = next(
+            (c.filename for c in _chain(error) if isinstance(c, OSError) and c.filename),
+            None,
+        )
+    where = Path(folder)
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        free = f"{_size(shutil.disk_usage(where).free)} free there"
+    except OSError:
+        free = "free space unknown"
+    text = f"the disk holding {folder} is full (no space left writing {written or 'a file'}"
+    text += f"; {free}"
+    if needed is not None:
+        text += f", the save needs about {_size(needed)}"
+    return text + "); free some space or give the run another folder (hydra.run.dir)"
