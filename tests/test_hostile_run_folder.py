@@ -128,6 +128,19 @@ def test_json_and_csv_files_of_a_run_folder_are_read_within_a_limit(tmp_path):
     assert fileio.read_json(metrics)["steps"] == 20
 
 
+def test_the_json_files_of_sweeps_and_searches_are_read_within_the_limit(tmp_path, monkeypatch):
+    from kdist.runs import sweep
+    from kdist.tuning import results
+
+    record = tmp_path / results.RECORD
+    record.write_text(json.dumps({"steps": 20, "pad": "x" * 2000}))
+    assert sweep._read_json(record)["steps"] == 20
+    assert results.read_record(tmp_path)["steps"] == 20
+    monkeypatch.setattr(fileio, "MAX_READ_BYTES", 1000)
+    assert sweep._read_json(record) == {}  # as an unreadable file: nothing read past 1000
+    assert results.read_record(tmp_path) == {}
+
+
 # -- case 3: a damaged checkpoint state file -------------------------------------------------
 
 STATE_FILES = {"random": bytes(range(256))[::-1] * 2, "empty": b""}

@@ -34,7 +34,7 @@ from omegaconf import DictConfig
 
 from kdist.compat.tools_private import job_return_value
 from kdist.config.yaml_limits import load_yaml
-from kdist.runs.fileio import write_csv_atomic, write_text_atomic
+from kdist.runs.fileio import read_text_limited, write_csv_atomic, write_text_atomic
 from kdist.runs.layout import METRICS, SUMMARY, TENSORBOARD
 from kdist.runs.sweep_board import sweep_board
 
@@ -112,7 +112,7 @@ def _metrics_columns(metrics: Mapping[str, Any]) -> dict[str, Any]:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        return dict(json.loads(path.read_text()))
+        return dict(json.loads(read_text_limited(path)))  # bounded: a planted file
     except (OSError, ValueError):
         return {}
 

@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 from kdist.config.errors import ConfigError
 from kdist.config.yaml_limits import load_yaml
-from kdist.runs.fileio import write_csv_atomic, write_text_atomic
+from kdist.runs.fileio import read_text_limited, write_csv_atomic, write_text_atomic
 from kdist.runs.sweep import plot_table
 from kdist.tuning import search_settings
 from kdist.tuning.oracles import TrialStatus, reason
@@ -53,7 +53,7 @@ def write_record(trial_dir: Path, record: Mapping[str, Any]) -> None:
 def read_record(trial_dir: Path) -> dict[str, Any]:
     """A trial's `result.json`, or `{}` when it has none (yet)."""
     try:
-        return dict(json.loads((trial_dir / RECORD).read_text()))
+        return dict(json.loads(read_text_limited(trial_dir / RECORD)))  # bounded
     except (OSError, ValueError):
         return {}
 
