@@ -27,6 +27,7 @@ __all__ = [
     "fit",
     "models",
     "quiet_tensorflow",
+    "tune",
 ]
 
 _LAZY = {
@@ -36,6 +37,10 @@ _LAZY = {
     "data": ("kdist.data", None),
     "fit": ("kdist.quickfit", "fit"),
     "models": ("kdist.models", None),
+    # `kdist.tune.best_config(...)` and `kdist.tune.search(...)` after `import kdist` alone,
+    # as the docs show; `kdist.tune` imports Hydra but not TensorFlow. Named here only (not
+    # imported for type checkers): the command sits a layer above the package.
+    "tune": ("kdist.tune", None),
 }
 
 

@@ -27,6 +27,7 @@ import difflib
 import importlib
 import io
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -90,6 +91,8 @@ COMMANDS: dict[str, Command] = {
 }
 
 _SHELL_COMPLETION = ("-sc", "--shell-completion")
+# `kdist help <command>`: that command's `--help`; `kdist help`: the overview.
+HELP = "help"
 
 
 def prepare_command() -> None:
@@ -216,7 +219,8 @@ def usage() -> str:
         "  -h, --help     show this message",
         "  -V, --version  show kdist's, TensorFlow's and Keras's versions",
         "",
-        f"`{PROG} <command> --help` shows a command's own help. Examples:",
+        f"`{PROG} help <command>` (or `{PROG} <command> --help`) shows a command's own help. "
+        "Examples:",
         f"  {PROG} train model=cnn strategy=mirrored runtime.logical_devices=2 trainer.epochs=3",
         f"  {PROG} train -m optimizer.learning_rate=1e-3,3e-3",
         f"  {PROG} launch --workers 2 -- strategy=multi_worker_mirrored",
@@ -261,13 +265,31 @@ def _complete(args: Sequence[str]) -> None:
     words = line.split()
     if len(words) < 2 or (len(words) == 2 and not line.endswith(" ")):
         prefix = words[1] if len(words) == 2 else ""
-        print(" ".join(name for name in COMMANDS if name.startswith(prefix)))
+        print(" ".join(name for name in (*COMMANDS, HELP) if name.startswith(prefix)))
+        return
+    if words[1] == HELP:
+        print(" ".join(COMMANDS) if len(words) < 4 else "")
         return
     command = COMMANDS.get(words[1])
-    if command is None or not command.hydra:
+    if command is None:
         print("")  # the shell falls back to file names
         return
+    typing = "" if line.endswith(" ") else words[-1]
+    if not command.hydra:
+        # `kdist launch --wo`: the flags its `--help` lists; else the shell's file names.
+        flags = _flags(words[1]) if typing.startswith("-") else []
+        print(" ".join(flag for flag in flags if flag.startswith(typing)))
+        return
     _query(words[1], args)
+
+
+def _flags(name: str) -> list[str]:
+    """The `--flags` that `kdist <name> --help` lists, in order, for completion."""
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text), contextlib.suppress(SystemExit):
+        _run(name, ["--help"])
+    found = re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", text.getvalue())
+    return list(dict.fromkeys(found))
 
 
 def _query(name: str, args: Sequence[str]) -> None:
@@ -310,9 +332,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(usage(), file=sys.stderr)
         raise SystemExit(EXIT_CONFIG_ERROR)
     first, rest = args[0], args[1:]
-    if first in ("-h", "--help"):
+    if first in ("-h", "--help") or (first == HELP and not rest):
         print(usage())
         raise SystemExit(EXIT_OK)
+    if first == HELP:
+        # `kdist help train` is `kdist train --help`.
+        if rest[0] not in COMMANDS:
+            print(_unknown(rest[0]), file=sys.stderr)
+            raise SystemExit(EXIT_CONFIG_ERROR)
+        first, rest = rest[0], ["--help"]
     if first in ("-V", "--version"):
         print(version_text())
         raise SystemExit(EXIT_OK)

@@ -143,7 +143,10 @@ def check_choices(overrides: Sequence[str]) -> None:
         ConfigError: naming the group, the value and the valid options.
     """
     from kdist.config.errors import ConfigError
+    from kdist.config.override_checks import check_override_text
 
+    # Before Hydra's grammar reads them: a full-width digit, a 100,000-digit number.
+    check_override_text(overrides)
     for override in overrides:
         key, sep, value = override.partition("=")
         group = key.lstrip("+~").removeprefix("override ").strip()

@@ -23,11 +23,14 @@ from kdist.config.errors import ConfigError
 __all__ = [
     "available_memory",
     "check_batch_memory",
+    "check_class_ids",
     "check_features",
     "check_finite",
     "check_label_range",
     "check_lengths",
+    "check_rows",
     "element_bytes",
+    "is_one_hot",
 ]
 
 
@@ -42,6 +45,72 @@ def check_lengths(key: str, x: np.ndarray, y: np.ndarray, *, what: str = "") -> 
             key,
             f"has {len(x)} feature rows but {len(y)} labels{what}",
             hint="both arrays need one entry per example",
+        )
+
+
+def check_rows(key: str, path: str, x: np.ndarray, *, name: str = "x") -> None:
+    """Raise `ConfigError`, naming the file, unless its array `name` holds examples.
+
+    An empty file would otherwise be blamed on the split (`validation_fraction` leaves no
+    training example) or fail inside TensorFlow.
+    """
+    if x.ndim == 0:
+        raise ConfigError(
+            key,
+            f"array {name!r} is a single value, not one row per example",
+            value=path,
+            hint="save an array with one row per example",
+        )
+    if len(x) == 0:
+        raise ConfigError(
+            key,
+            f"is empty: its array {name!r} has 0 rows (examples)",
+            value=path,
+            hint="write the examples into it, or name another file",
+        )
+
+
+def is_one_hot(y: np.ndarray) -> bool:
+    """Whether `y` is one-hot rows: 2-D, 2 or more columns, each row 0s and a single 1."""
+    if y.ndim != 2 or y.shape[-1] < 2 or y.dtype.kind not in "biuf" or len(y) == 0:
+        return False
+    return bool(np.isin(y, (0, 1)).all() and (y.sum(axis=-1) == 1).all())
+
+
+def check_class_ids(key: str, targets: np.ndarray, *, loss: str, from_logits: bool) -> None:
+    """Raise `ConfigError`, naming the loss `key`, unless a sparse loss's targets are ids.
+
+    Args:
+        key: the loss's key (`trainer.loss`, or the model's own compile).
+        targets: the training targets.
+        loss: the loss's name, shown as the value.
+        from_logits: whether the loss takes logits, for the categorical loss advised in
+            its place for one-hot rows.
+    """
+    if is_one_hot(targets):
+        if key != "trainer.loss":
+            fix = "compile the model with loss='categorical_crossentropy'"
+        elif from_logits:
+            fix = (
+                "use 'trainer.loss={_target_: keras.losses.CategoricalCrossentropy, "
+                "from_logits: true}'"
+            )
+        else:
+            fix = "use trainer.loss=categorical_crossentropy"
+        raise ConfigError(
+            key,
+            f"takes integer class ids, but the targets are one-hot rows "
+            f"({targets.shape[-1]} columns)",
+            value=loss,
+            hint=f"{fix} for one-hot targets, or give class ids (numpy.argmax(y, axis=-1))",
+        )
+    if not np.issubdtype(targets.dtype, np.integer):
+        raise ConfigError(
+            key,
+            f"needs integer class ids, but the targets are {targets.dtype}",
+            value=loss,
+            hint="for float targets use a regression loss, e.g. trainer.loss=mse "
+            "trainer.metrics=[mae]",
         )
 
 

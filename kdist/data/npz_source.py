@@ -9,7 +9,13 @@ import numpy as np
 import tensorflow as tf
 
 from kdist.config.errors import ConfigError
-from kdist.data.checks import check_features, check_finite, check_label_range, check_lengths
+from kdist.data.checks import (
+    check_features,
+    check_finite,
+    check_label_range,
+    check_lengths,
+    check_rows,
+)
 from kdist.data.files import existing_path, model_array, split_indices
 from kdist.data.source import ArraySource
 
@@ -25,6 +31,13 @@ def load_arrays(key: str, path: str, names: tuple[str, ...]) -> list[np.ndarray]
     found = existing_path(key, path)
     try:
         with np.load(found, allow_pickle=False) as archive:
+            if not archive.files:
+                raise ConfigError(
+                    key,
+                    "is empty: it holds no arrays",
+                    value=path,
+                    hint=f"save {', '.join(map(repr, names))} in it (numpy.savez)",
+                )
             missing = [name for name in names if name not in archive.files]
             if missing:
                 raise ConfigError(
@@ -117,6 +130,7 @@ def npz(
 
     def read(key: str, where: str, x_names: tuple[str, ...], y_names: tuple[str, ...]) -> Any:
         arrays = load_arrays(key, where, (*x_names, *y_names, *ws))
+        check_rows(key, where, arrays[0], name=x_names[0])
         _check_arrays(key, arrays, (*x_names, *y_names, *ws), features=len(x_names))
         x = _structure(x_key, x_names, arrays[: len(x_names)])
         y = _structure(y_key, y_names, arrays[len(x_names) : len(x_names) + len(y_names)])

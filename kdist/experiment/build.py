@@ -15,7 +15,7 @@ from kdist.compat.keras_private import distribute_strategy, flatten_layers, outp
 from kdist.config import compile_rules
 from kdist.config.errors import ConfigError
 from kdist.config.sync import sync_settings
-from kdist.data.checks import check_label_range
+from kdist.data.checks import check_class_ids, check_label_range
 from kdist.data.pipeline import run_dataset_fn
 from kdist.data.source import ArraySource, Source
 from kdist.engine import Runner, Schedule, build_for_training, make_runner
@@ -66,15 +66,8 @@ def check_targets(
     arrays = source.arrays("train")
     if len(arrays) < 2 or not isinstance(arrays[1], np.ndarray):
         return  # no targets (a model with its own train_step), or one per output
-    targets = arrays[1]
-    if not np.issubdtype(targets.dtype, np.integer):
-        raise ConfigError(
-            key,
-            f"needs integer class ids, but the targets are {targets.dtype}",
-            value=compile_rules.loss_names(loss)[0],
-            hint="for float targets use a regression loss, e.g. trainer.loss=mse "
-            "trainer.metrics=[mae]",
-        )
+    name = compile_rules.loss_names(loss)[0]
+    check_class_ids(key, arrays[1], loss=name, from_logits=compiling.takes_logits(loss))
     # Class ids the model has no output for fail late, inside TensorFlow.
     classes = num_classes or source.num_classes
     for split in ("train", "validation"):
@@ -260,6 +253,7 @@ def compiled_model(
             log.info("keeping %s's own compile (loss, metrics, optimizer)", model.name)
             return model
         compile_rules.check_output_names(model, cfg.trainer)
+        compiling.check_logits(model, cfg.trainer.get("loss"))
         model.compile(
             optimizer=optimizers.build(
                 cfg.optimizer,

@@ -14,7 +14,10 @@ from omegaconf import OmegaConf
 from kdist.config.compile_rules import DEFAULT_LOSS, default_metrics, plain
 from kdist.config.errors import ConfigError
 
-__all__ = ["build_loss", "build_loss_weights", "build_metrics"]
+__all__ = ["build_loss", "build_loss_weights", "build_metrics", "check_logits", "takes_logits"]
+
+# Output activations after which the model's outputs are probabilities, not logits.
+_PROBABILITY_ACTIVATIONS = ("softmax", "sigmoid")
 
 
 def _build_one(key: str, node: Any, kind: str) -> Any:
@@ -95,3 +98,70 @@ def build_loss_weights(weights: Any) -> Any:
     if isinstance(weights, list):
         return [float(value) for value in weights]
     return weights
+
+
+def takes_logits(loss: Any) -> bool:
+    """Whether `trainer.loss` (one loss, in its config forms) takes logits (`from_logits`).
+
+    Args:
+        loss: the `trainer.loss` node; `None` is kdist's default loss, which takes logits.
+
+    Returns:
+        `True` for the default loss and a `_target_` node with `from_logits: true`;
+        `False` for a Keras name (Keras's string losses take probabilities) and others.
+    """
+    loss = plain(loss)
+    if loss is None:
+        loss = DEFAULT_LOSS
+    return isinstance(loss, Mapping) and bool(loss.get("from_logits", False))
+
+
+def check_logits(model: Any, loss: Any, *, key: str = "trainer.loss") -> None:
+    """Refuse a loss that takes logits for a model whose one output is a softmax or sigmoid.
+
+    Keras only warns, at every trace ("received `from_logits=True`, but the `output`
+    argument was produced by a Softmax activation"), and whether its loss then reads the
+    logits under the activation depends on the backend and on a cast between them (mixed
+    precision): the loss may be taken of probabilities as if they were logits.
+
+    Args:
+        model: the model kdist is about to compile.
+        loss: the `trainer.loss` node.
+        key: the config key to name. Defaults to `"trainer.loss"`.
+
+    Raises:
+        ConfigError: naming `key`, the output layer and its activation.
+    """
+    import keras
+
+    if not takes_logits(loss):
+        return
+    outputs = getattr(model, "outputs", None)  # a subclassed model has none: not checked
+    if not outputs or len(outputs) != 1:
+        return
+    layers = [layer for layer in model.layers if _output_of(layer) is outputs[0]]
+    if not layers:
+        return
+    layer = layers[0]
+    if isinstance(layer, keras.layers.Softmax):
+        activation = "softmax"
+    else:
+        activation = getattr(getattr(layer, "activation", None), "__name__", "")
+    if activation not in _PROBABILITY_ACTIVATIONS:
+        return
+    shown = "the default loss" if plain(loss) is None else "it"
+    raise ConfigError(
+        key,
+        f"{shown} takes logits (from_logits=True), but the model's output layer "
+        f"{layer.name!r} ends in {activation}, so its outputs are probabilities",
+        hint="set from_logits: false in trainer.loss (e.g. "
+        "trainer.loss=sparse_categorical_crossentropy, which takes probabilities), "
+        f"or give the output layer no {activation} (logits)",
+    )
+
+
+def _output_of(layer: Any) -> Any:
+    try:
+        return layer.output
+    except (AttributeError, ValueError):
+        return None  # a layer never called, or called more than once

@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 from kdist.config.errors import ConfigError
+from kdist.config.path_limits import check_path_length
 
 __all__ = [
     "BACKUP",
@@ -240,6 +241,7 @@ def check_run_dir(key: str, path: str | os.PathLike[str]) -> None:
             folder is not writable, or `path` is inside another run's own folders
             (`enclosing_run`).
     """
+    check_path_length(key, path)  # before the first stat: `File name too long`
     folder = Path(path).absolute()
     inside = enclosing_run(folder)
     if inside is not None:

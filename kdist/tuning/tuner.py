@@ -223,7 +223,11 @@ class KdistTuner(keras_tuner.Tuner):
                 raise kt_errors.FailedTrialError(str(error)) from error
             raise FatalConfigError(error) from None
         limit.check()
-        callbacks: list[keras.callbacks.Callback] = [keras.callbacks.TerminateOnNaN()]
+        # No `keras.callbacks.TerminateOnNaN`: kdist's own guard (`callbacks.nan_guard`)
+        # stops a diverging trial (FloatingPointError, below), and the final logs are
+        # checked for NaN; Keras's callback, a user's batch hook to kdist, only added a
+        # warning that it runs every `trainer.steps_per_execution` steps.
+        callbacks: list[keras.callbacks.Callback] = []
         if limit.seconds is not None:
             callbacks.append(StopAtDeadline(limit))
         heartbeat = None

@@ -1,0 +1,131 @@
+"""Override text Hydra cannot read, said in one line before Hydra parses it.
+
+Hydra's override grammar takes plain ASCII outside quotes. A character pasted from a web
+page or typed in another keyboard layout (a full-width digit U+FF13, an invisible
+zero-width space, a right-to-left override that reorders what the terminal shows) makes it
+fail with `LexerNoViableAltException`, which does not say which character is wrong; a
+whole number of 100,000 digits makes it fail on Python's limit on converting long
+integers. Each is named here: the character's code point and name, where it sits,
+and how to type the override plainly.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import unicodedata
+from collections.abc import Iterator, Sequence
+
+from kdist.config.errors import ConfigError
+
+__all__ = ["check_override_text", "describe_character"]
+
+# Unquoted whole numbers in a value: Hydra converts each with `int()`.
+_WHOLE_NUMBER = re.compile(r"(?<![\w.])[+-]?\d[\d_]*(?![\w.])")
+# Characters a terminal shows as nothing (format controls, unusual spaces).
+_INVISIBLE = ("Cf", "Cc", "Zs", "Zl", "Zp")
+
+
+def describe_character(char: str) -> str:
+    """`U+FF13 FULLWIDTH DIGIT THREE`: a character's code point and Unicode name."""
+    name = unicodedata.name(char, "") or f"({unicodedata.category(char)})"
+    return f"U+{ord(char):04X} {name}"
+
+
+def _unquoted(text: str) -> Iterator[tuple[int, str]]:
+    """The characters of `text` outside Hydra's quotes, with their index."""
+    quote = ""
+    escaped = False
+    for index, char in enumerate(text):
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = ""
+            continue
+        if char in "'\"":
+            quote = char
+            continue
+        yield index, char
+
+
+def _shown(text: str) -> str:
+    """`text` with each character a terminal would not show as itself as `\\uXXXX` (a
+    right-to-left override would reorder the rest of the line)."""
+    return "".join(
+        c if c.isprintable() else c.encode("ascii", "backslashreplace").decode() for c in text
+    )
+
+
+def _plain_form(char: str) -> str | None:
+    """The ASCII a character stands for (U+FF13 -> `3`), `""` for an invisible one, else None."""
+    if unicodedata.category(char) in _INVISIBLE and char not in "\u3000\u00a0":
+        return ""
+    form = unicodedata.normalize("NFKC", char)
+    return form if form.isascii() else None
+
+
+def _check_characters(override: str) -> None:
+    odd = [(index, char) for index, char in _unquoted(override) if not char.isascii()]
+    if not odd:
+        return
+    index, char = odd[0]
+    equals = override.find("=")
+    in_key = equals < 0 or index < equals
+    key = _shown(override[:equals] if equals >= 0 else override)
+    plain_form = _plain_form(char)
+    more = f" (and {len(odd) - 1} more such)" if len(odd) > 1 else ""
+    where = f"at character {index + 1} (in the {'key' if in_key else 'value'}){more}"
+    kind = "an invisible character" if plain_form == "" else "not plain ASCII"
+    problem = f"{describe_character(char)} {where} is {kind}; Hydra reads only ASCII outside quotes"
+    plain = "".join(c if c.isascii() else (_plain_form(c) or "") for c in override)
+    if all(c.isascii() or _plain_form(c) is not None for _, c in odd):
+        fix = f"type it plainly: {plain}"
+    else:
+        fix = "type it in ASCII"
+    if in_key:
+        fix += " (a key cannot be quoted)"
+    elif plain_form != "":
+        # Quoted, Hydra reads any character (a path named in another script, say).
+        value = override[equals + 1 :]
+        fix += f", or quote the value to keep the text as it is: '{key}=\"{_shown(value)}\"'"
+    if in_key:
+        raise ConfigError(key, problem, hint=fix)
+    raise ConfigError(key, problem, value=override[equals + 1 :], hint=fix)
+
+
+def _check_numbers(override: str) -> None:
+    key, equals, value = override.partition("=")
+    if not equals:
+        return
+    limit = sys.get_int_max_str_digits() or 0
+    outside = dict(_unquoted(value))
+    unquoted = "".join(outside.get(index, " ") for index in range(len(value)))
+    for match in _WHOLE_NUMBER.finditer(unquoted):
+        digits = sum(char.isdigit() for char in match.group())
+        if limit and digits > limit:
+            raise ConfigError(
+                key,
+                f"its value holds a whole number of {digits} digits; Python reads at most "
+                f"{limit} digits in a number, and no config key needs as many",
+                hint="give a smaller number (or quote it to pass it as text)",
+            )
+
+
+def check_override_text(overrides: Sequence[str]) -> None:
+    """Refuse override text that Hydra's grammar or Python's `int()` cannot read.
+
+    Args:
+        overrides: Hydra overrides, e.g. `["trainer.epochs=3"]`.
+
+    Raises:
+        ConfigError: for a character outside quotes that is not ASCII (a full-width digit,
+            a zero-width space, a right-to-left override), naming it by code point and
+            name and where it sits, with the override typed plainly; or for a whole number
+            longer than Python converts (`sys.get_int_max_str_digits()`), naming the key.
+    """
+    for override in overrides:
+        _check_characters(override)
+        _check_numbers(override)
