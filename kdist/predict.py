@@ -28,6 +28,7 @@ python -m kdist.predict run_dir=outputs/2026-11-21/10-00-00 input=new.npz output
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -81,7 +82,7 @@ def predict_run(
     # One owner per folder: writing into the run folder, it holds the folder's lock as
     # `kdist.train` does (refused while a run trains there; a run waits for it).
     owns = output_path is None
-    with run_lock.hold(run_dir, key="run_dir", enabled=owns):
+    with run_lock.hold(run_dir, key="run_dir", enabled=owns, read_only_hint=_READ_ONLY_HINT):
         return _predict_into(run_dir, cfg, split, input_path, output_path)
 
 
@@ -103,9 +104,32 @@ def _predict_into(
         if isinstance(predictions, Mapping)
         else {"predictions": predictions}
     )
-    with atomic_path(destination) as partial:
-        np.savez(partial, **arrays)
+    try:
+        with atomic_path(destination) as partial:
+            np.savez(partial, **arrays)
+    except PermissionError as error:  # EACCES, EPERM (a read-only or immutable folder)
+        raise _cannot_write(destination, output_path, error) from None
+    except OSError as error:
+        if error.errno != errno.EROFS:
+            raise
+        raise _cannot_write(destination, output_path, error) from None
     return destination
+
+
+def _cannot_write(destination: Path, output_path: str | None, error: OSError) -> ConfigError:
+    """One line for a destination that is read-only, naming the key that chose it."""
+    key, value = ("output", output_path) if output_path else ("run_dir", str(destination.parent))
+    return ConfigError(
+        key,
+        f"is read-only: {destination.name} cannot be written there "
+        f"({os.strerror(error.errno or 0)})",
+        value=value,
+        hint=_READ_ONLY_HINT if not output_path else "choose a writable output=PATH",
+    )
+
+
+# What to do with a run folder that cannot be written.
+_READ_ONLY_HINT = "copy the folder somewhere writable, or write elsewhere with output=PATH"
 
 
 def _check_shapes(model: Any, x: Any, path: str | None) -> None:

@@ -229,3 +229,95 @@ def test_a_command_line_run_refuses_a_folder_a_notebook_is_fitting(tmp_path: Pat
 
     exp.fit(callbacks=[_Look()])
     assert seen and f"(pid {os.getpid()} on " in seen[0]
+
+
+def _config_only_folder(run_dir: Path) -> Path:
+    """A run folder with its config and lock file: what predict and the sidecar read
+    before they take its lock."""
+    from omegaconf import OmegaConf
+
+    from kdist.config.compose import compose
+
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(compose([])))
+    (run_dir / ".lock").write_text("")
+    return run_dir
+
+
+def _make_read_only(folder: Path) -> None:
+    """chmod a-w; where that does not stop this process (root), the immutable attribute;
+    skipped where neither can (root without CAP_LINUX_IMMUTABLE)."""
+    import pytest
+
+    for path in [*folder.rglob("*"), folder]:
+        path.chmod(path.stat().st_mode & ~0o222)
+    try:
+        (folder / ".probe").touch()
+    except PermissionError:
+        return
+    (folder / ".probe").unlink()
+    made = subprocess.run(["chattr", "-R", "+i", str(folder)], capture_output=True, check=False)
+    if made.returncode != 0:
+        pytest.skip("running as root: chmod does not stop it and chattr +i is refused")
+
+
+def _make_writable(folder: Path) -> None:
+    subprocess.run(["chattr", "-R", "-i", str(folder)], capture_output=True, check=False)
+    for path in [folder, *folder.rglob("*")]:
+        path.chmod(path.stat().st_mode | 0o200)
+
+
+def test_predict_and_the_sidecar_on_a_read_only_folder_say_so_in_one_line(tmp_path, capsys):
+    """`kdist predict` and `kdist evaluate watch=true` on a read-only run folder failed with
+    an OSError traceback on the lock file."""
+    import pytest
+
+    from kdist import evaluate, predict
+
+    folder = _config_only_folder(tmp_path / "run")
+    before = _hashes(folder)
+    _make_read_only(folder)
+    try:
+        with pytest.raises(SystemExit) as raised:
+            predict.main([f"run_dir={folder}"])
+        assert raised.value.code == EXIT_CONFIG_ERROR
+        line = capsys.readouterr().err.strip()
+        assert line.startswith(f"kdist: config error: run_dir='{folder}': is read-only: ")
+        assert line.endswith(
+            "copy the folder somewhere writable, or write elsewhere with output=PATH"
+        )
+        with pytest.raises(SystemExit) as raised:
+            evaluate.main([f"run_dir={folder}", "watch=true", "timeout=60"])
+        assert raised.value.code == EXIT_CONFIG_ERROR
+        line = capsys.readouterr().err.strip()
+        assert line.startswith(f"kdist: config error: run_dir='{folder}': is read-only: .eval.lock")
+        assert line.endswith("copy the folder somewhere writable and give run_dir=<the copy>")
+    finally:
+        _make_writable(folder)
+    assert _hashes(folder) == before
+
+
+def test_a_lock_file_that_cannot_be_written_is_a_config_error(tmp_path, monkeypatch):
+    """The message path itself, wherever the test runs (root or not)."""
+    import errno
+
+    import pytest
+
+    from kdist.config.errors import ConfigError
+    from kdist.runs import lock
+
+    real_open = os.open
+
+    def refuse(path, flags, *args):
+        if str(path).endswith(".lock"):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(lock.os, "open", refuse)
+    with pytest.raises(ConfigError) as raised, lock.hold(tmp_path, key="run_dir"):
+        pass
+    assert str(raised.value) == (
+        f"run_dir='{tmp_path}': is read-only: .lock cannot be written there "
+        "(Read-only file system); copy the folder somewhere writable and give "
+        "run_dir=<the copy>"
+    )

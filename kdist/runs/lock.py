@@ -23,6 +23,7 @@ holds it already (`kdist train` around its `fit`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import functools
 import logging
@@ -127,6 +128,21 @@ def _link_error(run_dir: str | os.PathLike[str], key: str, name: str = LOCK_NAME
     )
 
 
+# A folder (or file system) this process may not write.
+_READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def _read_only(
+    run_dir: str | os.PathLike[str], key: str, name: str, error: OSError, hint: str | None
+) -> ConfigError:
+    return ConfigError(
+        key,
+        f"is read-only: {name} cannot be written there ({os.strerror(error.errno or 0)})",
+        value=str(run_dir),
+        hint=hint or f"copy the folder somewhere writable and give {key}=<the copy>",
+    )
+
+
 def _lock_exclusive(fd: int, *, seconds: float = 0.5) -> None:
     """`flock(LOCK_EX)` without blocking, retried for `seconds`: another run's `check_free`
     holds a shared lock for an instant, which must not read as "in use"."""
@@ -215,6 +231,7 @@ def hold(
     enabled: bool = True,
     kind: str = "run",
     name: str = LOCK_NAME,
+    read_only_hint: str | None = None,
 ) -> Iterator[None]:
     """Hold the run folder's lock for the duration of the block.
 
@@ -226,11 +243,13 @@ def hold(
         kind: the kind of owner: `"run"`, or `"search"`, which is recorded in the lock
             file for good (`recorded_kind`). Defaults to `"run"`.
         name: the lock file (`check_free`). Defaults to `LOCK_NAME`.
+        read_only_hint: what to do when the folder cannot be written (a read-only
+            folder or file system). Defaults to `None`: copy it, or choose another `key`.
 
     Raises:
         ConfigError: naming `key` and the holder's pid when another process holds it,
-            when `.lock` is a symbolic link, or when the folder belongs to another kind
-            of owner (a search's folder, for a run).
+            when `.lock` is a symbolic link, when the folder belongs to another kind
+            of owner (a search's folder, for a run), or when it is read-only.
         ValueError: for an unknown `kind`.
     """
     _check_kind(kind)
@@ -238,12 +257,14 @@ def hold(
         yield
         return
     folder = Path(run_dir)
-    folder.mkdir(parents=True, exist_ok=True)
     try:
+        folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(folder / name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    except OSError:
+    except OSError as error:
         if (folder / name).is_symlink():
             raise _link_error(run_dir, key, name) from None
+        if error.errno in _READ_ONLY:
+            raise _read_only(run_dir, key, name, error, read_only_hint) from None
         raise
     try:
         in_use = _in_use(folder, key, name)
