@@ -257,11 +257,11 @@ def _full_disk_write():
     return write
 
 
-def _says_disk_full(text: str, *folders: Path) -> None:
+def _says_disk_full(text: str, *folders: Path, needed: bool = True) -> None:
     assert "\n" not in text and "Graph execution error" not in text, text
     said = [f"the disk holding {f} is full (no space left writing /dev/full" for f in folders]
     assert any(s in text for s in said), text
-    assert "free there, the save needs about " in text, text
+    assert ("free there, the save needs about " in text) == needed, text
 
 
 def test_a_full_disk_at_an_asynchronous_save_says_so(tmp_path, monkeypatch):
@@ -302,6 +302,19 @@ def test_a_full_disk_at_a_synchronous_save_says_so(tmp_path, monkeypatch):
     with pytest.raises(CheckpointWriteError) as error:
         saver.save(3)
     _says_disk_full(str(error.value), tmp_path / "sync")
+
+
+@pytest.mark.parametrize("writer", ["atomic_path", "atomic_directory"])
+def test_a_full_disk_writing_the_runs_exports_says_so(tmp_path, writer):
+    import errno
+
+    # model.keras and saved_model/ are written through these; TensorFlow's ENOSPC inside.
+    with pytest.raises(OSError) as error, getattr(fileio, writer)(tmp_path / "model.keras"):
+        _full_disk_write()()
+    assert error.value.errno == errno.ENOSPC
+    assert error.value.filename == str(tmp_path / "model.keras")
+    _says_disk_full(str(error.value), tmp_path, needed=False)
+    assert list(tmp_path.iterdir()) == []  # nothing half-written left
 
 
 def test_a_full_disk_on_the_command_line_is_one_line_and_exit_6(tmp_path):

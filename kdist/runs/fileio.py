@@ -16,6 +16,7 @@ number is left out) instead of stopping the run.
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import os
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from kdist.config.errors import ConfigError
+from kdist.runs.disk_full import disk_full_error, is_disk_full
 
 __all__ = [
     "MAX_READ_BYTES",
@@ -45,6 +47,10 @@ __all__ = [
 # The most bytes kdist reads from a JSON or CSV file of a run folder: a run's history of
 # a million epochs is ~100 MiB.
 MAX_READ_BYTES = 128 * 2**20
+
+
+def _named_disk_full(error: BaseException) -> bool:
+    return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 class LinkError(OSError):
@@ -93,8 +99,12 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     try:
         yield partial
         os.replace(partial, path)
-    except BaseException:
+    except BaseException as error:
         partial.unlink(missing_ok=True)
+        if is_disk_full(error) and not _named_disk_full(error):
+            # TensorFlow's and h5py's full disk (`ResourceExhaustedError`, an `OSError`
+            # without its errno): said as one.
+            raise disk_full_error(error, path) from error
         raise
 
 
@@ -121,8 +131,10 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     shutil.rmtree(staging, ignore_errors=True)
     try:
         yield staging
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
+        if is_disk_full(error) and not _named_disk_full(error):
+            raise disk_full_error(error, path) from error
         raise
     shutil.rmtree(old, ignore_errors=True)
     if path.exists():

@@ -38,7 +38,6 @@ import tensorflow as tf
 
 from kdist.cluster import chief
 from kdist.engine.checkpoint.compatibility import enable_async_copies, supports_async
-from kdist.engine.checkpoint.disk import disk_full_message, is_disk_full
 from kdist.engine.checkpoint.files import TracedWrites
 from kdist.engine.checkpoint.finite import NonFiniteWeightsError, all_finite, non_finite_message
 from kdist.engine.checkpoint.writer import CheckpointWriteError, HostWriter, writer_for
@@ -46,6 +45,7 @@ from kdist.engine.state import (
     TrainingState,
     state_file_readable,
 )
+from kdist.runs.disk_full import disk_full_message, is_disk_full
 from kdist.runs.layout import clean_leftovers
 
 __all__ = ["PeriodicCheckpoint"]

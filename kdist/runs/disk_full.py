@@ -14,7 +14,7 @@ import re
 import shutil
 from pathlib import Path
 
-__all__ = ["NO_SPACE", "disk_full_message", "is_disk_full"]
+__all__ = ["NO_SPACE", "disk_full_error", "disk_full_message", "is_disk_full"]
 
 # What the C library says for a full disk and a full quota, in TensorFlow's messages.
 NO_SPACE = ("No space left on device", "Disk quota exceeded")
@@ -73,3 +73,11 @@ def disk_full_message(error: BaseException, folder: Path, *, needed: int | None)
     if needed is not None:
         text += f", the save needs about {_size(needed)}"
     return text + "); free some space or give the run another folder (hydra.run.dir)"
+
+
+def disk_full_error(error: BaseException, path: Path, *, needed: int | None = None) -> OSError:
+    """An `OSError` (`ENOSPC`) for a write of `path` that found the disk full, whose
+    message says so (`disk_full_message`): `kdist.train` stops with it in one line."""
+    return OSError(
+        errno.ENOSPC, disk_full_message(error, Path(path).parent, needed=needed), str(path)
+    )
