@@ -1,13 +1,15 @@
 """`python -m kdist.docs`: write the generated pages of `docs/`, the site's reference.
 
-Three kinds of page are generated, so they cannot drift from what they describe:
+Four kinds of page are generated, so they cannot drift from what they describe:
 
 - `docs/config/`: a page per config group, from `conf/` and the typed schemas in
   `kdist/config/schema.py` (the generator is `kdist.config.reference`);
 - `docs/troubleshooting.md`: kdist's exit statuses and the refusals a new user meets
   first, with the messages kdist prints (`kdist.pages.troubleshooting` runs them);
 - `docs/notebooks/`: each notebook of `recipes/notebooks/` executed, with its outputs and
-  plots (`kdist.pages.notebooks`; mkdocs-jupyter renders them), when run from a checkout.
+  plots (`kdist.pages.notebooks`; mkdocs-jupyter renders them), when run from a checkout;
+- `docs/figures/*.svg`: the path of a run, the sync modes, and charts of the measured
+  numbers of `benchmarks/results/` (`kdist.pages.figures`), when run from a checkout.
   An executed copy records the cells it was run from: a notebook is re-run only when its
   cells changed (`--rerun-notebooks` re-runs them all).
 
@@ -40,11 +42,13 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 
 
 def generate() -> dict[str, str]:
-    """Every generated Markdown page of `docs/`: relative path -> Markdown text."""
+    """Every generated page of `docs/`: relative path -> its text (Markdown, or SVG)."""
+    from kdist.pages.figures import figures
     from kdist.pages.troubleshooting import troubleshooting_page
 
     pages = reference.generate()
     pages["troubleshooting.md"] = troubleshooting_page()
+    pages.update(figures())
     return dict(sorted(pages.items()))
 
 
@@ -102,8 +106,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m kdist.docs",
         description=(
-            "Generate docs/config/, docs/troubleshooting.md and docs/notebooks/ from kdist's "
-            "configs, messages and notebooks."
+            "Generate docs/config/, docs/troubleshooting.md, docs/notebooks/ and "
+            "docs/figures/ from kdist's configs, messages, notebooks and benchmark results."
         ),
     )
     parser.add_argument(

@@ -208,3 +208,66 @@ def test_ten_refusals_with_what_kdist_prints(page: str):
 def test_bug_reports_ask_for_the_doctor(page: str):
     section = page[page.index("## Reporting a bug") :]
     assert "kdist doctor" in section and "--no-probes --json" in section
+
+
+# --- troubleshooting: clusters and machines (issue 52) ----------------------------------------
+
+
+def test_clusters_and_machines_have_a_section_each(page: str):
+    """Issue 52: the page covered configuration errors only."""
+    from kdist.pages import cluster_troubles
+
+    part = page[page.index("## Clusters and machines") : page.index("## Reporting a bug")]
+    headings = re.findall(r"^### (.+)$", part, flags=re.M)
+    for topic in ("TF_CONFIG", "waits for a worker", "port in use", "Out of memory", "full disk"):
+        assert any(topic in h for h in headings), (topic, headings)
+    assert any("worker died" in h for h in headings), headings
+    # Each section shows a command and what the user sees, then the cause and the fix.
+    for trouble in cluster_troubles.TROUBLES:
+        section = part[part.index(f"### {trouble.title}") :]
+        assert section.index("$ ") < section.index("**Cause:**") < section.index("**Fix:**")
+
+
+def test_tf_config_mistakes_show_what_kdist_prints(page: str):
+    from kdist.pages import cluster_troubles
+
+    assert len(cluster_troubles.TF_CONFIG_MISTAKES) >= 4
+    for _, text in cluster_troubles.TF_CONFIG_MISTAKES:
+        line = cluster_troubles.tf_config_message(text)
+        assert line.startswith("kdist: config error: TF_CONFIG: ") and "\n" not in line
+        assert f"    {line}\n" in page, line
+
+
+def test_a_tf_config_mistake_as_the_command_prints_it(tmp_path: Path, page: str):
+    """The page's line is what `kdist train` prints, in a fresh process (~2 s)."""
+    import os
+    import subprocess
+    import sys
+
+    from kdist.pages import cluster_troubles
+
+    _, text = cluster_troubles.TF_CONFIG_MISTAKES[1]
+    env = {**os.environ, "TF_CONFIG": text}
+    result = subprocess.run(
+        [sys.executable, "-m", "kdist.train", "strategy=multi_worker_mirrored"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == exit_codes.EXIT_CONFIG_ERROR, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert f"    {last}\n" in page, last
+
+
+def test_measured_messages_are_still_what_kdist_prints():
+    """The messages measured by running a case (a full disk, a worker that died) hold parts
+    that kdist prints: each is still in kdist's source."""
+    from kdist.pages import cluster_troubles
+
+    source = "\n".join(p.read_text() for p in (REPO / "kdist").rglob("*.py"))
+    fragments = [f for t in cluster_troubles.TROUBLES for f in t.printed_by]
+    assert len(fragments) >= 5
+    for fragment in fragments:
+        assert fragment in source, fragment
