@@ -96,8 +96,8 @@ TROUBLES: tuple[Trouble, ...] = (
         command='TF_CONFIG=\'{"cluster": {"worker": ["127.0.0.1:23461", '
         '"127.0.0.1:23462"]}, "task": {"type": "worker", "index": 0}}\' '
         "kdist train strategy=multi_worker_mirrored",
-        shown="(nothing: no line on the terminal, an empty train.log, for as long as we "
-        "waited, 10 minutes; Ctrl-C and SIGTERM did not stop it, `kill -9` did)",
+        shown="# nothing: no line on the terminal and an empty train.log for the 10 minutes\n"
+        "# we waited; Ctrl-C (SIGINT) and SIGTERM did not stop it, kill -9 did",
         cause="`multi_worker_mirrored` starts only when every task of `TF_CONFIG`'s "
         "`cluster` has connected (TensorFlow's coordination service); here worker 1 was "
         "never started. The same happens when a task's address is wrong or a firewall "
