@@ -1,7 +1,8 @@
 """The documentation site builds with `mkdocs build --strict`, serves every page, and fails
 on a broken link naming the page.
 
-Cost: ~4 s for the small builds; the whole site (~10 s on 2 cores) is in the slow suite.
+Cost: ~4 s for the small builds (~8 s for the one of the three notebook pages); the whole
+site (~10 s on 2 cores) is in the slow suite.
 """
 
 from __future__ import annotations
@@ -278,6 +279,11 @@ def test_the_whole_site(tmp_path: Path):
     assert "steps_per_execution" in fetched["guides/notebook.html"]
     reference = {p: text for p, text in fetched.items() if p.startswith("config/")}
     _check_reference_html(reference)
+    # No page shows MkDocs's admonition syntax as text (issue 52: the notebook pages did).
+    for page, text in fetched.items():
+        if page.endswith(".html"):
+            shown = html.unescape(re.sub(r"<[^>]+>", " ", text))
+            assert not re.search(r"!!! ?\w", shown), page
     # The notebooks' pages show what they printed and their plots (an inline PNG).
     for page in (p for p in expected if p.startswith("notebooks/")):
         assert "data:image/png;base64," in fetched[page], page
