@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO
 
 from kdist.cluster import remove_scratch
+from kdist.launcher.aftermath import after_a_trainer_failed, say_hidden
 from kdist.launcher.elastic import Decision, ElasticPolicy
 from kdist.launcher.sandbox import Guardian
 from kdist.launcher.tasks import (
@@ -44,7 +45,7 @@ from kdist.launcher.tasks import (
     stop,
     threads_per_worker,
 )
-from kdist.process.exit_codes import EXIT_RESTART
+from kdist.process.exit_codes import EXIT_INTERRUPTED, EXIT_RESTART
 from kdist.runs.layout import SAVE_FOLDERS, clean_leftovers
 
 __all__ = ["PS_LOSS_GRACE_SECONDS", "Launch", "Outcome", "Watch", "supervise"]
@@ -296,7 +297,8 @@ def supervise(launch: Launch, policy: ElasticPolicy, guardian: Guardian) -> int:
             return 0
         failed = outcome.failed
         assert failed is not None
-        say(f"{failed.name} exited with status {exit_status(outcome.status)}; stopped every task")
+        status = exit_status(outcome.status)
+        say(f"{failed.name} exited with status {status}{_why(outcome.status)}; stopped every task")
         if port_race(failed):
             if port_retries < _PORT_RETRIES:
                 port_retries += 1
@@ -348,8 +350,9 @@ def _start_and_watch(
             f"{share} intra-op thread(s) per worker: the cores shared out among the "
             f"workers (set {INTRA_OP_THREADS} to choose)"
         )
+    quiet = after_a_trainer_failed(tasks)
     try:
-        start(tasks, launch.output, launch.lock, guardian, launch.run_dir)
+        start(tasks, launch.output, launch.lock, guardian, launch.run_dir, quiet)
         outcome = Watch(
             tasks=tasks,
             say=launch.say,
@@ -363,7 +366,18 @@ def _start_and_watch(
         return outcome
     finally:
         stop(tasks, launch.grace_seconds)
+        say_hidden(tasks, launch.say)
         # A task killed before it could remove its scratch folders leaves them.
         for task in tasks:
             remove_scratch(launch.run_dir, task.role, task.index)
         guardian.clear()
+
+
+def _why(code: int) -> str:
+    """What an exit status says, where it is a signal: ` (SIGKILL)`, ` (Ctrl-C)`."""
+    if code == EXIT_INTERRUPTED:
+        return " (Ctrl-C)"
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f" ({signal.Signals(-code).name})"
+    return ""

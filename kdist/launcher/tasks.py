@@ -65,6 +65,8 @@ class Task:
     process: subprocess.Popen | None = None
     tail: deque = field(default_factory=lambda: deque(maxlen=40))
     reader: threading.Thread | None = None
+    # Lines kept out of the launch's output (`start`'s `quiet`); still in `tail`.
+    hidden: int = 0
 
     @property
     def name(self) -> str:
@@ -302,7 +304,9 @@ def plain(line: str) -> str:
     return _TERMINAL_CODES.sub("", line)
 
 
-def _pump(task: Task, output: IO[str], lock: threading.Lock) -> None:
+def _pump(
+    task: Task, output: IO[str], lock: threading.Lock, quiet: Callable[[Task, str], bool] | None
+) -> None:
     assert task.process is not None and task.process.stdout is not None
     # Text mode reads a carriage return as a line end: a redrawn bar arrives as lines.
     for raw in task.process.stdout:
@@ -311,17 +315,36 @@ def _pump(task: Task, output: IO[str], lock: threading.Lock) -> None:
         line = plain(text)
         if text and not line.strip():
             continue  # nothing but codes: what is left of a redraw
+        if quiet is not None and quiet(task, line):
+            task.hidden += 1
+            continue
         with lock:
             output.write(f"[{task.name}] {line}\n")
             output.flush()
 
 
 def start(
-    tasks: list[Task], output: IO[str], lock: threading.Lock, guardian: Guardian, run_dir: Path
+    tasks: list[Task],
+    output: IO[str],
+    lock: threading.Lock,
+    guardian: Guardian,
+    run_dir: Path,
+    quiet: Callable[[Task, str], bool] | None = None,
 ) -> None:
-    """Start every task, its output prefixed with its name on `output`."""
+    """Start every task, its output prefixed with its name on `output`.
+
+    Args:
+        tasks: the tasks of one start.
+        output: where their lines go.
+        lock: held while a line is written.
+        guardian: the sandbox that watches them.
+        run_dir: the run folder (their scratch folders are named after it).
+        quiet: whether a task's line is kept out of `output` (counted in its `hidden`).
+            Defaults to `None`: every line is shown.
+    """
     for task in tasks:
         task.tail.clear()
+        task.hidden = 0
         # Its own process group, so stopping a task also stops anything it started.
         task.process = start_in_own_group(
             task.command,
@@ -332,7 +355,7 @@ def start(
             preexec_fn=_pinned(guardian.preexec(), task.cores),
         )
         guardian.watch(task.process.pid, [scratch_prefix(run_dir, task.role, task.index)])
-        task.reader = threading.Thread(target=_pump, args=(task, output, lock), daemon=True)
+        task.reader = threading.Thread(target=_pump, args=(task, output, lock, quiet), daemon=True)
         task.reader.start()
         on = "" if task.cores is None else f" on cpus {_span(task.cores)}"
         with lock:
