@@ -22,6 +22,8 @@ __all__ = ["check_override_text", "describe_character"]
 
 # Unquoted whole numbers in a value: Hydra converts each with `int()`.
 _WHOLE_NUMBER = re.compile(r"(?<![\w.])[+-]?\d[\d_]*(?![\w.])")
+# Python's default limit on the digits `int()` converts (`sys.get_int_max_str_digits`).
+_DIGITS = 4300
 # Characters a terminal shows as nothing (format controls, unusual spaces).
 _INVISIBLE = ("Cf", "Cc", "Zs", "Zl", "Zp")
 
@@ -100,12 +102,13 @@ def _check_numbers(override: str) -> None:
     key, equals, value = override.partition("=")
     if not equals:
         return
-    limit = sys.get_int_max_str_digits() or 0
+    # Python 3.10 before 3.10.7 has no limit: the default of the later ones, for the same line.
+    limit = getattr(sys, "get_int_max_str_digits", lambda: _DIGITS)() or _DIGITS
     outside = dict(_unquoted(value))
     unquoted = "".join(outside.get(index, " ") for index in range(len(value)))
     for match in _WHOLE_NUMBER.finditer(unquoted):
         digits = sum(char.isdigit() for char in match.group())
-        if limit and digits > limit:
+        if digits > limit:
             raise ConfigError(
                 key,
                 f"its value holds a whole number of {digits} digits; Python reads at most "
