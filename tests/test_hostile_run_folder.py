@@ -352,3 +352,12 @@ def test_a_full_disk_on_the_command_line_is_one_line_and_exit_6(tmp_path):
     assert errors[0].startswith("kdist: write error: the disk holding "), errors[0]
     _says_disk_full(errors[0], run_dir / "backup", run_dir / "checkpoints")
     assert "Traceback" not in result.stderr
+
+
+def test_a_resume_trims_a_history_whose_epoch_cells_are_damaged(tmp_path):
+    from kdist.experiment.outputs import trim_history
+
+    history = tmp_path / "history.csv"
+    history.write_bytes(b"epoch,loss\n0,1.5\n\xff1,1.2\n2,1.0\n3,0.9\n")
+    trim_history(tmp_path, 2)  # the resumed run redoes epochs 2 and 3
+    assert [r["epoch"] for r in fileio.read_csv(history)] == ["0", "\ufffd1"]

@@ -122,6 +122,13 @@ def write(
     )
 
 
+def _epoch(row: dict[str, str]) -> float:
+    try:
+        return float(row.get("epoch") or "")
+    except ValueError:
+        return -1.0  # a damaged cell (read as U+FFFD): the row is kept as it is
+
+
 def trim_history(output_dir: Path, epoch: int) -> None:
     """Drop `history.csv` rows of epochs from `epoch` on: the resumed run redoes them.
 
@@ -130,6 +137,6 @@ def trim_history(output_dir: Path, epoch: int) -> None:
     """
     path = output_dir / layout.HISTORY
     rows = read_csv(path) if path.exists() else []
-    kept = [row for row in rows if int(row["epoch"]) < epoch]
+    kept = [row for row in rows if _epoch(row) < epoch]
     if len(kept) != len(rows):
         write_csv_atomic(path, kept, list(rows[0]))
