@@ -361,3 +361,14 @@ def test_a_resume_trims_a_history_whose_epoch_cells_are_damaged(tmp_path):
     history.write_bytes(b"epoch,loss\n0,1.5\n\xff1,1.2\n2,1.0\n3,0.9\n")
     trim_history(tmp_path, 2)  # the resumed run redoes epochs 2 and 3
     assert [r["epoch"] for r in fileio.read_csv(history)] == ["0", "\ufffd1"]
+
+
+@pytest.mark.parametrize("kind", sorted(STATE_FILES))
+def test_a_damaged_state_file_does_not_stop_the_residuals_check(tmp_path, kind):
+    from kdist.engine.state import holds_residuals
+
+    for folder in ("backup", "checkpoints"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "checkpoint").write_bytes(STATE_FILES[kind])
+    # Unreadable: the restore says what is wrong, or falls back (as for a damaged save).
+    assert holds_residuals(tmp_path / "backup", tmp_path / "checkpoints")

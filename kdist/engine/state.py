@@ -244,7 +244,10 @@ def holds_residuals(*folders: Path) -> bool:
     """Whether the newest checkpoint of the first folder holding one saved residuals
     (true when it cannot be read: the restore then says what is wrong)."""
     for folder in folders:
-        path = tf.train.latest_checkpoint(str(folder)) if folder.is_dir() else None
+        try:
+            path = tf.train.latest_checkpoint(str(folder)) if folder.is_dir() else None
+        except (UnicodeDecodeError, ValueError, tf.errors.OpError):
+            path = None  # an unreadable state file (random, empty): the saver sets it aside
         if path is None:
             continue
         try:
