@@ -275,6 +275,11 @@ def _complete(args: Sequence[str]) -> None:
         print("")  # the shell falls back to file names
         return
     typing = "" if line.endswith(" ") else words[-1]
+    if not command.hydra and "--" in (words if line.endswith(" ") else words[:-1])[2:]:
+        # `kdist launch --workers 2 -- strategy=mi`: after `--`, the training overrides.
+        os.environ["COMP_LINE"] = f"{PROG} train {line.split(' -- ', 1)[1]}"
+        _query("train", args)
+        return
     if not command.hydra:
         # `kdist launch --wo`: the flags its `--help` lists; else the shell's file names.
         flags = _flags(words[1]) if typing.startswith("-") else []

@@ -321,5 +321,7 @@ def test_launch_flags_complete(monkeypatch: pytest.MonkeyPatch, capsys):
     flags = answer("kdist launch --workers 2 --")
     assert {"--workers", "--ps", "--max-restarts", "--run-dir", "--no-isolation"} <= set(flags)
     assert answer("kdist launch ") == []  # not a flag: the shell's file names
+    # After `--`, the training overrides, as `kdist train` completes them.
+    assert answer("kdist launch --workers 2 -- strategy=mi") == ["strategy=mirrored"]
     assert answer("kdist he") == ["help"]
     assert answer("kdist help t") == list(command.COMMANDS)
