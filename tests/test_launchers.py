@@ -299,3 +299,23 @@ def test_train_help_shows_the_launchers(tmp_path: Path):
             timeout=120,
         )
         assert listed.returncode == 0 and "Launcher" in listed.stdout, listed.stderr[-2000:]
+
+
+def test_a_jobs_process_leaves_the_plot_to_the_sweeps_own(tmp_path: Path, monkeypatch):
+    """A launcher pickles the sweep's callback (after `on_multirun_start`) into each job's
+    process: that copy records the job's row but draws no plot (no matplotlib per job)."""
+    import pickle
+
+    sweep = tmp_path / "sweep"
+    run_dir, config = _config(sweep, 0, ["model=mlp"])
+    (run_dir / "metrics.json").write_text(
+        json.dumps({"objective": {"name": "val_loss", "direction": "min", "value": 0.25}})
+    )
+    callback = SummaryCallback()
+    callback.on_multirun_start(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
+    in_job = pickle.loads(pickle.dumps(callback))
+    callback._sweep_dir = None  # this process's exit writes nothing more
+    monkeypatch.setattr("os.getpid", lambda: -1)  # another process
+    in_job.on_job_end(config, JobReturn(status=JobStatus.COMPLETED, _return_value=0.25))
+    assert (sweep / "summary.csv").is_file() and (sweep / JOBS / "0.json").is_file()
+    assert not (sweep / "summary.png").exists()

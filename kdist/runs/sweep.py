@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -252,11 +253,14 @@ class SummaryCallback(Callback):
         self.filename = filename
         self._rows: dict[str, dict[str, Any]] = {}
         self._sweep_dir: Path | None = None
+        # The sweep's own process (a launcher pickles this object into the jobs' processes).
+        self._sweep_pid: int | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         # Hydra's sweepers raise a failed job's error once the jobs have returned, and
         # then skip `on_multirun_end`: the summary of every job is written at exit instead.
         self._sweep_dir = Path(str(config.hydra.sweep.dir))
+        self._sweep_pid = os.getpid()
         atexit.register(self._end_after_failure)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
@@ -285,9 +289,10 @@ class SummaryCallback(Callback):
         )
         self._rows[str(run_dir.resolve())] = row
         _record(sweep_dir, row)
-        # A launcher's worker process (no `on_multirun_start` here) leaves the plot to the
-        # sweep's own process: drawing it would import matplotlib in every worker.
-        self._write(sweep_dir, plot=self._sweep_dir is not None)
+        # A launcher's worker process leaves the plot to the sweep's own process: drawing it
+        # would import matplotlib in every worker (and log there while the table has no
+        # objective yet). Its copy of this object was pickled after `on_multirun_start`.
+        self._write(sweep_dir, plot=self._sweep_pid == os.getpid())
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self._sweep_dir = None
