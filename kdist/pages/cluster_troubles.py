@@ -135,7 +135,7 @@ TROUBLES: tuple[Trouble, ...] = (
         "# on a CPU machine the kernel's OOM killer ends the process; the shell prints\n"
         "Killed\n"
         "# (exit status 137); under kdist launch:\n"
-        "[launch] worker 0 exited with status 137; stopped every task",
+        "[launch] worker 0 exited with status 137 (SIGKILL); stopped every task",
         cause="A replica's share of the batch (`trainer.global_batch_size` divided by the "
         "replicas), the model's activations and the optimizer's state do not fit the "
         "device's memory. kdist does not catch this error: it is TensorFlow's traceback, "
@@ -168,7 +168,7 @@ TROUBLES: tuple[Trouble, ...] = (
         title="A cluster whose worker died",
         command="kdist launch --workers 2 -- strategy=multi_worker_mirrored   "
         "# then worker 1 is killed (kill -9, a lost machine)",
-        shown="[launch] worker 1 exited with status 137; stopped every task\n\n"
+        shown="[launch] worker 1 exited with status 137 (SIGKILL); stopped every task\n\n"
         "# without the launcher (Kubernetes, SLURM), the worker that is left prints:\n"
         + _WORKER_DIED_SURVIVOR,
         cause="A synchronous step needs every worker: when one is gone the others' "
