@@ -83,12 +83,14 @@ TF_CONFIG_MISTAKES: tuple[tuple[str, str], ...] = (
 )
 
 _WORKER_DIED_SURVIVOR = """\
-  File "kdist/engine/step.py", line 246, in run_train_steps
+Error executing job with overrides: ['strategy=multi_worker_mirrored']
+Traceback (most recent call last):
 ...
 tensorflow.python.framework.errors_impl.UnavailableError: Graph execution error:
 ...
 Collective ops is aborted by: recvmsg:Connection reset by peer
-The error could be from a previous operation. Restart your program to reset."""
+The error could be from a previous operation. Restart your program to reset.
+\t [[{{node while/adam/CollectiveReduceV2}}]] [Op:__inference_train_function_...]"""
 
 TROUBLES: tuple[Trouble, ...] = (
     Trouble(
@@ -169,8 +171,8 @@ TROUBLES: tuple[Trouble, ...] = (
         command="kdist launch --workers 2 -- strategy=multi_worker_mirrored   "
         "# then worker 1 is killed (kill -9, a lost machine)",
         shown="[launch] worker 1 exited with status 137 (SIGKILL); stopped every task\n\n"
-        "# without the launcher (Kubernetes, SLURM), the worker that is left prints:\n"
-        + _WORKER_DIED_SURVIVOR,
+        "# without the launcher (Kubernetes, SLURM), the worker that is left ends with "
+        "exit status 1 after:\n" + _WORKER_DIED_SURVIVOR,
         cause="A synchronous step needs every worker: when one is gone the others' "
         "all-reduce fails (at once when its process died on a reachable machine, after "
         "about 10 s of missed heartbeats when the machine vanished) and they exit with "
