@@ -119,8 +119,10 @@ def writable_dir(run_dir: str | Path, strategy: Any = None) -> Path:
     Remove the temporary one with `cleanup_dir`.
     """
     if is_chief(strategy):
+        from kdist.config.path_limits import check_path_length
         from kdist.runs.layout import check_run_dir
 
+        check_path_length("run_dir", run_dir)  # `is_dir` raises for a name too long
         path = Path(run_dir)
         if not path.is_dir():
             # A file, a folder it cannot create, or one inside another run's checkpoints/:
