@@ -130,6 +130,12 @@ def test_a_run_folder_name_over_the_file_systems_limit_is_refused(tmp_path: Path
     assert str(caught.value).startswith("hydra.run.dir: its part 'aaaaaaaaaaaa...aaaaaaaa' is")
 
 
+def test_a_sweep_folder_over_the_file_systems_limit_is_one_line(tmp_path: Path):
+    long = tmp_path / ("a" * 300)
+    line = _one_line(_kdist("train", "-m", "trainer.epochs=1,2", f"hydra.sweep.dir={long}"))
+    assert "hydra.sweep.dir: its part 'aaaaaaaaaaaa...aaaaaaaa' is 300 bytes long" in line
+
+
 def test_a_notebook_run_dir_over_the_file_systems_limit_is_refused(tmp_path: Path):
     cfg = compose(["callbacks=minimal"])
     with pytest.raises(ConfigError, match=r"^run_dir: its part 'aaaaaaaaaaaa\.\.\.aaaaaaaa'"):

@@ -17,11 +17,14 @@ import unicodedata
 from collections.abc import Iterator, Sequence
 
 from kdist.config.errors import ConfigError
+from kdist.config.path_limits import check_path_length
 
 __all__ = ["check_override_text", "describe_character"]
 
 # Unquoted whole numbers in a value: Hydra converts each with `int()`.
 _WHOLE_NUMBER = re.compile(r"(?<![\w.])[+-]?\d[\d_]*(?![\w.])")
+# Hydra's folders: one named too long fails in Hydra (a traceback) before kdist checks it.
+_FOLDER_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
 # Python's default limit on the digits `int()` converts (`sys.get_int_max_str_digits`).
 _DIGITS = 4300
 # Characters a terminal shows as nothing (format controls, unusual spaces).
@@ -117,6 +120,14 @@ def _check_numbers(override: str) -> None:
             )
 
 
+def _check_folders(override: str) -> None:
+    key, equals, value = override.partition("=")
+    key = key.lstrip("+")
+    if not equals or key not in _FOLDER_KEYS or "${" in value or "," in value:
+        return  # an interpolation (`${now:...}`) or a sweep: known once composed
+    check_path_length(key, value.strip("'\""))
+
+
 def check_override_text(overrides: Sequence[str]) -> None:
     """Refuse override text that Hydra's grammar or Python's `int()` cannot read.
 
@@ -127,8 +138,11 @@ def check_override_text(overrides: Sequence[str]) -> None:
         ConfigError: for a character outside quotes that is not ASCII (a full-width digit,
             a zero-width space, a right-to-left override), naming it by code point and
             name and where it sits, with the override typed plainly; or for a whole number
-            longer than Python converts (`sys.get_int_max_str_digits()`), naming the key.
+            longer than Python converts (`sys.get_int_max_str_digits()`), naming the key;
+            or for `hydra.run.dir`/`hydra.sweep.dir` over the file system's limits
+            (`kdist.config.path_limits`).
     """
     for override in overrides:
         _check_characters(override)
         _check_numbers(override)
+        _check_folders(override)
