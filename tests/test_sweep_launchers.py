@@ -186,3 +186,44 @@ def test_a_job_is_named_by_what_the_sweep_varies(tmp_path: Path):
     assert link_job_board(sweep, sweep / "1", "model=cnn") == link  # made once
     (sweep / "2" / "tensorboard").mkdir(parents=True)
     assert link_job_board(sweep, sweep / "2", "model=cnn").name == "model=cnn (2)"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")  # a zombie has ended (its new parent may never reap it)
+
+
+def test_a_jobs_process_ends_when_the_commands_process_is_killed():
+    """A joblib worker outlived a command killed by the system; the watchdog ends it."""
+    import subprocess
+    import sys
+    import time
+
+    job = (
+        "import time; from kdist.runs.job_output import end_with_parent; "
+        "end_with_parent(poll=0.1, grace=5); print('ready', flush=True); time.sleep(120)"
+    )
+    command = (
+        "import subprocess, sys, time; "
+        f"child = subprocess.Popen([sys.executable, '-c', {job!r}]); "
+        "print(child.pid, flush=True); time.sleep(120)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", command], stdout=subprocess.PIPE, text=True)
+    worker = int(parent.stdout.readline())
+    try:
+        assert parent.stdout.readline().strip() == "ready"
+        parent.kill()  # as the out-of-memory killer would
+        parent.wait(30)
+        deadline = time.monotonic() + 30
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(worker)
+    finally:
+        for pid in (worker, parent.pid):
+            if _alive(pid):
+                os.kill(pid, 9)
+        parent.stdout.close()
+        parent.wait(30)

@@ -8,7 +8,9 @@ job in another process:
 - joblib: the jobs' processes share the command's terminal. Each line a job writes (its
   Python output, its logs, TensorFlow's C++ lines) is prefixed with `[job <num>] `, as
   `kdist launch` prefixes its tasks' lines with `[worker <i>] `, and TensorFlow's start-up
-  lines are dropped as the basic launcher drops them.
+  lines are dropped as the basic launcher drops them. A job's process ends when the
+  command's process is gone (`end_with_parent`): killed by the system, it leaves no job
+  training on.
 - submitit: each job writes to its own files. The sweep says where they are when it starts
   (submitit's folder pattern) and, at its end, each job's file; TensorFlow's start-up lines
   are dropped there too.
@@ -21,8 +23,10 @@ import contextlib
 import json
 import os
 import re
+import signal
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,7 +37,7 @@ from omegaconf import DictConfig
 from kdist.process import quiet
 from kdist.runs.fileio import write_text_atomic
 
-__all__ = ["OUTPUT_RECORD", "JobOutputCallback", "LinePrefixer"]
+__all__ = ["OUTPUT_RECORD", "JobOutputCallback", "LinePrefixer", "end_with_parent"]
 
 # `<sweep>/.jobs/<num>.output`: where a submitit job's output went (read at the sweep's end).
 OUTPUT_RECORD = ".output"
@@ -138,6 +142,35 @@ class LinePrefixer:
                 os.write(out, b"".join(kept))
 
 
+_WATCHING: list[int] = []  # the parent a watchdog of this process watches (at most one)
+
+
+def end_with_parent(*, poll: float = 1.0, grace: float = 30.0) -> None:
+    """End this process once its parent is gone: SIGTERM, then SIGKILL after `grace` s.
+
+    A joblib worker runs its job on while the command that started it is killed (by the
+    out-of-memory killer, `kill -9`): its pipes close but the job trains on, an orphan.
+    SIGTERM lets kdist save a backup and stop (`kdist.callbacks.preemption`).
+
+    Args:
+        poll: seconds between looks at the parent. Defaults to `1.0`.
+        grace: seconds SIGTERM has before SIGKILL. Defaults to `30.0`.
+    """
+    parent = os.getppid()
+    if _WATCHING:
+        return
+    _WATCHING.append(parent)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="kdist-end-with-parent", daemon=True).start()
+
+
 class JobOutputCallback(Callback):
     """A Hydra callback for a job that another process runs (joblib's, submitit's launchers).
 
@@ -170,6 +203,7 @@ class JobOutputCallback(Callback):
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         kind = _kind(config)
         if kind == "joblib":
+            end_with_parent()
             self._prefixer = LinePrefixer(f"[job {config.hydra.job.num}] ")
             self._prefixer.start()
         elif kind == "submitit":
