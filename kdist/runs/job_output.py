@@ -105,9 +105,12 @@ class LinePrefixer:
             os.dup2(saved, fd)  # closes the pipe's last writer: its reader ends
         for reader in self._readers:
             reader.join(timeout)
-        for saved in self._saved.values():
-            with contextlib.suppress(OSError):
-                os.close(saved)
+        if not any(reader.is_alive() for reader in self._readers):
+            # A reader still running (a child process of the job holds the pipe) keeps
+            # its descriptor: closed, its number could be another file's.
+            for saved in self._saved.values():
+                with contextlib.suppress(OSError):
+                    os.close(saved)
         self._saved, self._readers = {}, []
 
     def _dropped(self, line: str) -> bool:
