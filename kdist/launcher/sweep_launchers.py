@@ -247,6 +247,9 @@ def sweep_launcher_overrides(argv: Sequence[str]) -> list[str]:
     if not args.multirun or args.help or args.hydra_help or args.info or args.shell_completion:
         return []
     shaping = [o for o in args.overrides if o.lstrip("+~").startswith(_HYDRA_PREFIXES)]
+    picks = any(o.lstrip("+~").startswith(_HYDRA_PREFIXES[:2]) for o in shaping)
+    if not picks and not (args.config_name or args.config_dir or args.config_path):
+        return []  # kdist's own config: the basic launcher, nothing to bound
     hydra_cfg = _hydra_config(shaping, args.config_name, args.config_dir, args.config_path)
     if hydra_cfg is None:
         return []
