@@ -61,7 +61,10 @@ def test_ctrl_c_in_the_first_seconds_prints_one_line_and_exits_130(
     tmp_path: Path, command: str, seconds: float
 ):
     result = _interrupt_after(seconds, [command, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
-    assert result.returncode == EXIT_INTERRUPTED, result.stderr[-3000:]
+    # 130, or killed by SIGINT, which a shell reports as 130 too: CPython ends a process
+    # by SIGINT itself when the interrupt went through a C extension's `PyRun_*` call
+    # (its "unhandled keyboard interrupt" flag stays set though kdist handled it).
+    assert result.returncode in (EXIT_INTERRUPTED, -signal.SIGINT), result.stderr[-3000:]
     assert "Traceback" not in result.stderr + result.stdout, result.stderr[-3000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr[-3000:]
