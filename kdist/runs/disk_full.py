@@ -40,11 +40,14 @@ def is_disk_full(error: BaseException) -> bool:
 
 
 def _size(count: int) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
-        count /= 1024  # type: ignore[assignment]
-    raise AssertionError("unreachable")
+    if count < 1024:
+        return f"{count} bytes"
+    value = float(count)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024 or unit == "GiB":
+            break
+    return f"{value:.1f} {unit}"
 
 
 def disk_full_message(error: BaseException, folder: Path, *, needed: int | None) -> str:
