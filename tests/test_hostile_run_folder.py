@@ -2,7 +2,9 @@
 
 Each file kdist reads back from a run folder is read within a limit, and a damaged one is
 refused in one line naming the file and what to do (or read with replacement where it is
-only informational). Cost: a few seconds each; nothing here needs more than ~40 MiB.
+only informational), and a full disk is named as one. Cost: the in-process cases take a
+second or two, the few that train `trainer=fast_dev` 5-10 s; the command line's full disk
+(a `kdist.train` subprocess, ~30 s) is `slow`. No case needs more than ~40 MiB of memory.
 """
 
 from __future__ import annotations
