@@ -324,7 +324,7 @@ def owns_run_dir(
     hold it already (`kdist train` holds it around `Experiment.fit`); it is released
     when the call returns or raises, so a later `fit` of the same object takes it again.
 
-    Raises (from the call):
+    Raises:
         ConfigError: naming `run_dir`, the folder and the owner's pid when another
             process (a `kdist train`, another notebook) holds the folder.
     """
