@@ -109,6 +109,7 @@ def test_a_refused_run_leaves_the_winners_new_train_log_alone(tmp_path: Path):
     assert result.returncode == EXIT_CONFIG_ERROR, result.stderr[-3000:]
     assert f"is in use by another kdist run (pid {owner_pid} on" in result.stderr
     assert (folder / "train.log").is_file(), "the refused run removed the winner's train.log"
+    assert (folder / "train.log").read_text() == ""  # nor wrote in it
 
 
 def _finished_folder(run_dir: Path) -> Path:
