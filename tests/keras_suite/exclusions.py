@@ -29,14 +29,18 @@ EXCLUDED_MESSAGES: list[tuple[str, str]] = [
 
 CAUSES: list[tuple[str, str]] = [
     (r"data\.source:", "evaluate/predict checked against the config's data"),
+    (
+        r"could not be deserialized|Error when deserializing|Could not locate function",
+        "rebuilt in the strategy's scope from its config: a class or loss Keras cannot "
+        "deserialize (not registered, no get_config)",
+    ),
     (r"NaN or infinite|NonFiniteLoss|is (nan|inf) after", "non-finite values: kdist's guard"),
     (r"num_batches|__len__|has no len", "PyDataset num_batches without __len__"),
     (r"steps_per_epoch|[Gg]enerator", "steps_per_epoch or a generator's end"),
-    (r"trainable", "no trainable weights"),
-    (r"Python objects|[Rr]agged", "ragged tensors"),
+    (r"expected 2, got 0|any trainable weights", "no trainable weights"),
+    (r"Python objects|[Rr]agged", "ragged tensors or None in x"),
     (r"F1Score|FBetaScore|only length-1|only 0-d|size-1", "non-scalar metric"),
-    (r"batch_size", "batch_size"),
-    (r"NoneType", "None in the data"),
+    (r"Mixing different tf\.distribute\.Strategy", "a model made under another strategy"),
     (r"\bsave\b|get_config|to_json", "saving the model"),
 ]
 

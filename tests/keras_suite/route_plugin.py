@@ -117,7 +117,23 @@ def _message(report: pytest.TestReport) -> str:
     return " | ".join(line.strip() for line in text.strip().splitlines()[:4])[:500]
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if OUT:
         with open(OUT, "w") as f:
             json.dump(_records, f, indent=1, sort_keys=True)
+    _exit["status"] = int(exitstatus)
+
+
+_exit: dict[str, int] = {}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """End the process once pytest has reported: a tf.data iterator left by a test can
+    hang the interpreter's exit (as `tests/conftest.py` says)."""
+    if "status" in _exit:
+        import sys
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_exit["status"])

@@ -264,7 +264,13 @@ def markdown(report: dict[str, Any], before: dict[str, Any] | None) -> str:
                 lines.append(f"- {cause}: 0 (before: {count})")
     lines += ["", "Excluded (`tests/keras_suite/exclusions.py`):", ""]
     lines += [f"- {reason}" for reason in report["comparison"]["exclusions"]] or ["- none"]
-    lines += ["", "Each routed failure and its message: the `.json` beside this file.", ""]
+    lines += ["", "## What remains: each routed failure, by cause", ""]
+    by_cause: dict[str, list[str]] = collections.defaultdict(list)
+    for nodeid, message in report["comparison"]["failures"].items():
+        by_cause[cause_of(message)].append(f"- `{nodeid}`: {message[:200]}")
+    for cause, items in sorted(by_cause.items(), key=lambda kv: -len(kv[1])):
+        lines += [f"### {cause} ({len(items)})", "", *items, ""]
+    lines += ["Each failure's message in full (500 characters): the `.json` beside this file.", ""]
     return "\n".join(lines)
 
 
@@ -279,17 +285,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overrides", default="")
     parser.add_argument("--write", default="", help="results name, e.g. keras-suite")
     parser.add_argument("--before", default="", help="a results .json to compare with")
+    parser.add_argument(
+        "--reuse-baseline",
+        action="store_true",
+        help="read Keras's own results of an earlier run (they do not depend on kdist)",
+    )
+    parser.add_argument(
+        "--reuse-routed", action="store_true", help="read the routed results of an earlier run"
+    )
     args = parser.parse_args(argv)
     version = keras_version()
     work = unpack(sdist(version), version, args.files)
-    baseline = run(work, args.files, route="", out=work / "baseline.json")
-    routed = run(
-        work,
-        args.files,
-        route=args.route,
-        out=work / f"routed-{args.route}.json",
-        overrides=args.overrides,
-    )
+    kept = work / "baseline.json"
+    if args.reuse_baseline and kept.exists():
+        baseline = json.loads(kept.read_text())
+    else:
+        baseline = run(work, args.files, route="", out=kept)
+    routed_out = work / f"routed-{args.route}.json"
+    if args.reuse_routed and routed_out.exists():
+        routed = json.loads(routed_out.read_text())
+    else:
+        routed = run(work, args.files, route=args.route, out=routed_out, overrides=args.overrides)
+
     report = {
         "keras": version,
         "route": args.route,
@@ -305,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         "comparison": compare(baseline, routed),
     }
     before = json.loads(Path(args.before).read_text()) if args.before else None
+    if before is not None:
+        report["before"] = before["comparison"]
     text = markdown(report, before)
     print(text)
     if args.write:
