@@ -8,6 +8,7 @@ a PyDataset under mirrored and the weights (~20 s).
 
 from __future__ import annotations
 
+import itertools
 import logging
 from pathlib import Path
 from unittest import mock
@@ -325,7 +326,12 @@ def test_other_bad_data_arguments(tmp_path: Path):
         (dict(x=X, y=Y[:10]), r"^y: has 10 examples, x has 192"),
         (dict(x=X, y=Y, validation_split=1.5), r"^validation_split=1.5: must be in \[0, 1\)"),
         (dict(x=dataset.batch(8), batch_size=16), r"^batch_size=16: must not be given"),
-        (dict(x=iter([(X, Y)])), r"^steps_per_epoch: is needed with a generator"),
+        # A generator without end and without steps_per_epoch (one with an end is read
+        # to its end, as Keras's fit runs it).
+        (
+            dict(x=(b for b in itertools.repeat((X[:4], Y[:4])))),
+            r"^steps_per_epoch: is needed with a generator of more than",
+        ),
         (dict(x=X, y=Y, validation_data=(XV,)), r"^validation_data=.*must be \(x_val, y_val\)"),
         (
             dict(x=X, y=Y, sample_weight=np.ones(len(X)), class_weight={0: 1.0}),

@@ -196,7 +196,9 @@ def build_run(
     resuming = controller.global_step > 0
     epoch_shift = int(getattr(controller, "run_epoch_shift", 0))
     run = RunCallbacks()
-    if node.nan_guard:
+    # Keras's `TerminateOnNaN` of the user's acts first, as in `fit`: the guard follows it.
+    terminates = any(isinstance(c, keras.callbacks.TerminateOnNaN) for c in extra)
+    if node.nan_guard and not terminates:
         run.callbacks.append(NonFiniteGuard())
     with strategy.scope():
         configured = build(
@@ -208,6 +210,8 @@ def build_run(
             epoch_shift=epoch_shift,
         )
     run.callbacks += configured + list(extra)
+    if node.nan_guard and terminates:
+        run.callbacks.append(NonFiniteGuard(after_terminate_on_nan=True))
     # `build` puts the `callbacks.extra` ones last: with the caller's, the user's callbacks.
     users = configured[len(configured) - len(node.extra or []) :] + list(extra)
     if is_chief:

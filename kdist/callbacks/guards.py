@@ -20,13 +20,21 @@ class NonFiniteGuard(keras.callbacks.Callback):
     it with an error (the train command exits with status 3). It runs before the
     checkpoint callbacks in the same hook, so the last backup keeps finite weights.
 
+    Placed after a user's `TerminateOnNaN` (`after_terminate_on_nan`), it lets that
+    callback act first, as in Keras's `fit`: one that stops training gracefully
+    (`raise_error=False`) ends the run without this error (the controller saves nothing
+    of that state).
+
     Args:
         monitor: the logged value to check. Defaults to `"loss"`.
+        after_terminate_on_nan: a user's `TerminateOnNaN` runs before this guard.
+            Defaults to `False`.
     """
 
-    def __init__(self, *, monitor: str = "loss"):
+    def __init__(self, *, monitor: str = "loss", after_terminate_on_nan: bool = False):
         super().__init__()
         self.monitor = monitor
+        self.after_terminate_on_nan = after_terminate_on_nan
         self.steps = 0
         self._epoch = 0
 
@@ -38,6 +46,8 @@ class NonFiniteGuard(keras.callbacks.Callback):
             return
         value = float(logs[self.monitor])
         if not math.isfinite(value):
+            if self.after_terminate_on_nan and self.model.stop_training:
+                return  # the user's TerminateOnNaN stopped training, as in Keras's fit
             raise NonFiniteLossError(
                 f"training {self.monitor} is {value} after step {self.steps}; stopped without "
                 "saving this state"

@@ -17,7 +17,13 @@ from kdist.compat.keras_private import (
 from kdist.engine.sharded import training_variables
 from kdist.modeling.lazy_optimizers import is_lazy, sparse_lookups
 
-__all__ = ["UnbuildableModel", "build_for_training", "optimizer_steps", "own_optimizers"]
+__all__ = [
+    "UnbuildableModel",
+    "build_for_evaluation",
+    "build_for_training",
+    "optimizer_steps",
+    "own_optimizers",
+]
 
 
 class UnbuildableModel(ValueError):
@@ -42,16 +48,7 @@ def build_for_training(model: keras.Model, element_spec: Any) -> None:
         element_spec: the training dataset's `element_spec`, `(x, y)` or
             `(x, y, sample_weight)` with a batch dimension.
     """
-    from kdist.engine.step import overrides
-
-    has_call = overrides(model, "call")
-    model_unbuilt = not all(layer.built for layer in flatten_layers(model))
-    if model_unbuilt:
-        if has_call:
-            x, _, _ = keras.utils.unpack_x_y_sample_weight(_symbolic(element_spec))
-            compute_output_spec(model, x, training=False)
-        else:  # keras.io's VAE, GAN, SimSiam: their own train_step calls their parts
-            _build_without_call(model, _symbolic(element_spec))
+    has_call = _build_model(model, element_spec)
     for other in own_optimizers(model):
         # A GAN's `compile(d_optimizer, g_optimizer, ...)`: the model does not say which
         # variables each updates, so each gets slots for all (it updates some). Built
@@ -69,6 +66,36 @@ def build_for_training(model: keras.Model, element_spec: Any) -> None:
         # with no `call` (keras.io's diffusion model) uses its compiled loss, if at all,
         # inside its own `train_step`, as `fit` on one device lets it.
         symbolic_build(model, _symbolic(element_spec))
+
+
+def build_for_evaluation(model: keras.Model, element_spec: Any) -> None:
+    """Build the model and its compiled losses and metrics from a spec, not its optimizer.
+
+    What Keras's `evaluate` does before its first batch (`Trainer._symbolic_build`) on a
+    model `fit` has not built: `evaluate` on data in hand needs no training data.
+    Call it inside `strategy.scope()`.
+
+    Args:
+        model: a compiled `keras.Model`.
+        element_spec: the batches' `element_spec`, `(x, y)` or `(x, y, sample_weight)`.
+    """
+    if _build_model(model, element_spec):
+        symbolic_build(model, _symbolic(element_spec))
+
+
+def _build_model(model: keras.Model, element_spec: Any) -> bool:
+    """Build `model`'s layers from the spec (if unbuilt); whether it has its own `call`."""
+    from kdist.engine.step import overrides
+
+    has_call = overrides(model, "call")
+    model_unbuilt = not all(layer.built for layer in flatten_layers(model))
+    if model_unbuilt:
+        if has_call:
+            x, _, _ = keras.utils.unpack_x_y_sample_weight(_symbolic(element_spec))
+            compute_output_spec(model, x, training=False)
+        else:  # keras.io's VAE, GAN, SimSiam: their own train_step calls their parts
+            _build_without_call(model, _symbolic(element_spec))
+    return has_call
 
 
 def own_optimizers(model: keras.Model) -> list[keras.optimizers.Optimizer]:
@@ -182,6 +209,10 @@ def rebuild_in_scope(model: keras.Model) -> keras.Model:
         The copy.
     """
     copy = keras.models.clone_model(model)
+    if type(copy) is not type(model):
+        # `clone_model` makes a plain `Sequential` of a subclass of it (its own
+        # `train_step` lost); the class's `from_config` keeps the class.
+        copy = type(model).from_config(model.get_config())
     weights = model.get_weights()
     if weights and not copy.weights:
         build_config = model.get_build_config()

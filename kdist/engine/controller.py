@@ -30,7 +30,7 @@ from kdist.compat.keras_private import close_tensorboard_writers
 from kdist.data.pipeline import DatasetFn
 from kdist.engine.call_gate import TRAIN_CALLS
 from kdist.engine.restoring import restore_run
-from kdist.engine.runner import Runner, wants_test_hooks
+from kdist.engine.runner import Runner, non_finite_loss, wants_test_hooks
 from kdist.engine.state import (
     RESIDUALS,
     TrainingState,
@@ -404,6 +404,8 @@ class Controller:
                 steps_run += count
                 self.global_step += count
                 callbacks.on_train_batch_end(end, batch_logs)
+                if model.stop_training and non_finite_loss(batch_logs):
+                    savers = ()  # a TerminateOnNaN stopped it: nothing of this state saved
                 for saver in savers:
                     saver.after_steps(self.global_step)
             # Keras: `epoch_logs = dict(self._get_metrics_result_or_logs(logs))`: the

@@ -12,6 +12,7 @@ is `kdist.engine.snapshot`, the process's gate for background writes
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -20,7 +21,7 @@ import keras
 from kdist.data.pipeline import DatasetFn
 from kdist.engine.snapshot import SnapshotTaker
 
-__all__ = ["Logs", "Runner", "to_floats", "wants_test_hooks"]
+__all__ = ["Logs", "Runner", "non_finite_loss", "to_floats", "wants_test_hooks"]
 
 # Metric name -> value (a scalar tensor between steps, a float at epoch ends).
 Logs = Mapping[str, Any]
@@ -90,6 +91,12 @@ class Runner(SnapshotTaker, abc.ABC):
         step; other runners report errors as they are.
         """
         return None
+
+
+def non_finite_loss(logs: Logs | None) -> bool:
+    """Whether `logs` hold a `loss` that is NaN or infinite (Keras's `TerminateOnNaN` test)."""
+    loss = (logs or {}).get("loss")
+    return loss is not None and not math.isfinite(float(loss))
 
 
 def to_floats(logs: Logs) -> dict[str, float]:

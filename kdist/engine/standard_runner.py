@@ -82,8 +82,15 @@ class StandardRunner(StepRunner):
             with tf.control_dependencies([finite]):
                 reset_done = tf.cond(reset_first, reset, lambda: tf.constant(True))
             with tf.control_dependencies([reset_done]):
-                self.run_train_steps(iterator, num_steps)
-            return (*self._call_results(), finite)
+                step_logs = self.run_train_steps(iterator, num_steps)
+            batch_logs, logs = self._call_results()
+            if step_logs is not None:
+                # Keras: the batch logs are the model's own `train_step`'s; the epoch's
+                # too where they name other values than its metrics
+                # (`_get_metrics_result_or_logs`).
+                batch_logs = step_logs
+                logs = logs if set(step_logs) == set(logs) else step_logs
+            return batch_logs, logs, finite
 
         return train_function
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import keras
@@ -147,6 +147,8 @@ class StepRunner(Runner):
         # without a recompile keeps them, as `fit` does (`build_for_training` builds a new
         # optimizer on today's `training_variables`).
         self.variables = optimizer_variables(self.optimizer) or training_variables(model)
+        if not self.variables and not self.custom_train_step:
+            log.warning("The model does not have any trainable weights.")  # Keras's warning
         if allreduce_dtype != "float32" and isinstance(strategy, tf.distribute.OneDeviceStrategy):
             # The rule `strategy=one_device` gets before TensorFlow starts
             # (`kdist.config.validate.check_allreduce_dtype`), for `strategy=auto` that
@@ -180,7 +182,7 @@ class StepRunner(Runner):
 
     # -- the step ----------------------------------------------------------------------
 
-    def _make_replica_train_step(self, jit_compile: bool) -> Callable[[Any], None]:
+    def _make_replica_train_step(self, jit_compile: bool) -> Callable[[Any], Any]:
         model, optimizer, variables = self.model, self.optimizer, self.variables
         if self.custom_train_step:
             return _traced_once_per_compile(model, self.strategy)
@@ -224,7 +226,8 @@ class StepRunner(Runner):
                 for micro_batch in data[1:]:
                     total = _add(total, compute(micro_batch))
                 gradients = [None if g is None else _divide(g, steps) for g in total]
-            optimizer.apply_gradients(zip(gradients, variables, strict=True))
+            if variables:  # Keras's step applies nothing to a model without any
+                optimizer.apply_gradients(zip(gradients, variables, strict=True))
 
         return replica_step
 
@@ -237,10 +240,25 @@ class StepRunner(Runner):
             return (next(iterator),)
         return ([next(iterator) for _ in range(self.accumulate_steps)],)
 
-    def run_train_steps(self, iterator: Any, num_steps: tf.Tensor) -> None:
-        """Run `num_steps` updates on `iterator`'s batches, inside the train function."""
-        for _ in tf.range(num_steps):
-            self.strategy.run(self.replica_train_step, args=self.update_args(iterator))
+    def run_train_steps(self, iterator: Any, num_steps: tf.Tensor) -> Logs | None:
+        """Run `num_steps` updates on `iterator`'s batches, inside the train function.
+
+        Returns:
+            A model's own `train_step`'s logs of the last step (Keras's `train_function`
+            returns them: `fit` logs them when they name other values than the model's
+            metrics), each value the mean over the replicas; `None` for kdist's step.
+        """
+        strategy, step = self.strategy, self.replica_train_step
+        if not self.custom_train_step:
+            for _ in tf.range(num_steps):
+                strategy.run(step, args=self.update_args(iterator))
+            return None
+        for _ in tf.range(num_steps - 1):
+            strategy.run(step, args=self.update_args(iterator))
+        logs = strategy.run(step, args=self.update_args(iterator))
+        if not isinstance(logs, Mapping) or not logs:
+            return None
+        return {str(k): _replica_mean(strategy, v) for k, v in logs.items()}
 
     def _make_replica_test_step(self, jit_compile: bool) -> Callable[[Any], None]:
         model = self.model
@@ -319,14 +337,14 @@ class StepRunner(Runner):
 
 
 # A model's own `train_step` traced as Keras's `fit` traces it: once per `compile`.
-_OWN_STEPS: weakref.WeakKeyDictionary[keras.Model, tuple[Any, Callable[[Any], None]]] = (
+_OWN_STEPS: weakref.WeakKeyDictionary[keras.Model, tuple[Any, Callable[[Any], Any]]] = (
     weakref.WeakKeyDictionary()
 )
 
 
 def _traced_once_per_compile(
     model: keras.Model, strategy: tf.distribute.Strategy
-) -> Callable[[Any], None]:
+) -> Callable[[Any], Any]:
     """The model's own `train_step` as a `tf.function` kept until its next `compile`.
 
     Keras's `fit` caches its `train_function` until `compile` drops it: a second `fit` on
@@ -343,10 +361,10 @@ def _traced_once_per_compile(
     # The step holds the model weakly: the cache's value must not keep its key alive.
     held = weakref.ref(model)
 
-    def own_step(data: Any) -> None:
+    def own_step(data: Any) -> Any:
         trained = held()
         assert trained is not None  # a runner of it is tracing its step
-        trained.train_step(as_fit_packs(data))
+        return trained.train_step(as_fit_packs(data))
 
     if strategy.num_replicas_in_sync != 1 or type(strategy) not in (
         tf.distribute.OneDeviceStrategy,
@@ -360,6 +378,12 @@ def _traced_once_per_compile(
     traced = tf.function(own_step)
     _OWN_STEPS[model] = (compiled, traced)
     return traced
+
+
+def _replica_mean(strategy: tf.distribute.Strategy, value: Any) -> Any:
+    """A per-replica value as Keras's `reduce_per_replica(..., "auto")`: the replicas' mean."""
+    parts = [tf.cast(v, tf.float32) for v in strategy.experimental_local_results(value)]
+    return parts[0] if len(parts) == 1 else tf.reduce_mean(tf.stack(parts), axis=0)
 
 
 def _add(total: Sequence[Any], more: Sequence[Any]) -> list[Any]:

@@ -9,9 +9,11 @@ from omegaconf import open_dict, read_write
 
 from kdist.config.errors import ConfigError
 from kdist.data.pipeline import check_batch_split
+from kdist.data.pipeline import steps_per_epoch as steps_per_epoch_of
+from kdist.data.source import Source
 from kdist.engine.controller import Schedule
 
-__all__ = ["global_batch_size", "schedule"]
+__all__ = ["global_batch_size", "schedule", "steps_within_data"]
 
 log = logging.getLogger(__name__)
 
@@ -77,3 +79,24 @@ def schedule(
         global_batch_size=int(trainer.global_batch_size),
         validation_freq=int(trainer.validation_freq),
     )
+
+
+def steps_within_data(source: Source, global_batch: int, requested: int, *, endless: bool) -> int:
+    """An epoch's steps of data given to `fit` with `steps_per_epoch=requested`.
+
+    Keras's `EpochIterator`: an epoch of data with an end stops where the data runs out
+    ("Your input ran out of data"), and the next epoch reads it afresh; so `requested`
+    beyond the data's batches is the batches of one pass.
+    """
+    if endless:
+        return requested
+    batches = steps_per_epoch_of(source, global_batch, None)
+    if batches >= requested:
+        return requested
+    log.warning(
+        "steps_per_epoch=%d is more than the %d batches of the data given to fit: each "
+        "epoch ends when the data runs out, as Keras's fit does",
+        requested,
+        batches,
+    )
+    return batches

@@ -23,6 +23,7 @@ from kdist.engine.building import UnbuildableModel, rebuild_in_scope, synchroniz
 from kdist.modeling import compiling, optimizers
 
 __all__ = [
+    "check_is_model",
     "check_lookup_tables",
     "check_parameter_server",
     "check_targets",
@@ -35,6 +36,23 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+def check_is_model(model: Any) -> None:
+    """Refuse what is not a `keras.Model` (a `keras.Layer` mixed with Keras's `Trainer`,
+    as Keras's own tests train): the run folder saves the model (`model.keras`), and a
+    rebuild in the strategy's scope needs its config.
+
+    Raises:
+        ConfigError: naming `model`.
+    """
+    if model is not None and not isinstance(model, keras.Model):
+        raise ConfigError(
+            "model",
+            f"is a keras.Layer with Keras's Trainer, not a keras.Model "
+            f"({type(model).__name__}): kdist saves the model it trains",
+            hint="wrap the layer in a keras.Model (keras.Sequential([...]))",
+        )
 
 
 def check_targets(

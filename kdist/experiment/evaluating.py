@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import keras
@@ -9,13 +10,19 @@ import tensorflow as tf
 
 from kdist.compat.keras_private import flatten_metrics_in_order
 from kdist.data.pipeline import replica_parts
+from kdist.engine.building import build_for_evaluation
 from kdist.engine.runner import Runner, to_floats
+from kdist.engine.step import as_fit_packs
 
 __all__ = ["evaluate_batches", "keras_return"]
 
 
 def evaluate_batches(
-    strategy: tf.distribute.Strategy, runner: Runner, batches: tf.data.Dataset
+    strategy: tf.distribute.Strategy,
+    runner: Runner | None,
+    batches: tf.data.Dataset,
+    *,
+    model: keras.Model | None = None,
 ) -> dict[str, float]:
     """The model's metrics over `batches` (global batches), from reset metrics.
 
@@ -26,14 +33,23 @@ def evaluate_batches(
 
     Args:
         strategy: the run's strategy.
-        runner: the run's runner (its `replica_test_step` and the model's metrics).
+        runner: the run's runner (its `replica_test_step` and the model's metrics), or
+            `None` for a model no `fit` has bound to data (its own `test_step`, as
+            `model.evaluate` runs it; its compiled metrics are built here).
         batches: the global batches, `(x, y[, sample_weight])`.
+        model: the model, when `runner` is `None`. Defaults to `None`.
 
     Returns:
         `{metric name: value}`, as `model.evaluate(..., return_dict=True)`.
     """
-    test_step = runner.replica_test_step  # type: ignore[attr-defined]
-    model = runner.model  # type: ignore[attr-defined]
+    if runner is not None:
+        test_step = runner.replica_test_step  # type: ignore[attr-defined]
+        model = runner.model  # type: ignore[attr-defined]
+    else:
+        assert model is not None
+        with strategy.scope():
+            build_for_evaluation(model, batches.element_spec)
+        test_step = functools.partial(_own_test_step, model)
     for metric in model.metrics:
         metric.reset_state()
     if isinstance(strategy, tf.distribute.ParameterServerStrategy):
@@ -60,6 +76,10 @@ def evaluate_batches(
         return model.get_metrics_result()
 
     return to_floats(run())
+
+
+def _own_test_step(model: keras.Model, data: Any) -> None:
+    model.test_step(as_fit_packs(data))
 
 
 def keras_return(model: keras.Model, logs: dict[str, float], *, return_dict: bool) -> Any:

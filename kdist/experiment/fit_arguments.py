@@ -10,10 +10,12 @@ becomes a source in `kdist.data.in_hand`.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import keras
 import numpy as np
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
@@ -29,6 +31,7 @@ __all__ = [
     "check_needs_x",
     "data_keys",
     "fit_keys",
+    "keras_limits",
     "read_fit_data",
     "same_args",
     "set_key",
@@ -360,3 +363,17 @@ def set_key(cfg: DictConfig, key: str, value: Any) -> None:
     parent = OmegaConf.select(cfg, parent_key)
     with read_write(parent), open_dict(parent):
         parent[name] = value
+
+
+def keras_limits(epochs: int | None, steps_per_epoch: int | None) -> tuple[Any, Any]:
+    """`epochs` and `steps_per_epoch` within `keras.config.set_max_epochs` and
+    `set_max_steps_per_epoch` (Keras's debugging caps), warned as Keras's `fit` warns."""
+    max_epochs = keras.config.max_epochs()
+    if max_epochs and epochs is not None and max_epochs < epochs:
+        warnings.warn(f"Limiting epochs to {max_epochs}", stacklevel=3)
+        epochs = max_epochs
+    max_steps = keras.config.max_steps_per_epoch()
+    if max_steps and (not steps_per_epoch or max_steps < steps_per_epoch):
+        warnings.warn(f"Limiting steps_per_epoch to {max_steps}", stacklevel=3)
+        steps_per_epoch = max_steps
+    return epochs, steps_per_epoch

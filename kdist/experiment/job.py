@@ -10,6 +10,7 @@ resuming a run folder (`kdist.experiment.resuming`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -32,6 +33,7 @@ from kdist.config.objective import (
 )
 from kdist.config.validate import validate
 from kdist.data.in_hand import Given, check_inputs
+from kdist.data.in_hand.arrays import non_finite_allowed
 from kdist.data.in_hand.dispatch import kind_of
 from kdist.data.in_hand.raised import data_errors
 from kdist.data.pipeline import build_source
@@ -41,6 +43,7 @@ from kdist.engine import Controller, FitResult, Runner
 from kdist.experiment import batch_plan, outputs
 from kdist.experiment.binding import Binding
 from kdist.experiment.build import (
+    check_is_model,
     check_targets,
     compiled_model,
 )
@@ -53,6 +56,7 @@ from kdist.experiment.fit_arguments import (
     FitArguments,
     FitData,
     data_keys,
+    keras_limits,
     read_fit_data,
     set_key,
     warn_stream_resume,
@@ -171,6 +175,7 @@ class Experiment(Binding, Results, Resuming):
                 the model or the data cannot take (`kdist.modeling`, `kdist.config.objective`).
         """
         cfg = self.cfg
+        check_is_model(model)
         from_config = model is None
         if from_config:
             check_targets(cfg.trainer.get("loss"), self.source)
@@ -285,8 +290,10 @@ class Experiment(Binding, Results, Resuming):
             initial_epoch: with `epochs`, trains epochs `initial_epoch .. epochs - 1`,
                 numbered so for the callbacks and the `History`, as in Keras (a later
                 `fit` too; the run's `history.csv` goes on counting). Defaults to `0`.
-            steps_per_epoch: steps per epoch (`trainer.steps_per_epoch`); needed for a
-                generator. Defaults to `None`: one pass over the data.
+            steps_per_epoch: steps per epoch (`trainer.steps_per_epoch`); beyond the
+                batches of data with an end, an epoch ends where the data does, as in
+                Keras. Defaults to `None`: one pass over the data (a generator's: read
+                to its end before training).
             validation_steps: batches each validation reads, from the start of the
                 validation data (needed for one without end). Defaults to `None`: all.
             validation_batch_size: examples per validation batch
@@ -304,6 +311,7 @@ class Experiment(Binding, Results, Resuming):
             ConfigError: naming the argument (or key), for data that does not fit the
                 model or the strategy, before any training.
         """
+        epochs, steps_per_epoch = keras_limits(epochs, steps_per_epoch)
         if batch_size is None and x is not None and self._user_compiled():
             # Keras's `fit` batches arrays by 32 when `batch_size` is left out; the
             # config's batch is the default of the command line and of kdist's models.
@@ -326,15 +334,18 @@ class Experiment(Binding, Results, Resuming):
             validation_batch_size=validation_batch_size,
             validation_freq=validation_freq,
         )
-        self._use_data(
-            read_fit_data(
+        # Keras's `TerminateOnNaN` among the callbacks: non-finite data is read, as
+        # `fit` reads it, for the callback to act on the loss it gives.
+        terminates = any(isinstance(c, keras.callbacks.TerminateOnNaN) for c in callbacks)
+        with non_finite_allowed() if terminates else contextlib.nullcontext():
+            found = read_fit_data(
                 arguments,
                 strategy=self.strategy,
                 configured=self._configured,
                 previous=self._given_args,
                 fitted_batch=int(self.cfg.trainer.global_batch_size) if self._fitted else None,
             )
-        )
+        self._use_data(found)
         controller = self._controller()
         if self._given is not None and self.source.size("validation"):
             # Before the first epoch, not after it (Keras fails there, after training).
@@ -420,6 +431,11 @@ class Experiment(Binding, Results, Resuming):
         per_epoch = cfg.trainer.get("steps_per_epoch")
         self.steps_per_epoch = steps_per_epoch_of(source, batch, per_epoch)
         self.source, self._given, self._given_args = source, given or self._given, args
+        if per_epoch and self._given is not None:  # data with an end: Keras's epochs
+            endless = self._given.endless
+            self.steps_per_epoch = batch_plan.steps_within_data(
+                source, batch, self.steps_per_epoch, endless=endless
+            )
         self.validates = bool(cfg.trainer.validation) and source.size("validation") > 0
         self._bound = None  # the runner reads the data anew (the pipeline's keys changed)
         if given is not None:

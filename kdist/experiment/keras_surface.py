@@ -275,17 +275,17 @@ SURFACE: tuple[Entry, ...] = (
         "",
     ),
     _h("Callback.on_predict_end", f"{_SURFACE}::test_display_only_parameters_change_no_result", ""),
-    _r(
+    _h(
         "Callback.on_predict_batch_begin",
         f"{_SURFACE}::test_display_only_parameters_change_no_result",
-        "<Callback>.on_predict_batch_... are not called by predict: kdist reads all the "
-        "batches in one compiled call",
+        "as Keras's predict calls it, for predict(x); predict() of a split says in one "
+        "log line that it does not",
     ),
-    _r(
+    _h(
         "Callback.on_predict_batch_end",
         f"{_SURFACE}::test_display_only_parameters_change_no_result",
-        "<Callback>.on_predict_batch_... are not called by predict: kdist reads all the "
-        "batches in one compiled call",
+        "as Keras's predict calls it, for predict(x); predict() of a split says in one "
+        "log line that it does not",
     ),
 )
 

@@ -15,7 +15,10 @@ __all__ = ["predict_dataset", "predict_split"]
 
 
 def predict_dataset(
-    strategy: tf.distribute.Strategy, model: keras.Model, dataset: tf.data.Dataset
+    strategy: tf.distribute.Strategy,
+    model: keras.Model,
+    dataset: tf.data.Dataset,
+    callbacks: Any = None,
 ) -> Any:
     """Run `model.predict_step` on every batch of `dataset` and return the outputs in order.
 
@@ -29,6 +32,8 @@ def predict_dataset(
         strategy: the run's strategy (the model was built in its scope).
         model: the model.
         dataset: batched examples, `x` or `(x, ...)`; targets and weights are ignored.
+        callbacks: a `keras.callbacks.CallbackList` whose predict-batch hooks run around
+            each batch, with `{"outputs": ...}`, as in `model.predict`. Defaults to `None`.
 
     Returns:
         NumPy arrays with the structure of the model's outputs, one row per example.
@@ -45,15 +50,26 @@ def predict_dataset(
             outputs = strategy.run(model.predict_step, args=(batch,))
             return tf.nest.map_structure(lambda v: strategy.gather(v, axis=0), outputs)
 
-        batches = [step(batch) for batch in distributed]
+        batches = _hooked(step, distributed, callbacks)
     else:
-        step = tf.function(model.predict_step)
-        batches = [step(batch) for batch in dataset]
+        batches = _hooked(tf.function(model.predict_step), dataset, callbacks)
     if not batches:
         raise ValueError("`dataset` has no examples to predict on.")
     return tf.nest.map_structure(
         lambda *parts: np.concatenate([np.asarray(p) for p in parts]), *batches
     )
+
+
+def _hooked(step: Any, batches: Any, callbacks: Any) -> list[Any]:
+    """`step` of each batch, between the callbacks' predict-batch hooks (if any)."""
+    outputs = []
+    for index, batch in enumerate(batches):
+        if callbacks is not None:
+            callbacks.on_predict_batch_begin(index)
+        outputs.append(step(batch))
+        if callbacks is not None:
+            callbacks.on_predict_batch_end(index, {"outputs": outputs[-1]})
+    return outputs
 
 
 def predict_split(

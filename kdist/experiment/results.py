@@ -54,6 +54,7 @@ class Results:
     strategy: tf.distribute.Strategy
     source: Source
     model: keras.Model | None
+    controller: Controller | None
     result: FitResult | None
     num_replicas: int
     _settings: StepSettings
@@ -109,8 +110,14 @@ class Results:
             for name, value in (("y", y), ("sample_weight", sample_weight)):
                 if value is not None:
                     raise ConfigError(name, "needs x: give the data it goes with")
-        controller = self._controller()
-        model = controller.model
+        # A model no `fit` has bound to data, evaluated on data in hand, needs nothing
+        # of the config's data (`data.source`), as `model.evaluate` needs no other data.
+        runner = None
+        if x is not None and self.model is not None and self.controller is None:
+            model = self.model
+        else:
+            controller = self._controller()
+            model, runner = controller.model, controller.runner
         if x is not None:
             say_unbatched_hooks(list(callbacks or ()), TEST_HOOKS, "evaluate")
         callback_list = keras.callbacks.CallbackList(list(callbacks or ()), model=model)
@@ -120,13 +127,14 @@ class Results:
                 # The validation split: the path of `fit`'s validation, test-batch hooks
                 # included where a callback defines them.
                 hooks = wants_test_hooks(callback_list.callbacks)
-                logs = controller.runner.evaluate(callback_list if hooks else None)
+                assert runner is not None
+                logs = runner.evaluate(callback_list if hooks else None)
             else:
                 batches = given_batches(
                     x, y, sample_weight=sample_weight, batch_size=batch_size, steps=steps
                 )
                 check_inputs(model, _unbatched_spec(batches), key="x")
-                logs = evaluate_batches(self.strategy, controller.runner, batches)
+                logs = evaluate_batches(self.strategy, runner, batches, model=model)
         callback_list.on_test_end(logs)
         return keras_return(
             model, logs, return_dict=x is None if return_dict is None else return_dict
@@ -153,7 +161,8 @@ class Results:
             verbose: accepted for `model.predict`'s signature; no progress bar.
                 Defaults to `"auto"`.
             steps: batches to read. Defaults to `None`: all.
-            callbacks: Keras callbacks; their `on_predict_begin`/`on_predict_end` run.
+            callbacks: Keras callbacks; their `on_predict_begin`/`on_predict_end` run,
+                and with `x` their predict-batch hooks too, as in `model.predict`.
                 Defaults to `None`.
             split: without `x`, `"validation"` or `"train"`: the split's examples,
                 read once in order. Defaults to `"validation"`.
@@ -167,8 +176,12 @@ class Results:
         del verbose
         if isinstance(x, str):  # the older form `predict("train")`
             x, split = None, x
-        model = self._controller().model
-        say_unbatched_hooks(list(callbacks or ()), PREDICT_HOOKS, "predict")
+        if x is not None and self.model is not None and self.controller is None:
+            model = self.model  # nothing of the config's data, as in `evaluate`
+        else:
+            model = self._controller().model
+        if x is None:
+            say_unbatched_hooks(list(callbacks or ()), PREDICT_HOOKS, "predict")
         callback_list = keras.callbacks.CallbackList(list(callbacks or ()), model=model)
         callback_list.on_predict_begin()
         with eager_if(self._settings.run_eagerly):
@@ -183,7 +196,7 @@ class Results:
             else:
                 batches = given_batches(x, batch_size=batch_size, steps=steps)
                 check_inputs(model, _unbatched_spec(batches), key="x", needs_targets=False)
-                outputs = predict_dataset(self.strategy, model, batches)
+                outputs = predict_dataset(self.strategy, model, batches, callback_list)
         callback_list.on_predict_end()
         return outputs
 

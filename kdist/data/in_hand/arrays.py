@@ -10,7 +10,10 @@ resumed run reads the same batches from any step.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import contextvars
+import logging
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -23,7 +26,35 @@ from kdist.data.checks import check_finite
 from kdist.data.in_hand.source import Given
 from kdist.data.source import ArraySource
 
-__all__ = ["FitArrays", "as_arrays", "as_tuple", "from_arrays", "length", "take"]
+log = logging.getLogger(__name__)
+
+# Set while Keras's own NaN handling was asked for (`non_finite_allowed`).
+_NON_FINITE_ALLOWED = contextvars.ContextVar("non_finite_allowed", default=False)
+
+
+@contextlib.contextmanager
+def non_finite_allowed() -> Iterator[None]:
+    """Read NaN or infinite values with a warning instead of refusing them.
+
+    For a `fit` given Keras's `TerminateOnNaN`: Keras trains on such values, and the
+    callback, not kdist's refusal, is to act on the loss they give.
+    """
+    token = _NON_FINITE_ALLOWED.set(True)
+    try:
+        yield
+    finally:
+        _NON_FINITE_ALLOWED.reset(token)
+
+
+__all__ = [
+    "FitArrays",
+    "as_arrays",
+    "as_tuple",
+    "from_arrays",
+    "length",
+    "non_finite_allowed",
+    "take",
+]
 
 
 class FitArrays(ArraySource):
@@ -59,6 +90,11 @@ class FitArrays(ArraySource):
         steps = self.steps_per_pass(batch)
         first_pass, first_in_pass = divmod(int(first_step), steps)
         seed64 = tf.constant(int(seed) % (2**63), tf.int64)
+        # Keras's array adapter gives its batches a static size when no pass ends with a
+        # partial batch (`ArrayDataAdapter.get_tf_dataset`), and the step is traced with it:
+        # a static batch changes the step's graph (a gradient's scaling folded, a repeat's
+        # gradient as a reshape), and with it the float rounding. Kept the same here.
+        whole = batch if examples % batch == 0 else None
 
         def pass_indices(number: tf.Tensor) -> tf.data.Dataset:
             order = tf.range(examples, dtype=tf.int64)
@@ -67,9 +103,12 @@ class FitArrays(ArraySource):
                     order, seed=tf.stack([seed64, number])
                 )
             start = tf.where(number == first_pass, tf.constant(first_in_pass, tf.int64), 0)
-            return tf.data.Dataset.range(start, steps).map(
-                lambda k: order[k * batch : tf.minimum((k + 1) * batch, examples)]
-            )
+
+            def rows(k: tf.Tensor) -> tf.Tensor:
+                part = order[k * batch : tf.minimum((k + 1) * batch, examples)]
+                return part if whole is None else tf.ensure_shape(part, [whole])
+
+            return tf.data.Dataset.range(start, steps).map(rows)
 
         indices = tf.data.Dataset.range(first_pass, 2**62).flat_map(pass_indices)
         data = tf.data.Dataset.from_tensors(self.arrays("train")).repeat()
@@ -113,7 +152,12 @@ def as_arrays(value: Any, name: str) -> Any:
         raise ConfigError(name, "is a scalar: it needs examples on its first axis")
     if np.issubdtype(array.dtype, np.floating) and array.dtype != np.float32:
         array = array.astype(np.float32)
-    check_finite(name, array, name="values")
+    try:
+        check_finite(name, array, name="values")
+    except ConfigError as error:
+        if not _NON_FINITE_ALLOWED.get():
+            raise
+        log.warning("%s (read as given: a TerminateOnNaN is among the callbacks)", error)
     return array
 
 

@@ -3,8 +3,10 @@
 It is read through `tf.data.Dataset.from_generator` in this process: one input pipeline
 (the replicas share one stream). Its batches are the steps' global batches, a partial
 one included, as in Keras's `fit` (`BatchedSource`); it runs once, so `steps_per_epoch`
-says how many make an epoch. Strategies whose workers build their own input pipeline
-(multi-worker, parameter servers) cannot read it (`kdist.data.in_hand.dispatch` refuses it).
+says how many make an epoch, or, left out, kdist reads it to its end before training (an
+epoch is all its batches, as Keras's `fit` runs it to its end). Strategies whose workers
+build their own input pipeline (multi-worker, parameter servers) cannot read it
+(`kdist.data.in_hand.dispatch` refuses it).
 """
 
 from __future__ import annotations
@@ -74,19 +76,33 @@ def stream_dataset(
     return tf.data.Dataset.from_generator(generate, args=args, output_signature=signature)
 
 
+# The batches a generator without `steps_per_epoch` may yield: kdist reads it to its end
+# before training (Keras's `fit` reads it to its end as it trains), so one without end
+# must not fill the memory.
+MAX_READ_BATCHES = 10_000
+
+
 def from_generator(stream: Iterator[Any], *, validation: Any, steps_per_epoch: int | None) -> Given:
-    if not steps_per_epoch:
-        raise ConfigError(
-            "steps_per_epoch",
-            "is needed with a generator: it has no length to make epochs of",
-            hint="pass steps_per_epoch=N (the generator must yield epochs x N batches)",
-        )
     try:
         first = structured(next(stream))
     except StopIteration:
         raise ConfigError("x", "is a generator that yields nothing") from None
     batch = batch_size_of(first, "x")
-    rest = itertools.chain([first], stream)
+    rest: Iterator[Any] = itertools.chain([first], stream)
+    if not steps_per_epoch:
+        # Keras's `fit` runs a generator without `steps_per_epoch` to its end: an epoch
+        # is all of its batches. kdist needs the epoch's length before training: it reads
+        # them all first.
+        read = [first, *itertools.islice(stream, MAX_READ_BATCHES)]
+        if len(read) > MAX_READ_BATCHES:
+            raise ConfigError(
+                "steps_per_epoch",
+                f"is needed with a generator of more than {MAX_READ_BATCHES} batches "
+                "(or without end): kdist reads one without it to its end before training",
+                hint="pass steps_per_epoch=N (the generator must yield epochs x N batches)",
+            )
+        log.info("x: a generator of %d batches, read to its end (no steps_per_epoch)", len(read))
+        return _read_to_its_end(read, batch, validation)
     taken: list[bool] = []
 
     def once() -> Iterator[Any]:
@@ -114,3 +130,23 @@ def from_generator(stream: Iterator[Any], *, validation: Any, steps_per_epoch: i
         classes=classes,
     )
     return Given(source, "generator", batch, False, one_pipeline=True, endless=True)
+
+
+def _read_to_its_end(read: list[Any], batch: int, validation: Any) -> Given:
+    """A generator's batches, all read: each epoch reads them once, in their order.
+
+    Keras's `fit` reads the generator once, so its later epochs find it empty; kdist's
+    later epochs read the same batches again.
+    """
+    batches = stream_dataset(lambda: iter(read), read[0])
+    val_ds, val_size = validation_dataset(validation)
+    source = BatchedSource(
+        batches=batches,
+        steps=len(read),
+        train=batches.unbatch(),
+        train_size=sum(batch_size_of(structured(b), "x") for b in read),
+        validation=val_ds,
+        validation_size=val_size,
+        classes=lambda: count_classes(tf.data.Dataset.from_tensor_slices(read[0])),
+    )
+    return Given(source, "generator", batch, False, one_pipeline=True)

@@ -23,7 +23,32 @@ from kdist.data.in_hand.datasets import BatchedSource, batch_size_of, validation
 from kdist.data.in_hand.generators import stream_dataset, structured
 from kdist.data.in_hand.source import Given, count_classes
 
-__all__ = ["PyDatasetSource", "from_pydataset", "item"]
+__all__ = ["PyDatasetSource", "batch_count", "from_pydataset", "item"]
+
+
+def batch_count(data: keras.utils.PyDataset) -> int:
+    """Its batches: Keras's `num_batches` (its own, or `len`), as Keras's adapter reads it.
+
+    Raises:
+        ConfigError: naming `x`, for a `PyDataset` without end (`num_batches` is `None`)
+            or with neither `num_batches` nor `__len__`.
+    """
+    try:
+        count = data.num_batches
+    except NotImplementedError:
+        raise ConfigError(
+            "x",
+            f"{type(data).__name__} has neither num_batches nor __len__",
+            hint="define the num_batches property (the batches of one epoch)",
+        ) from None
+    if count is None:
+        raise ConfigError(
+            "x",
+            f"{type(data).__name__} has no end (num_batches is None), which kdist does not "
+            "read yet",
+            hint="give num_batches a count, or pass a generator with steps_per_epoch",
+        )
+    return int(count)
 
 
 def item(data: keras.utils.PyDataset, index: int) -> Any:
@@ -58,7 +83,7 @@ class PyDatasetSource(BatchedSource):
         self._next_pass = 0  # the pass `epoch_batches`'s next iteration reads
 
     def _order(self, number: int, *, seed: int, shuffle: bool) -> np.ndarray:
-        count = len(self._data)
+        count = batch_count(self._data)
         if not shuffle:
             return np.arange(count)
         return np.random.default_rng([int(seed) % 2**32, int(number)]).permutation(count)
@@ -68,7 +93,7 @@ class PyDatasetSource(BatchedSource):
         the resumed step's pass on), in its order (`train_batches`); `on_epoch_end` is
         the runner's, at each epoch's end, as Keras's adapter calls it."""
         data = self._data
-        self._next_pass = int(first_step) // len(data)
+        self._next_pass = int(first_step) // batch_count(data)
 
         def one_pass() -> Iterator[Any]:
             number, self._next_pass = self._next_pass, self._next_pass + 1
@@ -88,7 +113,7 @@ class PyDatasetSource(BatchedSource):
         `on_epoch_end` after each pass. The resumed pass's first items are read and
         skipped."""
         del global_batch_size  # the items bring their batches
-        data, count = self._data, len(self._data)
+        data, count = self._data, batch_count(self._data)
         first_pass, within = divmod(int(first_step), count)
 
         def one_pass(number: Any) -> Iterator[Any]:
@@ -103,7 +128,7 @@ class PyDatasetSource(BatchedSource):
 
 
 def from_pydataset(data: keras.utils.PyDataset, *, validation: Any, shuffle: bool = False) -> Given:
-    batches = len(data)
+    batches = batch_count(data)
     if not batches:
         raise ConfigError("x", "is an empty keras.utils.PyDataset (len 0)")
     first = structured(item(data, 0))

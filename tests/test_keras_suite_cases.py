@@ -1,0 +1,251 @@
+"""Cases Keras's own tests found (issue 50, `tests/keras_suite/`), each against `model.fit`.
+
+Each runs the same program with Keras's own `fit`/`evaluate`/`predict` (the expected
+value) and with a fresh `kdist.Experiment` (`strategy=one_device`) handed the model, as a
+new user routes Keras's calls through kdist. Cost: ~1-3 s a case on one device.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import kdist
+from kdist.config.errors import ConfigError
+
+BASE = ["trainer.verbose=0", "callbacks=minimal", "strategy=one_device"]
+RNG = np.random.default_rng(0)
+
+
+def _experiment(tmp_path: Path, *overrides: str) -> kdist.Experiment:
+    return kdist.Experiment(kdist.compose([*BASE, *overrides]), run_dir=tmp_path)
+
+
+def _pair(make: object) -> tuple[keras.Model, keras.Model]:
+    """Two equal models (same weights), one for Keras and one for kdist."""
+    keras.utils.set_random_seed(3)
+    first = make()  # type: ignore[operator]
+    keras.utils.set_random_seed(3)
+    second = make()  # type: ignore[operator]
+    return first, second
+
+
+def _dropout_model() -> keras.Model:
+    """keras/src/models/model_test.py's shape: inputs that are not the config's data."""
+    model = keras.Sequential(
+        [keras.Input((4, 2)), keras.layers.Dropout(0.5), keras.layers.Dense(3)]
+    )
+    model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
+    return model
+
+
+def test_evaluate_and_predict_on_a_model_not_fitted_use_only_the_data_given(tmp_path):
+    x = RNG.normal(size=(10, 4, 2)).astype("float32")
+    y = RNG.normal(size=(10, 4, 3)).astype("float32")
+    theirs, ours = _pair(_dropout_model)
+    expected = theirs.evaluate(x, y, verbose=0)
+    exp = _experiment(tmp_path / "evaluate")
+    exp.build_model(model=ours)
+    np.testing.assert_allclose(exp.evaluate(x, y), expected, rtol=1e-6)
+    exp = _experiment(tmp_path / "predict")
+    exp.build_model(model=ours)
+    np.testing.assert_allclose(exp.predict(x), theirs.predict(x, verbose=0), rtol=1e-6)
+
+
+def _dense_model() -> keras.Model:
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    model.compile(optimizer="sgd", loss="mse", metrics=["mse"])
+    return model
+
+
+def _max_diff(a: keras.Model, b: keras.Model) -> float:
+    pairs = zip(a.get_weights(), b.get_weights(), strict=True)
+    return max(float(np.abs(i - j).max()) for i, j in pairs)
+
+
+def test_steps_per_epoch_beyond_the_data_ends_each_epoch_where_the_data_ends(tmp_path):
+    # keras/src/trainers/trainer_test.py's test_fit_flow: 5 batches, steps_per_epoch=7.
+    x = RNG.normal(size=(100, 4)).astype("float32")
+    y = RNG.normal(size=(100, 3)).astype("float32")
+    theirs, ours = _pair(_dense_model)
+    args = dict(batch_size=20, steps_per_epoch=7, epochs=3, shuffle=False)
+    with pytest.warns(UserWarning, match="ran out of data"):
+        expected = theirs.fit(x, y, verbose=0, **args).history
+    exp = _experiment(tmp_path)
+    exp.build_model(model=ours)
+    history = exp.fit(x, y, **args).history
+    np.testing.assert_allclose(history["loss"], expected["loss"], rtol=1e-5)
+    assert _max_diff(theirs, exp.model) < 1e-5
+
+
+def test_a_layer_with_keras_trainer_is_refused_in_one_line(tmp_path):
+    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+
+    class LayerModel(TensorFlowTrainer, keras.layers.Dense):  # keras's trainer_test shape
+        def __init__(self) -> None:
+            keras.layers.Dense.__init__(self, units=3)
+            TensorFlowTrainer.__init__(self)
+
+    exp = _experiment(tmp_path)
+    with pytest.raises(ConfigError, match=r"not a keras\.Model"):
+        exp.build_model(model=LayerModel())
+
+
+def test_a_model_without_trainable_weights_trains_as_fit_does(tmp_path):
+    # keras/src/trainers/trainer_test.py: Keras warns and trains nothing (metrics still run).
+    def frozen() -> keras.Model:
+        model = _dense_model()
+        model.trainable = False
+        model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
+        return model
+
+    x = RNG.normal(size=(40, 4)).astype("float32")
+    y = RNG.normal(size=(40, 3)).astype("float32")
+    theirs, ours = _pair(frozen)
+    with pytest.warns(UserWarning, match="trainable weights"):
+        expected = theirs.fit(x, y, epochs=2, shuffle=False, verbose=0).history
+    exp = _experiment(tmp_path)
+    exp.build_model(model=ours)
+    history = exp.fit(x, y, epochs=2, shuffle=False).history
+    np.testing.assert_allclose(history["loss"], expected["loss"], rtol=1e-6)
+    np.testing.assert_allclose(history["mae"], expected["mae"], rtol=1e-6)
+    assert _max_diff(theirs, exp.model) == 0
+
+
+def test_a_generator_without_steps_per_epoch_is_read_to_its_end(tmp_path):
+    x = RNG.normal(size=(50, 4)).astype("float32")
+    y = RNG.normal(size=(50, 3)).astype("float32")
+
+    def batches():
+        for start in range(0, 50, 16):  # 4 batches, the last one of 2
+            yield x[start : start + 16], y[start : start + 16]
+
+    theirs, ours = _pair(_dense_model)
+    with pytest.warns(UserWarning, match="ran out of data"):  # Keras's, at the end
+        expected = theirs.fit(batches(), epochs=1, shuffle=False, verbose=0).history
+    exp = _experiment(tmp_path)
+    exp.build_model(model=ours)
+    history = exp.fit(batches(), epochs=1, shuffle=False).history
+    np.testing.assert_allclose(history["loss"], expected["loss"], rtol=1e-5)
+    assert _max_diff(theirs, exp.model) < 1e-5
+
+
+class _NumBatches(keras.utils.PyDataset):
+    """keras/src/trainers/trainer_test.py's PyDataset: `num_batches`, no `__len__`."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray) -> None:
+        super().__init__()
+        self.x, self.y = x, y
+
+    @property
+    def num_batches(self) -> int:
+        return 3
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.x[index * 10 : index * 10 + 10], self.y[index * 10 : index * 10 + 10]
+
+
+def test_a_pydataset_with_num_batches_and_no_len_trains_as_fit_does(tmp_path):
+    x = RNG.normal(size=(30, 4)).astype("float32")
+    y = RNG.normal(size=(30, 3)).astype("float32")
+    theirs, ours = _pair(_dense_model)
+    expected = theirs.fit(_NumBatches(x, y), epochs=2, shuffle=False, verbose=0).history
+    exp = _experiment(tmp_path)
+    exp.build_model(model=ours)
+    history = exp.fit(_NumBatches(x, y), epochs=2, shuffle=False).history
+    np.testing.assert_allclose(history["loss"], expected["loss"], rtol=1e-5)
+    assert _max_diff(theirs, exp.model) < 1e-5
+
+
+def test_terminate_on_nan_acts_before_kdist_guard_as_in_fit(tmp_path):
+    # keras/src/callbacks/terminate_on_nan_test.py: infinite targets, a graceful stop.
+    def small() -> keras.Model:
+        model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        return model
+
+    x = np.array([[1.0], [2.0]])
+    y = np.array([[np.inf], [np.inf]])
+    args = dict(epochs=2, batch_size=1, shuffle=False)
+    theirs, ours = _pair(small)
+    expected = theirs.fit(
+        x, y, callbacks=[keras.callbacks.TerminateOnNaN()], verbose=0, **args
+    ).history
+    for overrides in (["callbacks=minimal"], ["callbacks=default"]):  # the default: backups
+        exp = _experiment(tmp_path / overrides[0], *overrides)
+        exp.build_model(model=_pair(small)[1])
+        history = exp.fit(x, y, callbacks=[keras.callbacks.TerminateOnNaN()], **args).history
+        assert len(history["loss"]) == len(expected["loss"])
+        assert not np.isfinite(history["loss"]).any()
+    # Without a TerminateOnNaN, kdist's refusal of non-finite data stays.
+    exp = _experiment(tmp_path / "refused")
+    exp.build_model(model=ours)
+    with pytest.raises(ConfigError, match="NaN or infinite"):
+        exp.fit(x, y, **args)
+
+
+class ExtraLog(keras.Sequential):
+    """keras/src/trainers/trainer_test.py's CustomTrainTestStepModel: one more log."""
+
+    def train_step(self, data):
+        logs = super().train_step(data)
+        logs["my_custom_metric"] = 10.0
+        return logs
+
+
+class OwnLoss(keras.Sequential):
+    """A `train_step` that logs `{"my_loss": loss}` and keeps no metric tracker."""
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = keras.ops.mean(keras.ops.square(self(x, training=True) - y))
+        gradients = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables, strict=True))
+        return {"my_loss": loss}
+
+
+@pytest.mark.parametrize("kind", [ExtraLog, OwnLoss])
+def test_a_custom_train_step_logs_what_it_returns_as_in_fit(tmp_path, kind):
+    def make() -> keras.Model:
+        model = kind([keras.Input((4,)), keras.layers.Dense(3)])
+        model.compile(optimizer="sgd", loss="mse")
+        return model
+
+    x = RNG.normal(size=(40, 4)).astype("float32")
+    y = RNG.normal(size=(40, 3)).astype("float32")
+    theirs, ours = _pair(make)
+    expected = theirs.fit(x, y, epochs=2, shuffle=False, verbose=0).history
+    exp = _experiment(tmp_path)
+    exp.build_model(model=ours)
+    history = exp.fit(x, y, epochs=2, shuffle=False).history
+    assert sorted(history) == sorted(expected)
+    for name, values in expected.items():
+        np.testing.assert_allclose(history[name], values, rtol=1e-5)
+
+
+def test_keras_max_epochs_and_max_steps_per_epoch_limit_fit(tmp_path):
+    # keras/src/trainers/trainer_test.py: keras.config.set_max_epochs(2) and
+    # set_max_steps_per_epoch(3) cap a fit of 5 epochs of 10 batches.
+    x = RNG.normal(size=(80, 4)).astype("float32")
+    y = RNG.normal(size=(80, 3)).astype("float32")
+    theirs, ours = _pair(_dense_model)
+    keras.config.set_max_epochs(2)
+    keras.config.set_max_steps_per_epoch(3)
+    try:
+        with pytest.warns(UserWarning, match="Limiting"):
+            expected = theirs.fit(x, y, batch_size=8, epochs=5, shuffle=False, verbose=0)
+        exp = _experiment(tmp_path)
+        exp.build_model(model=ours)
+        with pytest.warns(UserWarning, match="Limiting"):
+            history = exp.fit(x, y, batch_size=8, epochs=5, shuffle=False)
+    finally:
+        keras.config.set_max_epochs(None)
+        keras.config.set_max_steps_per_epoch(None)
+    np.testing.assert_allclose(history.history["loss"], expected.history["loss"], rtol=1e-5)
+    assert int(exp.model.optimizer.iterations) == 6
+    assert _max_diff(theirs, exp.model) < 1e-5
