@@ -62,11 +62,22 @@ def replica_parts(ds: tf.data.Dataset, context: tf.distribute.InputContext) -> t
         batch = element if len(element) > 1 else element[0]
         rows = tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[0]
         size = (rows + replicas - 1) // replicas
+        # A global batch of a static size that the replicas divide gives parts of a static
+        # size, as `tf.distribute`'s rebatching gives them to Keras's `fit`: the step is
+        # traced with the same shapes, so its graph (and its float rounding) is fit's.
+        static = tf.nest.flatten(batch)[0].shape[0]
+        whole = static // replicas if static is not None and static % replicas == 0 else None
 
         def part(j: tf.Tensor) -> Any:
             low = tf.minimum((first + j) * size, rows)
             high = tf.minimum(low + size, rows)
-            return tf.nest.map_structure(lambda t: t[low:high], batch)
+
+            def cut(t: tf.Tensor) -> tf.Tensor:
+                if whole is None or t.shape.rank is None:
+                    return t[low:high]
+                return tf.ensure_shape(t[low:high], [whole, *t.shape[1:]])
+
+            return tf.nest.map_structure(cut, batch)
 
         return tf.data.Dataset.range(per_pipeline).map(part)
 

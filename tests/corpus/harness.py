@@ -356,10 +356,6 @@ def compare(program: ModuleType, reference: Outcome, ours: Outcome, who: str = "
     """Assert that `ours` trained as `reference` (weights or losses, then the callback
     trace, then `evaluate`/`predict` and the program's `check`); returns what was measured."""
     tolerance = float(getattr(program, "TOLERANCE", 1e-5))
-    if who != "fit" and hasattr(program, "MIRRORED_TOLERANCE"):
-        # Against Keras's mirrored fit: the program states why its weights may differ by
-        # more than float noise there (its MIRRORED_TOLERANCE comment).
-        tolerance = float(program.MIRRORED_TOLERANCE)
     how = getattr(program, "COMPARE", "weights")
     measured = ""
     if how == "weights":
@@ -390,8 +386,6 @@ def compare(program: ModuleType, reference: Outcome, ours: Outcome, who: str = "
     except Exception as error:
         raise AssertionError(f"trained as fit ({measured}), then {one_line(error)}") from error
     eval_tolerance = float(getattr(program, "EVAL_TOLERANCE", 1e-4))
-    if who != "fit" and hasattr(program, "MIRRORED_TOLERANCE"):
-        eval_tolerance = max(eval_tolerance, tolerance)  # the weights' stated difference
     if getattr(program, "EVALUATE", False):
         a, b = _flat(ours.evaluated), _flat(reference.evaluated)
         assert [x.shape for x in a] == [x.shape for x in b], (

@@ -9,15 +9,6 @@ IMG_SIZE, NUM_CLASSES = (32, 32), 3
 FIT_KWARGS = {"epochs": 2, "batch_size": 16, "shuffle": False}
 COMPARE = "weights"
 PREDICT = True
-# Under mirrored, kdist's convolution gradients differ from those of Keras's own mirrored
-# fit by float noise (1e-8, measured on a Conv2D model without BatchNormalization; on one
-# device they are equal). The biases of the convolutions followed by BatchNormalization
-# have a true gradient of 0 (the normalization removes any constant), so their gradients
-# are that noise, and Adam turns a noise gradient into a step of about the learning rate:
-# 1.1e-03 after 12 steps, in those biases only (and the moving means they shift); every
-# other weight agrees within 1e-5. The root of the 1e-8 was not found (not the input
-# path, not a Grappler pass, not the replicas' batches: all checked).
-MIRRORED_TOLERANCE = 2e-3
 
 
 def _pets(n, seed):
