@@ -249,3 +249,25 @@ def test_keras_max_epochs_and_max_steps_per_epoch_limit_fit(tmp_path):
     np.testing.assert_allclose(history.history["loss"], expected.history["loss"], rtol=1e-5)
     assert int(exp.model.optimizer.iterations) == 6
     assert _max_diff(theirs, exp.model) < 1e-5
+
+
+def test_predict_and_evaluate_read_a_generator_to_its_end_and_a_pydataset_by_num_batches(
+    tmp_path,
+):
+    # keras/src/trainers/trainer_test.py: test_predict_generator (no `steps`).
+    x = RNG.normal(size=(30, 4)).astype("float32")
+    y = RNG.normal(size=(30, 3)).astype("float32")
+    theirs, ours = _pair(_dense_model)
+    exp = _experiment(tmp_path)
+    exp.build_model(model=ours)
+
+    def features():
+        for start in range(0, 30, 8):
+            yield (x[start : start + 8],)
+
+    with pytest.warns(UserWarning, match="ran out of data"):  # Keras's, at the end
+        expected = theirs.predict(features(), verbose=0)
+    np.testing.assert_allclose(exp.predict(features()), expected, rtol=1e-6)
+    np.testing.assert_allclose(
+        exp.evaluate(_NumBatches(x, y)), theirs.evaluate(_NumBatches(x, y), verbose=0), rtol=1e-6
+    )

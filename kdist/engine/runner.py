@@ -21,7 +21,7 @@ import keras
 from kdist.data.pipeline import DatasetFn
 from kdist.engine.snapshot import SnapshotTaker
 
-__all__ = ["Logs", "Runner", "non_finite_loss", "to_floats", "wants_test_hooks"]
+__all__ = ["Logs", "Runner", "flat_logs", "non_finite_loss", "to_floats", "wants_test_hooks"]
 
 # Metric name -> value (a scalar tensor between steps, a float at epoch ends).
 Logs = Mapping[str, Any]
@@ -91,6 +91,18 @@ class Runner(SnapshotTaker, abc.ABC):
         step; other runners report errors as they are.
         """
         return None
+
+
+def flat_logs(logs: Mapping[Any, Any]) -> dict[str, Any]:
+    """Logs with nested dicts merged in (a compiled metrics' `result()`), as Keras's
+    `pythonify_logs` flattens what a `train_step` returns."""
+    flat: dict[str, Any] = {}
+    for key, value in logs.items():
+        if isinstance(value, Mapping):
+            flat.update(flat_logs(value))
+        else:
+            flat[str(key)] = value
+    return flat
 
 
 def non_finite_loss(logs: Logs | None) -> bool:

@@ -21,7 +21,7 @@ from kdist.compat.keras_private import (
 )
 from kdist.config.errors import ConfigError
 from kdist.data.pipeline import DatasetFn
-from kdist.engine.runner import Logs, Runner
+from kdist.engine.runner import Logs, Runner, flat_logs
 from kdist.engine.sharded import has_sharded_variables, training_variables
 from kdist.strategies.compression import ErrorFeedback, compress_all_reduce, error_feedback_of
 
@@ -244,9 +244,8 @@ class StepRunner(Runner):
         """Run `num_steps` updates on `iterator`'s batches, inside the train function.
 
         Returns:
-            A model's own `train_step`'s logs of the last step (Keras's `train_function`
-            returns them: `fit` logs them when they name other values than the model's
-            metrics), each value the mean over the replicas; `None` for kdist's step.
+            A model's own `train_step`'s logs of the last step, flattened, each value the
+            replicas' mean (Keras's `train_function` returns them); `None` for kdist's.
         """
         strategy, step = self.strategy, self.replica_train_step
         if not self.custom_train_step:
@@ -258,7 +257,7 @@ class StepRunner(Runner):
         logs = strategy.run(step, args=self.update_args(iterator))
         if not isinstance(logs, Mapping) or not logs:
             return None
-        return {str(k): _replica_mean(strategy, v) for k, v in logs.items()}
+        return {k: _replica_mean(strategy, v) for k, v in flat_logs(logs).items()}
 
     def _make_replica_test_step(self, jit_compile: bool) -> Callable[[Any], None]:
         model = self.model
@@ -382,7 +381,8 @@ def _traced_once_per_compile(
 
 def _replica_mean(strategy: tf.distribute.Strategy, value: Any) -> Any:
     """A per-replica value as Keras's `reduce_per_replica(..., "auto")`: the replicas' mean."""
-    parts = [tf.cast(v, tf.float32) for v in strategy.experimental_local_results(value)]
+    local = strategy.experimental_local_results(value)
+    parts = [tf.cast(tf.convert_to_tensor(v), tf.float32) for v in local]
     return parts[0] if len(parts) == 1 else tf.reduce_mean(tf.stack(parts), axis=0)
 
 

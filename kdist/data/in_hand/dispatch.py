@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,8 +23,8 @@ import tensorflow as tf
 from kdist.config.errors import ConfigError
 from kdist.data.in_hand.arrays import as_arrays, as_tuple, from_arrays, length
 from kdist.data.in_hand.datasets import from_dataset, is_batched
-from kdist.data.in_hand.generators import from_generator, structured
-from kdist.data.in_hand.py_dataset import from_pydataset, item
+from kdist.data.in_hand.generators import MAX_READ_BATCHES, from_generator, structured
+from kdist.data.in_hand.py_dataset import batch_count, from_pydataset, item
 from kdist.data.in_hand.source import Given
 
 __all__ = ["given_batches", "given_data", "is_stream", "kind_of"]
@@ -241,7 +242,8 @@ def given_batches(
         sample_weight: per-example weights of arrays `x`. Defaults to `None`.
         batch_size: rows per batch of arrays (or of a dataset of single examples).
             Defaults to `None`: 32, as in Keras.
-        steps: batches to read. Defaults to `None`: all of them.
+        steps: batches to read. Defaults to `None`: all of them (a generator's: to its
+            end, at most `MAX_READ_BATCHES`).
 
     Returns:
         A `tf.data.Dataset` of batches `x`, `(x, y)` or `(x, y, sample_weight)`.
@@ -266,15 +268,21 @@ def given_batches(
     if isinstance(x, tf.data.Dataset):
         ds = x if is_batched(x) else x.batch(batch_size or DEFAULT_BATCH)
     elif isinstance(x, keras.utils.PyDataset):
-        count = len(x)
+        count = batch_count(x)
         if not count:
             raise ConfigError("x", "is an empty keras.utils.PyDataset (len 0)")
         items = [structured(item(x, i)) for i in range(count if steps is None else steps)]
         ds = _from_batches(items)
     elif is_stream(x):
-        if steps is None:
-            raise ConfigError("steps", "is needed with a generator: it has no length")
-        ds = _from_batches([structured(next(x)) for _ in range(steps)])
+        # Without `steps`, to its end, as Keras's `evaluate` and `predict` read it.
+        read = list(itertools.islice(x, MAX_READ_BATCHES + 1 if steps is None else steps))
+        if len(read) > MAX_READ_BATCHES:
+            raise ConfigError(
+                "steps",
+                f"is needed with a generator of more than {MAX_READ_BATCHES} batches "
+                "(or without end)",
+            )
+        ds = _from_batches([structured(batch) for batch in read])
     else:
         if x is None:
             raise ConfigError("x", "is missing: give the data to evaluate or predict on")
