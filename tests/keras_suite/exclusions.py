@@ -35,7 +35,7 @@ CAUSES: list[tuple[str, str]] = [
         "deserialize (not registered, no get_config)",
     ),
     (r"NaN or infinite|NonFiniteLoss|is (nan|inf) after", "non-finite values: kdist's guard"),
-    (r"num_batches|__len__|has no len", "PyDataset num_batches without __len__"),
+    (r"num_batches|__len__", "PyDataset num_batches without __len__"),
     (r"steps_per_epoch|[Gg]enerator", "steps_per_epoch or a generator's end"),
     (r"expected 2, got 0|any trainable weights", "no trainable weights"),
     (r"Python objects|[Rr]agged", "ragged tensors or None in x"),
