@@ -86,7 +86,7 @@ _WORKER_DIED_SURVIVOR = """\
 Error executing job with overrides: ['strategy=multi_worker_mirrored']
 Traceback (most recent call last):
 ...
-tensorflow.python.framework.errors_impl.UnavailableError: Graph execution error:
+UnavailableError: Graph execution error:  (TensorFlow's error; its module path left out here)
 ...
 Collective ops is aborted by: recvmsg:Connection reset by peer
 The error could be from a previous operation. Restart your program to reset.
@@ -131,7 +131,7 @@ TROUBLES: tuple[Trouble, ...] = (
         command="kdist train model=resnet trainer.global_batch_size=4096",
         shown="# on a GPU, the end of TensorFlow's traceback (its form; not reproduced for "
         "this page):\n"
-        "tensorflow.python.framework.errors_impl.ResourceExhaustedError: ... OOM when "
+        "ResourceExhaustedError: ... OOM when "
         "allocating tensor with shape[...] and type float on ...device:GPU:0 by allocator "
         "GPU_0_bfc\n"
         "# on a CPU machine the kernel's OOM killer ends the process; the shell prints\n"
