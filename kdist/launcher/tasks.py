@@ -305,7 +305,10 @@ def plain(line: str) -> str:
 
 
 def _pump(
-    task: Task, output: IO[str], lock: threading.Lock, quiet: Callable[[Task, str], bool] | None
+    task: Task,
+    output: IO[str],
+    lock: threading.Lock,
+    quiet: Callable[[Task, str], bool] | None = None,
 ) -> None:
     assert task.process is not None and task.process.stdout is not None
     # Text mode reads a carriage return as a line end: a redrawn bar arrives as lines.
