@@ -64,7 +64,7 @@ from kdist.runs.layout import (
 from kdist.runs.refusal import as_it_was_on_refusal
 from kdist.runs.sweep import set_chief
 
-__all__ = ["accept_run_dir", "main", "non_chief_overrides", "precheck", "run"]
+__all__ = ["accept_run_dir", "hydra_output_dir", "main", "non_chief_overrides", "precheck", "run"]
 
 log = logging.getLogger("kdist.train")
 
@@ -181,6 +181,18 @@ def _run_dir_override(overrides: list[str]) -> str | None:
     return None
 
 
+def hydra_output_dir() -> str | None:
+    """The output folder of the Hydra job this process runs, or `None` outside one.
+
+    A Hydra config without a job's output folder (Hydra's help path, `kdist help train`,
+    composed it in this process) is no Hydra job: the run is a notebook's.
+    """
+    if not HydraConfig.initialized():
+        return None
+    hydra: Any = HydraConfig.get()  # a DictConfig typed as Hydra's dataclass
+    return OmegaConf.select(hydra, "runtime.output_dir", default=None)
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Train the job `cfg` describes in Hydra's output directory.
 
@@ -192,7 +204,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     Returns:
         The run's `metrics.json` content.
     """
-    run_dir = HydraConfig.get().runtime.output_dir if HydraConfig.initialized() else None
+    run_dir = hydra_output_dir()
     try:
         if run_dir is None:
             return _train(cfg, None)

@@ -7,6 +7,7 @@ search in this process).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -301,15 +302,43 @@ def test_a_default_search_logs_no_batch_hook_warning(
 # --- 9. `kdist help <command>`, and `kdist launch --<TAB>` -----------------------------------
 
 
+# Each command's help through `kdist help NAME` and `kdist NAME --help`, in one child process:
+# Hydra's help path sets Hydra's global config and its logging in the process that runs
+# it (a command's own process, which then exits), and tests after it in this process
+# would inherit both.
+_HELPS = """
+import contextlib, io, json
+from kdist import command
+out = {}
+for name in command.COMMANDS:
+    out[name] = []
+    for argv in (["help", name], [name, "--help"]):
+        text, code = io.StringIO(), "none"
+        with contextlib.redirect_stdout(text):
+            try:
+                command.main(argv)
+            except SystemExit as exit:
+                code = exit.code
+        out[name].append([code, text.getvalue()])
+print("HELPS" + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def helps() -> dict[str, list[list]]:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run(
+        [sys.executable, "-c", _HELPS], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.rpartition("HELPS")[2])
+
+
 @pytest.mark.parametrize("name", list(command.COMMANDS))
-def test_kdist_help_command_prints_that_commands_help(name: str, capsys):
-    with pytest.raises(SystemExit) as caught:
-        command.main(["help", name])
-    assert caught.value.code in (0, None)
-    helped = capsys.readouterr().out
-    with pytest.raises(SystemExit):
-        command.main([name, "--help"])
-    assert helped.strip() and helped == capsys.readouterr().out
+def test_kdist_help_command_prints_that_commands_help(name: str, helps):
+    (code, helped), (_, direct) = helps[name]
+    assert code in (0, None)
+    assert helped.strip() and helped == direct
 
 
 def test_kdist_help_alone_is_the_overview_and_an_unknown_command_is_one_line(capsys):
@@ -337,3 +366,22 @@ def test_launch_flags_complete(monkeypatch: pytest.MonkeyPatch, capsys):
     assert answer("kdist launch --workers 2 -- strategy=mi") == ["strategy=mirrored"]
     assert answer("kdist he") == ["help"]
     assert answer("kdist help t") == list(command.COMMANDS)
+
+
+def test_a_hydra_config_without_a_jobs_folder_is_no_hydra_job():
+    """Hydra's help path (`kdist help train` in a process) leaves a config with no job's
+    output folder: a notebook's run after it failed on `hydra.runtime.output_dir`."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from kdist.train import hydra_output_dir
+
+    instance = HydraConfig.instance()
+    kept = instance.cfg
+    try:
+        instance.cfg = OmegaConf.create({"hydra": {"runtime": {"output_dir": "???"}}})
+        assert hydra_output_dir() is None
+        instance.cfg = OmegaConf.create({"hydra": {"runtime": {"output_dir": "/x/y"}}})
+        assert hydra_output_dir() == "/x/y"
+    finally:
+        instance.cfg = kept
