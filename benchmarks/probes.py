@@ -1,18 +1,22 @@
 """Keras callbacks that benchmarked subprocesses load through `callbacks.extra`.
 
 They print one marked line to stdout (never a file, so any task of a cluster may use
-them); the benchmark parses the lines of the task it cares about.
+them); the benchmark parses the lines of the task it cares about. `TimeSplitProbe` is
+the exception: each task writes its own file under the benchmark's folder.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import keras
 
-__all__ = ["MARK", "EpochTimer", "FirstStepMarker", "parse"]
+__all__ = ["MARK", "SPLIT_CATEGORIES", "EpochTimer", "FirstStepMarker", "TimeSplitProbe", "parse"]
 
 MARK = "kdist-bench"
 _LINE = re.compile(rf"{MARK} (\w+) (.*)$")
@@ -76,3 +80,139 @@ def parse(text: str, *, prefix: str = "") -> list[tuple[str, dict[str, str]]]:
             fields = dict(item.split("=", 1) for item in rest.split() if "=" in item)
             found.append((kind, fields))
     return found
+
+
+# -- the time split (`benchmarks.time_split`) ------------------------------------------
+
+SPLIT_CATEGORIES = ("step", "average", "read", "callbacks")
+
+
+class _SplitRecorder:
+    """Timestamps (`time.perf_counter`, the system-wide monotonic clock on Linux, so the
+    workers' stamps compare) of the calls made during one epoch, kept in memory."""
+
+    def __init__(self) -> None:
+        self.epoch = 1
+        self.active = False
+        self.window: list[float] = []
+        self.events: list[tuple[str, float, float]] = []
+
+    def add(self, category: str, start: float) -> None:
+        if self.active:
+            self.events.append((category, start, time.perf_counter()))
+
+
+_SPLIT = _SplitRecorder()
+
+
+def _timed(owner: Any, name: str, category: str) -> None:
+    """Wrap `owner.name` (a class's method) so that each call is recorded as `category`."""
+    original = getattr(owner, name)
+    if getattr(original, "_kdist_split", False):
+        return
+
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _SPLIT.add(category, start)
+
+    wrapper._kdist_split = True  # type: ignore[attr-defined]
+    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+    setattr(owner, name, wrapper)
+
+
+def _as_floats(logs: Any) -> Any:
+    """The batch logs as Python floats (what Keras's `CallbackList` converts them to),
+    timed as a read; logs that are not a dict of scalars pass unchanged."""
+    if not isinstance(logs, dict):
+        return logs
+    try:
+        return {key: float(value) for key, value in logs.items()}
+    except (TypeError, ValueError):
+        return logs
+
+
+def _time_callback_list() -> None:
+    """Time the controller's callback hooks (`keras.callbacks.CallbackList`), open the
+    window at the measured epoch's `on_epoch_begin` and close it after its `on_epoch_end`."""
+    hooks = keras.callbacks.CallbackList
+    if getattr(hooks.on_epoch_begin, "_kdist_split", False):
+        return
+    epoch_begin, epoch_end = hooks.on_epoch_begin, hooks.on_epoch_end
+    batch_begin, batch_end = hooks.on_train_batch_begin, hooks.on_train_batch_end
+
+    def on_epoch_begin(self: Any, epoch: int, logs: Any = None) -> None:
+        start = time.perf_counter()
+        if epoch == _SPLIT.epoch:
+            _SPLIT.active = True
+            _SPLIT.window = [start]
+        epoch_begin(self, epoch, logs)
+        _SPLIT.add("callbacks", start)
+
+    def on_epoch_end(self: Any, epoch: int, logs: Any = None) -> None:
+        start = time.perf_counter()
+        epoch_end(self, epoch, logs)
+        _SPLIT.add("callbacks", start)
+        if epoch == _SPLIT.epoch and _SPLIT.active:
+            _SPLIT.active = False
+            _SPLIT.window.append(time.perf_counter())
+
+    def on_train_batch_begin(self: Any, batch: int, logs: Any = None) -> None:
+        start = time.perf_counter()
+        batch_begin(self, batch, logs)
+        _SPLIT.add("callbacks", start)
+
+    def on_train_batch_end(self: Any, batch: int, logs: Any = None) -> None:
+        start = time.perf_counter()
+        logs = _as_floats(logs)
+        _SPLIT.add("read", start)
+        batch_end(self, batch, logs)
+        _SPLIT.add("callbacks", start)
+
+    for hook in (on_epoch_begin, on_epoch_end, on_train_batch_begin, on_train_batch_end):
+        hook._kdist_split = True  # type: ignore[attr-defined]
+        setattr(hooks, hook.__name__, hook)
+
+
+def _task_name() -> str:
+    config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    task = config.get("task") or {}
+    return f"{task.get('type', 'single')}-{task.get('index', 0)}"
+
+
+class TimeSplitProbe(keras.callbacks.Callback):
+    """Records where one epoch's time goes in this process, for `benchmarks.time_split`.
+
+    Benchmark-only: it wraps, in this process, `StandardRunner.train_steps` (the train
+    function's calls: "step"), `WeightAverager.average` ("average"),
+    `StandardRunner.train_loop_end` and the batch logs' conversion to floats ("read") and
+    the controller's `CallbackList` hooks ("callbacks"), and records each call's start
+    and end from the measured epoch's `on_epoch_begin` hook to its `on_epoch_end` hook.
+    At `on_train_end` it writes them to `out_dir/split-<task>-<index>.json` (every task
+    its own file, under the benchmark's own folder, never the run folder: in a cluster
+    only the chief writes there).
+
+    Args:
+        out_dir: the folder of the files.
+        epoch: the measured epoch (0-based). Defaults to `1` (the second).
+    """
+
+    def __init__(self, *, out_dir: str, epoch: int = 1):
+        super().__init__()
+        from kdist.engine.standard_runner import StandardRunner
+        from kdist.engine.sync.averaging import WeightAverager
+
+        self.out_dir = Path(out_dir)
+        _SPLIT.epoch = int(epoch)
+        _timed(StandardRunner, "train_steps", "step")
+        _timed(StandardRunner, "train_loop_end", "read")
+        _timed(WeightAverager, "average", "average")
+        _time_callback_list()
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        name = _task_name()
+        record = {"task": name, "window": _SPLIT.window, "events": _SPLIT.events}
+        (self.out_dir / f"split-{name}.json").write_text(json.dumps(record))

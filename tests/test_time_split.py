@@ -1,0 +1,74 @@
+"""The time split's arithmetic (`benchmarks.time_split`) on synthetic timestamps."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.time_split import exclusive, pooled, split_workers
+
+
+def test_nested_calls_count_once_for_the_innermost():
+    events = [
+        ("callbacks", 10.0, 14.0),  # a batch-end hook holding a 1 s conversion
+        ("read", 10.0, 11.0),
+        ("step", 0.0, 9.0),
+        ("read", 15.0, 20.0),  # the epoch's end, holding an average
+        ("average", 16.0, 19.0),
+    ]
+    own = {(c, s): seconds for c, s, _, seconds in exclusive(events)}
+    assert own == {
+        ("step", 0.0): 9.0,
+        ("callbacks", 10.0): 3.0,
+        ("read", 10.0): 1.0,
+        ("read", 15.0): 2.0,
+        ("average", 16.0): 3.0,
+    }
+
+
+def test_split_of_two_workers_with_a_wait_in_the_average():
+    # Worker 1 reaches the average 2 s later; the all-reduce ends at 14 on both.
+    fast = {
+        "window": [0.0, 20.0],
+        "events": [
+            ("callbacks", 0.0, 1.0),
+            ("step", 1.0, 9.0),
+            ("average", 9.0, 14.0),
+            ("step", 14.0, 19.0),
+            ("read", 19.0, 19.5),
+        ],
+    }
+    slow = {
+        "window": [0.0, 20.0],
+        "events": [
+            ("callbacks", 0.0, 1.0),
+            ("step", 1.0, 11.0),
+            ("average", 11.0, 14.0),
+            ("step", 14.0, 19.5),
+            ("read", 19.5, 19.75),
+        ],
+    }
+    split = split_workers({"worker-0": fast, "worker-1": slow})
+    a, b = split["worker-0"], split["worker-1"]
+    assert a["step"] == pytest.approx(13.0) and b["step"] == pytest.approx(15.5)
+    assert a["average"] == pytest.approx(5.0) and a["average_calls"] == 1
+    # The fast worker's average is 2 s longer than the same call on the other worker.
+    assert a["average_beyond_fastest"] == pytest.approx(2.0)
+    assert b["average_beyond_fastest"] == pytest.approx(0.0)
+    # The n-th step calls are matched: (8 vs 10) and (5 vs 5.5).
+    assert a["step_beyond_fastest"] == pytest.approx(0.0)
+    assert b["step_beyond_fastest"] == pytest.approx(2.5)
+    assert a["read_beyond_fastest"] == pytest.approx(0.25)
+    assert a["other"] == pytest.approx(20.0 - 13.0 - 5.0 - 0.5 - 1.0)
+    assert a["outside_steps_share"] == pytest.approx(1 - 13.0 / 20.0)
+
+
+def test_one_process_has_no_wait_and_rounds_pool_by_their_walls():
+    one = {"window": [0.0, 10.0], "events": [("step", 0.0, 9.0), ("callbacks", 9.0, 9.5)]}
+    two = {"window": [0.0, 30.0], "events": [("step", 0.0, 24.0)]}
+    first = split_workers({"single-0": one})["single-0"]
+    assert first["step_beyond_fastest"] == 0.0 and first["average_calls"] == 0
+    whole = pooled([first, split_workers({"single-0": two})["single-0"]])
+    assert whole["wall"] == pytest.approx(40.0)
+    assert whole["step_share"] == pytest.approx(33.0 / 40.0)
+    assert whole["outside_steps_share"] == pytest.approx(7.0 / 40.0)
+    assert whole["other_share"] == pytest.approx(6.5 / 40.0)
