@@ -44,11 +44,21 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MODES", "cluster_row", "exclusive", "main", "one_row", "split_workers"]
+__all__ = [
+    "MODES",
+    "cluster_row",
+    "exclusive",
+    "main",
+    "markdown",
+    "measure",
+    "one_row",
+    "split_workers",
+    "summarize",
+]
 
 RESULTS = Path(__file__).with_name("results")
 CATEGORIES = ("step", "average", "read", "callbacks")  # as `benchmarks.probes` records
@@ -160,6 +170,14 @@ def _job(batch: int, steps: int, split_dir: Path) -> list[str]:
     ]
 
 
+def _importable() -> None:
+    """Let the processes started import `benchmarks` (its probes) from any folder."""
+    root = str(Path(__file__).resolve().parent.parent)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+
+
 def _read_split(split_dir: Path) -> dict[str, dict[str, Any]]:
     records = {
         path.stem.removeprefix("split-"): json.loads(path.read_text())
@@ -177,6 +195,7 @@ def one_row(
     from benchmarks.cluster import _throughput
     from benchmarks.processes import run_command
 
+    _importable()
     split_dir = work / f"{tag}-split"
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, cpus)  # the child inherits it (and sizes its threads to it)
@@ -205,6 +224,7 @@ def cluster_row(
     from benchmarks.cluster import _throughput
     from benchmarks.processes import launch_cluster
 
+    _importable()
     split_dir = work / f"{tag}-split"
     done = launch_cluster(
         workers=2,
@@ -226,11 +246,29 @@ def _commit() -> str:
         text=True,
         check=False,
     )
-    return done.stdout.strip() or "unknown"
+    return done.stdout.strip() or os.environ.get("KDIST_SPLIT_COMMIT", "unknown")
 
 
-def measure(rounds: int, modes: Sequence[str], *, half: bool) -> dict[str, Any]:
-    """The sides, interleaved (the order reverses every round)."""
+def measure(
+    rounds: int,
+    modes: Sequence[str],
+    *,
+    half: bool,
+    timeout: float = 600,
+    on_row: Callable[[str, dict[str, Any]], None] | None = None,
+    keep_going: bool = False,
+) -> dict[str, Any]:
+    """The sides, interleaved (the order reverses every round).
+
+    Args:
+        rounds: rounds of every side.
+        modes: the cluster's modes (keys of `MODES`).
+        half: add one process on half the cores at half the batch.
+        timeout: seconds for each side's run. Defaults to `600`.
+        on_row: called with each side's name and row as soon as it exists (a failed one:
+            `{"error": ...}`). Defaults to `None`.
+        keep_going: a failed side is recorded and the others go on. Defaults to `False`.
+    """
     from kdist.launcher.tasks import cores_of_workers
 
     settings = _settings()
@@ -247,25 +285,37 @@ def measure(rounds: int, modes: Sequence[str], *, half: bool) -> dict[str, Any]:
         for round_ in range(rounds):
             for side in sides if round_ % 2 == 0 else list(reversed(sides)):
                 tag = f"r{round_}_{side}"
-                if side == one:
-                    row = one_row(work, tag, cpus=cpus, batch=batch, steps=steps)
-                elif side.startswith("one_"):
-                    row = one_row(work, tag, cpus=cpus[: cores // 2], batch=batch // 2, steps=steps)
-                else:
-                    mode = side.removeprefix("mwms2_").rsplit("_b", 1)[0]
-                    row = cluster_row(work, tag, mode=mode, batch=batch, steps=steps)
-                rows[side].append(row)
-                print(f"{tag}: {row['examples_per_sec']:.1f} examples/s", flush=True)
+                started = time.perf_counter()
+                try:
+                    if side == one:
+                        row = one_row(
+                            work, tag, cpus=cpus, batch=batch, steps=steps, timeout=timeout
+                        )
+                    elif side.startswith("one_"):
+                        row = one_row(
+                            work,
+                            tag,
+                            cpus=cpus[: cores // 2],
+                            batch=batch // 2,
+                            steps=steps,
+                            timeout=timeout,
+                        )
+                    else:
+                        mode = side.removeprefix("mwms2_").rsplit("_b", 1)[0]
+                        row = cluster_row(
+                            work, tag, mode=mode, batch=batch, steps=steps, timeout=timeout
+                        )
+                except Exception as error:
+                    if not keep_going:
+                        raise
+                    row = {"error": repr(error)[-600:]}
+                row["seconds"] = time.perf_counter() - started
+                if "error" not in row:
+                    rows[side].append(row)
+                    print(f"{tag}: {row['examples_per_sec']:.1f} examples/s", flush=True)
+                if on_row is not None:
+                    on_row(tag, row)
         load.append(os.getloadavg()[0])
-    medians = {side: statistics.median(r["examples_per_sec"] for r in rows[side]) for side in rows}
-    summary = {}
-    for side, found in rows.items():
-        workers = sorted(found[0]["split"])
-        summary[side] = {
-            "median_examples_per_sec": medians[side],
-            "of_one_process": medians[side] / medians[one],
-            "split": {w: pooled([r["split"][w] for r in found]) for w in workers},
-        }
     return {
         **settings,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -276,8 +326,28 @@ def measure(rounds: int, modes: Sequence[str], *, half: bool) -> dict[str, Any]:
         "worker_cpus": cores_of_workers(2, dict(os.environ)),
         "one_process": one,
         "rows": rows,
-        "summary": summary,
+        "summary": summarize(rows, one),
     }
+
+
+def summarize(rows: Mapping[str, Sequence[Mapping[str, Any]]], one: str) -> dict[str, Any]:
+    """Each side's median examples/s, its ratio to `one`'s and its pooled split (sides
+    without a row left out; no ratio without `one`)."""
+    medians = {
+        side: statistics.median(r["examples_per_sec"] for r in found)
+        for side, found in rows.items()
+        if found
+    }
+    summary = {}
+    for side, median in medians.items():
+        found = rows[side]
+        summary[side] = {
+            "median_examples_per_sec": median,
+            "of_one_process": median / medians[one] if one in medians else None,
+            "rounds": len(found),
+            "split": {w: pooled([r["split"][w] for r in found]) for w in sorted(found[0]["split"])},
+        }
+    return summary
 
 
 def _pct(value: float) -> str:
@@ -305,14 +375,16 @@ def markdown(results: Mapping[str, Any], notes: Sequence[str] = ()) -> str:
     for side, row in r["summary"].items():
         first = True
         for task, s in row["split"].items():
+            ratio = row["of_one_process"]
+            shown = "-" if ratio is None else f"{ratio:.2f}"
+            if ratio is not None and side.startswith("one_") and side != r["one_process"]:
+                shown += f" (x2: {2 * ratio:.2f})"
             head = (
-                f"| {side} | {row['median_examples_per_sec']:.1f} | {row['of_one_process']:.2f} "
-                if first
-                else "| | | "
+                f"| {side} | {row['median_examples_per_sec']:.1f} | {shown} " if first else "| | | "
             )
             first = False
             lines.append(
-                f"{head}| {task} | {1000 * s['wall'] / r['rounds']:.0f} | "
+                f"{head}| {task} | {1000 * s['wall'] / row['rounds']:.0f} | "
                 f"{_pct(s['step_share'])} | {_pct(s['average_share'])} "
                 f"({_pct(s['average_beyond_fastest_share'])}) | {_pct(s['read_share'])} "
                 f"({_pct(s['read_beyond_fastest_share'])}) | {_pct(s['callbacks_share'])} | "
