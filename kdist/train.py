@@ -273,6 +273,7 @@ def _train(cfg: DictConfig, run_dir: str | None, *, write_config: bool = False) 
     from kdist.engine.checkpoint import CheckpointWriteError
     from kdist.engine.ps_runner import ParameterServerUnavailableError
     from kdist.engine.state import CheckpointError
+    from kdist.runs.disk_full import DiskFullError
 
     try:
         experiment.fit()
@@ -283,8 +284,9 @@ def _train(cfg: DictConfig, run_dir: str | None, *, write_config: bool = False) 
     except OSError as error:
         if error.errno not in _DISK_ERRORS:
             raise
+        said = str(error) if isinstance(error, DiskFullError) else None
         _stop_on_write_error(
-            f"writing {error.filename or 'a file'} failed: {error}", experiment.run_dir
+            said or f"writing {error.filename or 'a file'} failed: {error}", experiment.run_dir
         )
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
         message = _data_error(error)

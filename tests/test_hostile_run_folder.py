@@ -374,3 +374,99 @@ def test_a_damaged_state_file_does_not_stop_the_residuals_check(tmp_path, kind):
         (tmp_path / folder / "checkpoint").write_bytes(STATE_FILES[kind])
     # Unreadable: the restore says what is wrong, or falls back (as for a damaged save).
     assert holds_residuals(tmp_path / "backup", tmp_path / "checkpoints")
+
+
+def _tensorboard_on_a_full_disk(monkeypatch):
+    """TensorBoard's epoch write fails as its event file on a full disk does: TensorFlow's
+    `ResourceExhaustedError` naming the file (here `/dev/full`), not an `OSError`."""
+    from kdist.callbacks.tensorboard import EpochTensorBoard
+
+    full = _full_disk_write()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 1:
+            full()
+
+    monkeypatch.setattr(EpochTensorBoard, "on_epoch_end", on_epoch_end)
+
+
+def test_a_full_disk_under_tensorboard_is_named_in_a_notebook(tmp_path, monkeypatch):
+    import errno
+
+    import tensorflow as tf
+    from helpers import compose
+
+    import kdist
+    from kdist.runs.disk_full import DiskFullError
+
+    _tensorboard_on_a_full_disk(monkeypatch)
+    overrides = ["trainer=fast_dev", "trainer.epochs=3", "trainer.verbose=0"]
+    exp = kdist.Experiment(compose(overrides), run_dir=tmp_path)
+    with pytest.raises(DiskFullError) as error:
+        exp.fit()
+    assert error.value.errno == errno.ENOSPC
+    assert isinstance(error.value.__cause__, tf.errors.ResourceExhaustedError)
+    _says_disk_full(str(error.value), Path("/dev"), needed=False)
+
+
+def test_named_disk_full_leaves_other_errors_and_named_ones_alone(tmp_path):
+    import errno
+
+    from kdist.runs.disk_full import disk_full_error, named_disk_full
+
+    assert named_disk_full(ValueError("bad"), tmp_path) is None
+    named = disk_full_error(OSError(errno.ENOSPC, "No space left on device"), tmp_path / "f")
+    assert named_disk_full(named, tmp_path) is None
+    # h5py's words without an errno or a file: the folder given is named.
+    said = named_disk_full(RuntimeError("Can't write data (No space left on device)"), tmp_path)
+    assert said is not None and said.errno == errno.ENOSPC
+    assert f"the disk holding {tmp_path} is full (no space left writing a file" in str(said)
+
+
+def test_a_full_disk_under_tensorboard_on_the_command_line_is_one_line_and_exit_6(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from kdist.process.exit_codes import EXIT_WRITE_FAILED
+
+    driver = tmp_path / "full_disk.py"
+    driver.write_text(
+        "import runpy, sys\n"
+        "import tensorflow as tf\n"
+        "from kdist.callbacks.tensorboard import EpochTensorBoard\n"
+        "@tf.function\n"
+        "def full():\n"
+        "    tf.io.write_file('/dev/full', tf.strings.join(['x'] * 4096))\n"
+        "def on_epoch_end(self, epoch, logs=None):\n"
+        "    if epoch == 1:\n"
+        "        full()\n"
+        "EpochTensorBoard.on_epoch_end = on_epoch_end\n"
+        "sys.argv = ['kdist.train', *sys.argv[1:]]\n"
+        "runpy.run_module('kdist.train', run_name='__main__')\n"
+    )
+    run_dir = tmp_path / "run"
+    args = ["trainer=fast_dev", "trainer.epochs=3", "trainer.verbose=0", f"hydra.run.dir={run_dir}"]
+    result = subprocess.run(
+        [sys.executable, str(driver), *args],
+        cwd=tmp_path,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == EXIT_WRITE_FAILED, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("kdist:")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert errors[0].startswith("kdist: write error: the disk holding /dev is full"), errors[0]
+    # The callbacks run before the savers: epoch 1's failed write leaves epoch 0's save.
+    assert errors[0].endswith("the newest checkpoint, step 5, is intact"), errors[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_named_disk_full_keeps_kdists_own_named_errors(tmp_path):
+    from kdist.engine.checkpoint import CheckpointWriteError
+    from kdist.runs.disk_full import disk_full_message, named_disk_full
+
+    said = disk_full_message(RuntimeError("/x/y; No space left on device"), tmp_path, needed=9)
+    assert named_disk_full(CheckpointWriteError(said), tmp_path) is None

@@ -38,6 +38,7 @@ from kdist.engine.state import (
     resume_point,
     seed_states,
 )
+from kdist.runs.disk_full import named_disk_full
 from kdist.runs.layout import clean_leftovers
 from kdist.strategies.compression import error_feedback_of
 
@@ -344,7 +345,7 @@ class Controller:
             result = self._train(callback_list, savers)
         except BaseException as error:
             _close_files(callback_list.callbacks)
-            failure = self.runner.failure(error)
+            failure = self.runner.failure(error) or named_disk_full(error, Path.cwd())
             if failure is not None:
                 raise failure from error
             raise

@@ -14,10 +14,18 @@ import re
 import shutil
 from pathlib import Path
 
-__all__ = ["NO_SPACE", "disk_full_error", "disk_full_message", "is_disk_full"]
+__all__ = [
+    "NO_SPACE",
+    "DiskFullError",
+    "disk_full_error",
+    "disk_full_message",
+    "is_disk_full",
+    "named_disk_full",
+]
 
 # What the C library says for a full disk and a full quota, in TensorFlow's messages.
 NO_SPACE = ("No space left on device", "Disk quota exceeded")
+_SAID = "is full (no space left writing"
 _FILE = re.compile(r"([^\s;'\"]+); (?:" + "|".join(NO_SPACE) + ")")
 
 
@@ -39,6 +47,17 @@ def is_disk_full(error: BaseException) -> bool:
     return False
 
 
+def _written(error: BaseException) -> str | None:
+    """The file the failed write was writing, as TensorFlow's message or the OSError names it."""
+    found = next((m.group(1) for c in _chain(error) if (m := _FILE.search(str(c)))), None)
+    if found is None:
+        found = next(
+            (c.filename for c in _chain(error) if isinstance(c, OSError) and c.filename),
+            None,
+        )
+    return None if found is None else str(found)
+
+
 def _size(count: int) -> str:
     if count < 1024:
         return f"{count} bytes"
@@ -58,12 +77,7 @@ def disk_full_message(error: BaseException, folder: Path, *, needed: int | None)
         folder: where the save was written.
         needed: about how many bytes the save writes; `None` when not known.
     """
-    written = next((m.group(1) for c in _chain(error) if (m := _FILE.search(str(c)))), None)
-    if written is None:
-        written = next(
-            (c.filename for c in _chain(error) if isinstance(c, OSError) and c.filename),
-            None,
-        )
+    written = _written(error)
     where = Path(folder)
     while not where.exists() and where != where.parent:
         where = where.parent
@@ -71,16 +85,42 @@ def disk_full_message(error: BaseException, folder: Path, *, needed: int | None)
         free = f"{_size(shutil.disk_usage(where).free)} free there"
     except OSError:
         free = "free space unknown"
-    text = f"the disk holding {folder} is full (no space left writing {written or 'a file'}"
+    text = f"the disk holding {folder} {_SAID} {written or 'a file'}"
     text += f"; {free}"
     if needed is not None:
         text += f", the save needs about {_size(needed)}"
     return text + "); free some space or give the run another folder (hydra.run.dir)"
 
 
+class DiskFullError(OSError):
+    """A full disk (`ENOSPC`) said in one line: `str()` is the message alone."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
 def disk_full_error(error: BaseException, path: Path, *, needed: int | None = None) -> OSError:
     """An `OSError` (`ENOSPC`) for a write of `path` that found the disk full, whose
     message says so (`disk_full_message`): `kdist.train` stops with it in one line."""
-    return OSError(
+    return DiskFullError(
         errno.ENOSPC, disk_full_message(error, Path(path).parent, needed=needed), str(path)
     )
+
+
+def named_disk_full(error: BaseException, folder: Path) -> OSError | None:
+    """`error` said as a full disk (`disk_full_error`) where it is one that was not named
+    yet (TensorFlow's `ResourceExhaustedError` from a TensorBoard event file, h5py's
+    error); `None` for any other error, and for a full disk already named.
+
+    Args:
+        error: what a write raised.
+        folder: where the write went when the error does not name its file.
+    """
+    if not is_disk_full(error):
+        return None
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    if _SAID in str(error):  # e.g. kdist's `CheckpointWriteError`
+        return None
+    written = _written(error)
+    return disk_full_error(error, Path(written) if written else Path(folder) / "a file")
