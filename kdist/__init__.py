@@ -4,7 +4,9 @@ The package imports TensorFlow only when an attribute that needs it is first use
 `kdist train` can check the config and quiet TensorFlow's logs first.
 
 Importing kdist changes nothing in the process: no environment variable, no import hook,
-no stderr filter. The commands (`kdist train`, ...) turn TensorFlow's logs down themselves;
+no stderr filter (one exception: as the package of `python -m kdist.<command>`, it makes a
+Ctrl-C that lands in the command's own imports one line, `kdist.process.interrupt`).
+The commands (`kdist train`, ...) turn TensorFlow's logs down themselves;
 in a notebook, `kdist.quiet_tensorflow()` does the same (an `Experiment` applies its config's
 `runtime.tf_log_level`).
 """
@@ -12,9 +14,15 @@ in a notebook, `kdist.quiet_tensorflow()` does the same (an `Experiment` applies
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 from kdist.compat.moved import MOVED as _MOVED
+
+if sys.argv[:1] == ["-m"]:  # Python is locating `python -m kdist.<command>`: its imports follow
+    from kdist.process.interrupt import one_line_on_ctrl_c_while_starting
+
+    one_line_on_ctrl_c_while_starting()
 
 __version__ = "0.9.0"
 

@@ -72,3 +72,56 @@ def test_ctrl_c_in_the_first_seconds_prints_one_line_and_exits_130(
     assert len(lines) == 1, result.stderr[-3000:]
     assert "interrupted (Ctrl-C)" in lines[0]
     assert lines[0].startswith(f"kdist {command}: ") or lines[0].startswith(f"kdist.{command}: ")
+
+
+_SIGINT_AT_IMPORT = """
+import os, signal, sys
+class _Finder:
+    def find_spec(self, name, path=None, target=None):
+        if name == os.environ["INTERRUPT_AT_IMPORT"]:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, as this module is imported
+        return None
+sys.meta_path.insert(0, _Finder())
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "imported"),
+    [("kdist.train", "hydra"), ("kdist.train", "omegaconf"), ("kdist.tune", "hydra")],
+)
+def test_ctrl_c_in_the_imports_of_python_m_kdist_command_is_one_line(
+    tmp_path: Path, module: str, imported: str
+):
+    """`python -m kdist.train` (not `kdist train`): the interrupt lands in the module's own
+    imports, before its `main` runs; placed there by an import hook, not by timing."""
+    (tmp_path / "sitecustomize.py").write_text(_SIGINT_AT_IMPORT)
+    result = subprocess.run(
+        [sys.executable, "-m", module, f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path), "INTERRUPT_AT_IMPORT": imported},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode in (EXIT_INTERRUPTED, -signal.SIGINT), result.stderr[-3000:]
+    assert result.stderr == f"{module}: interrupted (Ctrl-C) while starting\n"
+    assert not (tmp_path / "run").exists()
+
+
+def test_other_errors_keep_their_traceback(tmp_path: Path):
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\nclass F:\n    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'hydra':\n            raise ValueError('not an interrupt')\n"
+        "sys.meta_path.insert(0, F())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "kdist.train"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "Traceback" in result.stderr and "ValueError: not an interrupt" in result.stderr

@@ -31,6 +31,8 @@ from kdist.process.exit_codes import EXIT_CONFIG_ERROR
 from kdist.runs.layout import check_run_dir
 from kdist.tuning import run as run_search
 
+GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
+
 
 def _kdist(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -105,6 +107,33 @@ def test_an_odd_character_is_one_line_on_the_command_line(tmp_path: Path, multir
     flags = ["-m", f"hydra.sweep.dir={tmp_path}"] if multirun else [f"hydra.run.dir={tmp_path}"]
     line = _one_line(_kdist("train", *flags, "trainer.epochs=\uff13"))
     assert "U+FF13 FULLWIDTH DIGIT THREE" in line and "trainer.epochs=3" in line
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("trainer.epochs=[1,2", "trainer.epochs='[1,2': is not an override Hydra can read"),
+        ("model.name='mlp", "model.name=\"'mlp\": is not an override Hydra can read"),
+        ("trainer.epochs", "trainer.epochs: is not an override Hydra can read"),
+        ("trainer.epochs=1=2", "trainer.epochs='1=2': is not an override Hydra can read"),
+    ],
+    ids=["open-bracket", "open-quote", "no-equals", "two-equals"],
+)
+def test_an_override_hydra_cannot_parse_names_its_key(override: str, said: str):
+    with pytest.raises(ConfigError) as caught:
+        compose([override])
+    text = str(caught.value)
+    assert text.startswith(said) and "\n" not in text, text
+    hints = {"[": "close its '[' with ']'", "'": "close its quote", "=1=": "quote the value"}
+    assert any(h in text for k, h in hints.items() if k in override) or "key=value" in text
+
+
+def test_a_multirun_with_an_unclosed_list_is_one_line_before_any_job(tmp_path: Path):
+    # Hydra's basic sweeper parsed it itself: four lines of its own and status 1.
+    line = _one_line(_kdist("train", "-m", f"hydra.sweep.dir={tmp_path}", "trainer.epochs=[1,2"))
+    assert line.startswith("kdist: config error: trainer.epochs='[1,2': is not an override")
+    assert line.endswith("close its '[' with ']' (the grammar: " + GRAMMAR + ")")
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
 
 
 # --- 2. a 100,000-digit whole number ---------------------------------------------------------

@@ -128,6 +128,32 @@ def _check_folders(override: str) -> None:
     check_path_length(key, value.strip("'\""))
 
 
+def _check_grammar(override: str) -> None:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    try:
+        OverridesParser.create().parse_overrides([override])
+    except OverrideParseException as error:
+        said = [line.strip() for line in str(error).splitlines() if line.strip()]
+        reason = next((line for line in said if not line.startswith(("See ", "Error parsing"))), "")
+        key, equals, value = override.partition("=")
+        opened = [(o, c) for o, c in ("[]", "{}", "()") if value.count(o) > value.count(c)]
+        if not equals:
+            hint = "write it as key=value (e.g. trainer.epochs=3)"
+        elif opened:
+            hint = f"close its '{opened[0][0]}' with '{opened[0][1]}'"
+        elif value.count("'") % 2 or value.count('"') % 2:
+            hint = "close its quote"
+        else:
+            hint = "quote the value to keep it as text: " + f"{key}='{value}'"
+        hint += " (the grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)"
+        problem = f"is not an override Hydra can read ({reason or 'a syntax error'})"
+        if not equals:
+            raise ConfigError(override, problem, hint=hint) from None
+        raise ConfigError(key.strip(), problem, value=value, hint=hint) from None
+
+
 def check_override_text(overrides: Sequence[str]) -> None:
     """Refuse override text that Hydra's grammar or Python's `int()` cannot read.
 
@@ -140,9 +166,12 @@ def check_override_text(overrides: Sequence[str]) -> None:
             name and where it sits, with the override typed plainly; or for a whole number
             longer than Python converts (`sys.get_int_max_str_digits()`), naming the key;
             or for `hydra.run.dir`/`hydra.sweep.dir` over the file system's limits
-            (`kdist.config.path_limits`).
+            (`kdist.config.path_limits`); or for an override Hydra's grammar cannot
+            read (an unclosed `[`, `{` or quote, no `=`), named before a multirun's
+            sweeper reports it as Hydra's own error (status 1).
     """
     for override in overrides:
         _check_characters(override)
         _check_numbers(override)
         _check_folders(override)
+        _check_grammar(override)

@@ -6,10 +6,11 @@ import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from kdist.process.exit_codes import EXIT_INTERRUPTED
 
-__all__ = ["exit_on_ctrl_c"]
+__all__ = ["exit_on_ctrl_c", "one_line_on_ctrl_c_while_starting"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,28 @@ def exit_on_ctrl_c(message: str) -> Iterator[None]:
             log.warning("%s", message)
         print(message, file=sys.stderr, flush=True)
         raise SystemExit(EXIT_INTERRUPTED) from None
+
+
+def one_line_on_ctrl_c_while_starting() -> None:
+    """`python -m kdist.<command>`: a Ctrl-C before the command's `main` catches it (while
+    Python imports the command's module, before `exit_on_ctrl_c` is entered) prints one line
+    instead of a `KeyboardInterrupt` traceback.
+
+    Only an interrupt nothing caught reaches `sys.excepthook`, so this changes nothing for
+    the commands' own handling; other errors go to the hook that was there. CPython then
+    ends the process by SIGINT, which a shell reports as status 130.
+    """
+    previous = sys.excepthook
+    argv = list(getattr(sys, "orig_argv", []))
+    module = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else "kdist"
+
+    def excepthook(kind: Any, value: BaseException, traceback: Any) -> None:
+        if not _is_ctrl_c(value):
+            previous(kind, value, traceback)
+            return
+        print(f"{module}: interrupted (Ctrl-C) while starting", file=sys.stderr, flush=True)
+
+    sys.excepthook = excepthook
 
 
 def _is_ctrl_c(error: BaseException | None) -> bool:
