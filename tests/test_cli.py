@@ -290,7 +290,8 @@ def test_the_package_is_typed_with_classifiers_and_urls():
     classifiers = project["project"]["classifiers"]
     assert "Typing :: Typed" in classifiers
     assert not [c for c in classifiers if c.startswith("License ::")]  # the SPDX `license`
-    assert {"Homepage", "Documentation", "Source", "Changelog"} <= set(project["project"]["urls"])
+    # No address that does not exist: the URLs come with a published site (pyproject.toml).
+    assert ".invalid" not in str(project["project"].get("urls", {}))
 
 
 @pytest.mark.parametrize("name", ["evaluate", "predict"])
