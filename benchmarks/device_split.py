@@ -9,14 +9,19 @@ timeout (`ROW_TIMEOUT`, default 150 s) and is appended to `$OUT/rows.jsonl` as s
 exists; at the end `$OUT/time-split-16core.json` and `.md` hold the table
 (`benchmarks.time_split.markdown`). Modelled on `../shared/tools/device_rows.py`.
 
-On the device (`../shared/DEVICE.md`: the two chunk calls first), from the checkout's
-root, with this checkout's code rather than `.device/proj`'s:
+On the device (`../shared/DEVICE.md`: the two chunk calls first), with the committed
+HEAD rather than `.device/proj`'s older copy or the working tree's uncommitted edits:
+here `git archive --format=tar.gz -o .device/head.tgz HEAD`, then one call carrying
+`.device/c3`, `.device/small`, `.device/run.sh` and `.device/head.tgz`:
 
-    bash .device/run.sh true && PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 \\
-        TF_CPP_MIN_LOG_LEVEL=2 ROUNDS=1 python3 -m benchmarks.device_split
+    bash .device/run.sh true; mkdir -p /tmp/head && tar -xzf .device/head.tgz -C /tmp/head \
+      && cd /tmp/head && PYTHONPATH=/tmp/site:/tmp/head PYTHONUNBUFFERED=1 \
+      TF_CPP_MIN_LOG_LEVEL=2 KDIST_SPLIT_COMMIT=<hash> ROUNDS=1 ROW_TIMEOUT=150 \
+      timeout 480 python3 -m benchmarks.device_split > $OUT/log.txt 2>&1
 
-(carry `.device/c3`, `.device/small`, `.device/proj`, `.device/run.sh`; about 4 minutes a
-round.)
+(`run.sh true` unpacks TensorFlow and ends with a `cd` error, harmless; the copy has no
+`.git`, hence `KDIST_SPLIT_COMMIT`.) A round took 150 s there on 2026-11-28
+(`results/time-split-16core.md`).
 """
 
 from __future__ import annotations
