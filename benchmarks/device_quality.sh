@@ -6,7 +6,7 @@
 # then DEVICE.md's c1 and c2 calls, then at once:
 #   run(command="bash benchmarks/device_quality.sh", timeout_s=480,
 #       carry=[".device/c3", ".device/small", ".device/proj", ".device/run.sh"])
-# 8 children of 2 cores at once; no fit starts after DEADLINE seconds (default 240), the
+# 8 children of 2 cores at once; no fit starts after DEADLINE seconds (default 210), the
 # last ones end or are stopped at most twice the longest fit later. The grid's order is its
 # priority: every_step and local_sgd first, then the diloco candidates in CANDIDATES' order,
 # each cell with all its seeds, so a run cut by the deadline drops the last candidates whole.
@@ -19,7 +19,7 @@ set -u
 cd "$(dirname "$0")/.."
 : "${OUT:?OUT must name the folder whose files come back}"
 export QUALITY_PARALLEL=${QUALITY_PARALLEL:-8} QUALITY_CORES=${QUALITY_CORES:-2}
-deadline=${DEADLINE:-240}
+deadline=${DEADLINE:-210}
 args=(--out "$OUT" --deadline "$deadline")
 if [ -n "${PRIOR:-}" ]; then args+=(--prior "$(realpath "$PRIOR")"); fi
 echo "cores: $(nproc), load: $(cut -d' ' -f1 /proc/loadavg), $(python3 --version)"
