@@ -18,6 +18,7 @@
 set -u
 cd "$(dirname "$0")/.."
 : "${OUT:?OUT must name the folder whose files come back}"
+OUT=$(realpath "$OUT")  # run.sh runs the grid from .device/proj
 export QUALITY_PARALLEL=${QUALITY_PARALLEL:-8} QUALITY_CORES=${QUALITY_CORES:-2}
 deadline=${DEADLINE:-210}
 args=(--out "$OUT" --deadline "$deadline")
