@@ -50,22 +50,31 @@ class StandardRunner(StepRunner):
         # The metrics the last `train_steps` call returned: `train_loop_end` reuses them
         # instead of reading the (mirrored) metric variables again.
         self._last_logs: Logs | None = None
+        self._read_metrics: Callable[[], Logs] | None = None  # compiled at its first use
 
-    def _call_results(self) -> tuple[Logs, Logs]:
+    def _call_results(self, step_logs: Logs | None = None) -> tuple[Logs, Logs | None]:
         """A call's logs for the batch hooks and the metrics' values now (the epoch's
-        logs if it was the epoch's last call): one structure unless several mirrored
-        replicas make them differ (`StepRunner.batch_results`)."""
+        logs if it was the epoch's last call; `None`: read them at the epoch's end):
+        one structure unless several mirrored replicas make them differ
+        (`StepRunner.batch_results`). `step_logs` are a model's own `train_step`'s."""
         logs = self.metric_results()
-        return (self.batch_results() if self.replica_batch_logs else logs), logs
+        batch_logs = self.batch_results() if self.replica_batch_logs else logs
+        if step_logs is not None:
+            # Keras: the batch logs are the model's own `train_step`'s; the epoch's too
+            # where they name other values than its metrics (`_get_metrics_result_or_logs`).
+            return step_logs, logs if set(step_logs) == set(logs) else step_logs
+        return batch_logs, logs
 
-    def _make_train_function(self) -> Callable[..., tuple[Logs, Logs, tf.Tensor]]:
+    def _reset_in_call(self) -> None:
+        """Reset the metrics inside a train call (its first of an epoch)."""
+        for metric in self.model.metrics:
+            metric.reset_state()
+
+    def _make_train_function(self) -> Callable[..., tuple[Logs, Logs | None, tf.Tensor]]:
         snapshot = self._snapshot
 
-        metrics = list(self.model.metrics)
-
         def reset() -> tf.Tensor:
-            for metric in metrics:
-                metric.reset_state()
+            self._reset_in_call()
             return tf.constant(True)
 
         @tf.function
@@ -75,7 +84,7 @@ class StandardRunner(StepRunner):
             which: tf.Tensor,
             steps: tf.Tensor,
             reset_first: tf.Tensor,
-        ) -> tuple[Logs, Logs, tf.Tensor]:
+        ) -> tuple[Logs, Logs | None, tf.Tensor]:
             # A saver's copies first (the state of its step, the epoch's metrics
             # included), then a new epoch's metric reset, then the steps.
             finite = snapshot(which, steps) if snapshot is not None else tf.constant(True)
@@ -83,13 +92,7 @@ class StandardRunner(StepRunner):
                 reset_done = tf.cond(reset_first, reset, lambda: tf.constant(True))
             with tf.control_dependencies([reset_done]):
                 step_logs = self.run_train_steps(iterator, num_steps)
-            batch_logs, logs = self._call_results()
-            if step_logs is not None:
-                # Keras: the batch logs are the model's own `train_step`'s; the epoch's
-                # too where they name other values than its metrics
-                # (`_get_metrics_result_or_logs`).
-                batch_logs = step_logs
-                logs = logs if set(step_logs) == set(logs) else step_logs
+            batch_logs, logs = self._call_results(step_logs)
             return batch_logs, logs, finite
 
         return train_function
@@ -120,7 +123,9 @@ class StandardRunner(StepRunner):
                     break
                 strategy.run(replica_step, args=(batch.get_value(),))
                 count += 1
-            return (*self._call_results(), count)
+            batch_logs, logs = self._call_results()
+            assert logs is not None
+            return batch_logs, logs, count
 
         return eval_steps
 
@@ -289,11 +294,13 @@ class StandardRunner(StepRunner):
                 self._epoch_end()
         # The last call's results are the metrics' values now: nothing ran since.
         logs = self._last_logs
-        if logs is None:  # no step in this epoch (e.g. stopped before the first call)
+        if logs is None:  # no step in this epoch, or its last call read no metrics
             if self._reset_next:
                 self.reset_metrics()
                 self._reset_next = False
-            logs = self.metric_results()
+            if self._read_metrics is None:
+                self._read_metrics = tf.function(self.metric_results)
+            logs = self._read_metrics()
         return to_floats(logs)
 
     def evaluate(self, callbacks: Any = None) -> dict[str, float]:

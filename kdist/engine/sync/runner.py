@@ -15,6 +15,7 @@ from kdist.engine.building import optimizer_steps, own_optimizers
 from kdist.engine.runner import Logs
 from kdist.engine.standard_runner import StandardRunner
 from kdist.engine.sync.averaging import WeightAverager, averager_of, running_statistics
+from kdist.engine.sync.local_reads import own_results, reset_in_replicas
 from kdist.engine.sync.local_updates import install_local_updates
 from kdist.engine.sync.replica_state import ReplicaStates
 
@@ -45,8 +46,17 @@ class LocalSGDRunner(StandardRunner):
     is one extra call per average (under a millisecond on CPU).
 
     **Logged metrics:** the training loss and metrics are Keras's sync-on-read
-    metrics, summed over the replicas when read: each is the mean over all replicas
-    (all workers) of the values each replica measured on its own, drifting, weights.
+    metrics, summed over the replicas when read: each epoch's logs are the mean over
+    all replicas (all workers) of the values each replica measured on its own,
+    drifting, weights, read once at the epoch's end (or by the epoch's last call where
+    it ends with an average), as every_step's are. Between two averages no call
+    communicates: each replica updates its own running sums and resets its own copy at
+    an epoch's start (`kdist.engine.sync.local_reads`). A call's batch logs are its
+    replicas' own results (their mean, as Keras's `fit` makes them under
+    `MirroredStrategy`) on one worker; with several workers, the call that ends with an
+    average reads them across workers and the calls until the next one show those
+    logs again (none before the epoch's first average), the same on every worker, so
+    that a callback stopping on a batch log stops every worker at the same call.
 
     **Optimizer state:** each replica keeps its own optimizer slots (Adam's moments);
     they are not averaged. Before a save they are all-gathered into banks that the
@@ -72,8 +82,13 @@ class LocalSGDRunner(StandardRunner):
         # Read while a train function is traced (`install_local_updates`).
         self._warming = sync.warmup_steps > 0
         self._dirty = False  # weights changed since the last average
+        self._exact = False  # the next call reads the metrics across replicas
+        self._shown: Logs = {}  # the batch logs of the epoch's last exact read
         super().__init__(**kwargs)
         strategy = self.strategy
+        self._several_workers = len(strategy.extended.worker_devices) < (
+            strategy.num_replicas_in_sync
+        )
         if isinstance(strategy, tf.distribute.OneDeviceStrategy):
             # `strategy=auto` that found one device (the config check refuses one_device).
             raise ConfigError(
@@ -118,17 +133,39 @@ class LocalSGDRunner(StandardRunner):
             sync.warmup_steps,
         )
 
-    def _make_train_function(self) -> Callable[..., tuple[Logs, Logs, tf.Tensor]]:
-        # Two traces of the same train function: the warm-up one sums the gradients
-        # across replicas, the local one does not (`install_local_updates` reads
-        # `_warming` while tracing).
+    def _make_train_function(self) -> Callable[..., tuple[Logs, Logs | None, tf.Tensor]]:
+        # Three traces of the same train function: the warm-up one sums the gradients
+        # across replicas, the local ones do not (`install_local_updates` reads
+        # `_warming` while tracing); of those, the local one reads each replica's own
+        # metrics and the exact one (a call ending with an average, several workers)
+        # reads them across replicas (`_call_results` reads `_exact` while tracing).
         synchronous = super()._make_train_function()
+        exact = super()._make_train_function()
         local = super()._make_train_function()
 
-        def train_function(*args: Any) -> tuple[Logs, Logs, tf.Tensor]:
-            return (synchronous if self._warming else local)(*args)
+        def train_function(*args: Any) -> tuple[Logs, Logs | None, tf.Tensor]:
+            if self._warming:
+                return synchronous(*args)
+            return (exact if self._exact else local)(*args)
 
         return train_function
+
+    def _call_results(self, step_logs: Logs | None = None) -> tuple[Logs, Logs | None]:
+        # A local call reads no metric across replicas (`kdist.engine.sync.local_reads`):
+        # its batch logs are its replicas' own results, and the epoch's logs are read
+        # across replicas at the epoch's end (`None`: `StandardRunner.train_loop_end`).
+        if self._warming or self._exact:
+            return super()._call_results(step_logs)
+        own = own_results(self.strategy, self.model)
+        if step_logs is not None:
+            return step_logs, None if set(step_logs) == set(own) else step_logs
+        return own, None
+
+    def _reset_in_call(self) -> None:
+        if self._warming:
+            super()._reset_in_call()
+        else:
+            reset_in_replicas(self.strategy, self.model)
 
     def train_steps(self, num_steps: int) -> Logs:
         done = optimizer_steps(self.model)
@@ -145,11 +182,20 @@ class LocalSGDRunner(StandardRunner):
                     # warm-up's weights, and DiLoCo's first outer step measures the change
                     # from there (not from the weights the run started with).
                     self.averager.reset_anchors()
+            # Several workers: only a call that ends with an average reads the metrics
+            # across workers; the others show its logs (`_shown`), the same on every
+            # worker, so that a callback stopping on a batch log stops them all at once.
+            self._exact = self._several_workers and (done + count) % every == 0
             logs = super().train_steps(count)
             done += count
             num_steps -= count
             if self._warming:
                 continue
+            if self._several_workers:
+                if self._exact:
+                    self._shown = logs
+                else:
+                    logs = self._shown
             self._dirty = True
             if done % every == 0:
                 self.average()
@@ -169,6 +215,11 @@ class LocalSGDRunner(StandardRunner):
             self.average()
         for states in self.replica_states:
             states.gather()
+
+    def train_loop_begin(self, *, reset_metrics: bool = True, first_step: int = 0) -> None:
+        if reset_metrics:
+            self._shown = {}
+        super().train_loop_begin(reset_metrics=reset_metrics, first_step=first_step)
 
     def train_loop_end(self, *, complete: bool = True) -> dict[str, float]:
         if self._dirty:
