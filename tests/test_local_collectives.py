@@ -117,6 +117,23 @@ def test_epoch_logs_equal_a_read_of_the_metrics_after_the_epochs_last_call(tmp_p
         assert {k: history[k][epoch] for k in read} == read
 
 
+def test_validation_in_calls_reads_its_metrics_across_replicas(tmp_path: Path):
+    # A callback with test-batch hooks makes validation run in calls
+    # (`StandardRunner._evaluate_in_calls`); they read across replicas as every_step's do.
+    import keras
+
+    class TestHooks(keras.callbacks.Callback):
+        def on_test_batch_end(self, batch, logs=None):
+            pass
+
+    def validation(*more: str) -> list[float]:
+        exp = kdist.Experiment(compose([*JOB, *SGD, *more]), run_dir=tmp_path / str(len(more)))
+        return exp.fit(callbacks=[TestHooks()]).history["val_loss"]
+
+    local = validation("strategy.sync.mode=local_sgd", "strategy.sync.sync_every=1")
+    np.testing.assert_allclose(local, validation(), rtol=1e-5)
+
+
 def _free_ports(count: int) -> list[int]:
     ports: list[int] = []
     while len(ports) < count:

@@ -52,13 +52,17 @@ class StandardRunner(StepRunner):
         self._last_logs: Logs | None = None
         self._read_metrics: Callable[[], Logs] | None = None  # compiled at its first use
 
-    def _call_results(self, step_logs: Logs | None = None) -> tuple[Logs, Logs | None]:
+    def _call_results(self) -> tuple[Logs, Logs]:
         """A call's logs for the batch hooks and the metrics' values now (the epoch's
-        logs if it was the epoch's last call; `None`: read them at the epoch's end):
-        one structure unless several mirrored replicas make them differ
-        (`StepRunner.batch_results`). `step_logs` are a model's own `train_step`'s."""
+        logs if it was the epoch's last call): one structure unless several mirrored
+        replicas make them differ (`StepRunner.batch_results`)."""
         logs = self.metric_results()
-        batch_logs = self.batch_results() if self.replica_batch_logs else logs
+        return (self.batch_results() if self.replica_batch_logs else logs), logs
+
+    def _train_call_results(self, step_logs: Logs | None) -> tuple[Logs, Logs | None]:
+        """A train call's `_call_results`, given a model's own `train_step`'s logs;
+        `None` for the metrics' values: read them at the epoch's end."""
+        batch_logs, logs = self._call_results()
         if step_logs is not None:
             # Keras: the batch logs are the model's own `train_step`'s; the epoch's too
             # where they name other values than its metrics (`_get_metrics_result_or_logs`).
@@ -92,7 +96,7 @@ class StandardRunner(StepRunner):
                 reset_done = tf.cond(reset_first, reset, lambda: tf.constant(True))
             with tf.control_dependencies([reset_done]):
                 step_logs = self.run_train_steps(iterator, num_steps)
-            batch_logs, logs = self._call_results(step_logs)
+            batch_logs, logs = self._train_call_results(step_logs)
             return batch_logs, logs, finite
 
         return train_function
@@ -123,9 +127,7 @@ class StandardRunner(StepRunner):
                     break
                 strategy.run(replica_step, args=(batch.get_value(),))
                 count += 1
-            batch_logs, logs = self._call_results()
-            assert logs is not None
-            return batch_logs, logs, count
+            return (*self._call_results(), count)
 
         return eval_steps
 

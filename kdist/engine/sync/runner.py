@@ -138,7 +138,7 @@ class LocalSGDRunner(StandardRunner):
         # across replicas, the local ones do not (`install_local_updates` reads
         # `_warming` while tracing); of those, the local one reads each replica's own
         # metrics and the exact one (a call ending with an average, several workers)
-        # reads them across replicas (`_call_results` reads `_exact` while tracing).
+        # reads them across replicas (`_train_call_results` reads `_exact` while tracing).
         synchronous = super()._make_train_function()
         exact = super()._make_train_function()
         local = super()._make_train_function()
@@ -150,12 +150,12 @@ class LocalSGDRunner(StandardRunner):
 
         return train_function
 
-    def _call_results(self, step_logs: Logs | None = None) -> tuple[Logs, Logs | None]:
+    def _train_call_results(self, step_logs: Logs | None) -> tuple[Logs, Logs | None]:
         # A local call reads no metric across replicas (`kdist.engine.sync.local_reads`):
         # its batch logs are its replicas' own results, and the epoch's logs are read
         # across replicas at the epoch's end (`None`: `StandardRunner.train_loop_end`).
         if self._warming or self._exact:
-            return super()._call_results(step_logs)
+            return super()._train_call_results(step_logs)
         own = own_results(self.strategy, self.model)
         if step_logs is not None:
             return step_logs, None if set(step_logs) == set(own) else step_logs
