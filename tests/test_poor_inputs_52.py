@@ -113,7 +113,7 @@ def test_an_odd_character_is_one_line_on_the_command_line(tmp_path: Path, multir
     ("override", "said"),
     [
         ("trainer.epochs=[1,2", "trainer.epochs='[1,2': is not an override Hydra can read"),
-        ("model.name='mlp", "model.name=\"'mlp\": is not an override Hydra can read"),
+        ("model.name='mlp", 'model.name="\'mlp": is not an override Hydra can read'),
         ("trainer.epochs", "trainer.epochs: is not an override Hydra can read"),
         ("trainer.epochs=1=2", "trainer.epochs='1=2': is not an override Hydra can read"),
     ],
