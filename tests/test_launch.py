@@ -282,8 +282,11 @@ def test_multirun_under_the_launcher_writes_one_sweep_folder(tmp_path: Path):
         output=log,
     )
     assert code == 0, log.getvalue()[-3000:]
-    jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
-    assert jobs == ["0", "1"]
+    folders = sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
+    # The jobs' folders, and the sweep's TensorBoard runs named by the swept values (issue 52).
+    assert folders == ["0", "1", "tensorboard"]
+    jobs = ["0", "1"]
+    assert len(list((sweep / "tensorboard").iterdir())) == 2
     for job in jobs:
         assert (sweep / job / "metrics.json").is_file()
     # The chief's summary: one row per job, both trained on the 2 workers.
