@@ -345,7 +345,7 @@ class Controller:
             result = self._train(callback_list, savers)
         except BaseException as error:
             _close_files(callback_list.callbacks)
-            failure = self.runner.failure(error) or named_disk_full(error, Path.cwd())
+            failure = self.runner.failure(error) or named_disk_full(error)
             if failure is not None:
                 raise failure from error
             raise

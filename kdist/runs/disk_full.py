@@ -107,14 +107,15 @@ def disk_full_error(error: BaseException, path: Path, *, needed: int | None = No
     )
 
 
-def named_disk_full(error: BaseException, folder: Path) -> OSError | None:
+def named_disk_full(error: BaseException, folder: Path | None = None) -> OSError | None:
     """`error` said as a full disk (`disk_full_error`) where it is one that was not named
     yet (TensorFlow's `ResourceExhaustedError` from a TensorBoard event file, h5py's
     error); `None` for any other error, and for a full disk already named.
 
     Args:
         error: what a write raised.
-        folder: where the write went when the error does not name its file.
+        folder: where the write went when the error does not name its file. Defaults
+            to the working folder (`.`), read only then.
     """
     if not is_disk_full(error):
         return None
@@ -123,4 +124,4 @@ def named_disk_full(error: BaseException, folder: Path) -> OSError | None:
     if _SAID in str(error):  # e.g. kdist's `CheckpointWriteError`
         return None
     written = _written(error)
-    return disk_full_error(error, Path(written) if written else Path(folder) / "a file")
+    return disk_full_error(error, Path(written) if written else Path(folder or ".") / "a file")
