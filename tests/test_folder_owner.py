@@ -54,6 +54,10 @@ def _stop(owner: subprocess.Popen) -> None:
         if owner.poll() is None:
             owner.kill()
             owner.wait(timeout=30)
+        if owner.stdout is not None:
+            # Left open, the pipe is closed by the garbage collector during a later test,
+            # which pytest then fails on a ResourceWarning (make test-all, issue 52).
+            owner.stdout.close()
 
 
 def _hashes(root: Path) -> dict[str, str]:
