@@ -640,6 +640,32 @@ def test_a_failed_asynchronous_write_is_an_error_on_the_training_thread(
     saver.finish(3)
 
 
+def test_a_backup_made_before_a_failure_is_complete_when_fit_raises(tmp_path: Path, monkeypatch):
+    # A notebook fit that fails at step 7 (a callback raising) after the backup of step 5:
+    # that backup's write, slowed here to a second, is complete when `fit` raises, so a
+    # resume at once finds it (it was still being written, and the resume started at 0).
+    written = writer_module.HostWriter.write
+
+    def slow(self, prefix: str) -> None:
+        time.sleep(1.0)
+        written(self, prefix)
+
+    monkeypatch.setattr(writer_module.HostWriter, "write", slow)
+    exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)
+    import keras
+
+    class Fail(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if int(exp.optimizer.iterations.numpy()) >= 7:
+                raise RuntimeError("failed at step 7")
+
+    with pytest.raises(RuntimeError, match="failed at step 7"):
+        exp.fit(callbacks=[Fail()])
+    assert _backup_steps(tmp_path) == [5]
+    state = tf.train.get_checkpoint_state(str(tmp_path / "backup"))
+    assert state is not None and state.model_checkpoint_path.endswith("ckpt-5")
+
+
 # -- NaN guard -----------------------------------------------------------------------------
 
 

@@ -202,7 +202,10 @@ def test_each_replicas_optimizer_state_is_gathered_for_a_save_and_spread_back(tm
     slots = [v for v in optimizer.variables if len(v.shape) == 2]
     before = [[np.asarray(c) for c in v.value.values] for v in slots]
     assert max(float(np.max(np.abs(a - b))) for a, b in before) > 0
-    runner.settle()  # what a save does first: average, then gather
+    syncs = runner.averager.count.syncs
+    runner.settle()  # what a save does first: gather, with no average
+    assert runner.averager.count.syncs == syncs
+    assert _replica_spread(exp) > 0
     gathered = [[np.asarray(c) for c in v.value.values] for v in slots]
     for slot in slots:
         slot.assign(np.zeros(slot.shape, "float32"))  # as a restore of the first copy would
@@ -213,6 +216,105 @@ def test_each_replicas_optimizer_state_is_gathered_for_a_save_and_spread_back(tm
             np.testing.assert_array_equal(replica_kept, replica_back)
     runner.train_steps(1)  # a later step: the banks are not of this step any more
     assert not runner.averager.replica_states.spread()
+
+
+def test_saving_between_averages_moves_no_average(tmp_path: Path):
+    # Backups every 3 steps, averages every 4 (12 steps an epoch): the averages fall at
+    # 4, 8, 12 of each epoch as without backups (a save that averaged would add 3, 6, 9),
+    # and the run's weights are those of the run that never saved.
+    saving = ["callbacks.backup.enabled=true", "callbacks.backup.every_n_steps=3"]
+    local = [*_local("diloco", 4), "optimizer=adam", "optimizer.learning_rate=0.01"]
+    quiet = _fit(tmp_path, "quiet", *local)
+    saved = _fit(tmp_path, "saved", *local, *saving)
+    assert quiet.runner.averager.count.syncs == saved.runner.averager.count.syncs == 6
+    assert _max_diff(_weights(quiet), _weights(saved)) == 0.0
+    # The save of step 9 (between two averages) holds each replica's own weights.
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(tmp_path / "saved" / "backup" / "ckpt-21"))
+    names = reader.get_variable_to_shape_map()
+    at = [k for k in names if k.endswith("replica_weights/gathered_at/.ATTRIBUTES/VARIABLE_VALUE")]
+    assert [int(reader.get_tensor(k)) for k in at] == [21]
+
+
+class _FailAtStep:
+    """A callback that raises once `step` optimizer steps are done (a crash in a notebook)."""
+
+    def __init__(self, exp: kdist.Experiment, step: int):
+        import keras
+
+        class Fail(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                if int(exp.optimizer.iterations.numpy()) >= step:
+                    raise RuntimeError(f"failed at step {step}")
+
+        self.callback = Fail()
+
+
+def test_a_crash_between_averages_resumes_each_replicas_own_weights_exactly(tmp_path: Path):
+    # Backups every 5 steps, averages every 4: the backup of step 5 (or 10) is between two
+    # averages. The resumed run gives each replica its own weights and Adam moments back
+    # (they differ when training begins) and ends with the uninterrupted run's weights.
+    job = [
+        *_local("diloco", 4),
+        "optimizer=adam",
+        "optimizer.learning_rate=0.01",
+        "callbacks.backup.enabled=true",
+        "callbacks.backup.every_n_steps=5",
+    ]
+    whole = _fit(tmp_path, "whole", *job)
+    run = tmp_path / "run"
+    config = compose([*JOB, *MLP, *job])
+    crashed = kdist.Experiment(config, run_dir=run)
+    with pytest.raises(RuntimeError, match="failed at step 7"):
+        crashed.fit(callbacks=[_FailAtStep(crashed, 7).callback])
+    resumed = kdist.Experiment(config, run_dir=run)
+    spread: list[float] = []
+    import keras
+
+    class AtBegin(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            spread.append(_replica_spread(resumed))
+
+    resumed.fit(callbacks=[AtBegin()])
+    assert int(resumed.optimizer.iterations.numpy()) == 24
+    assert spread[0] > 0  # each replica's own weights, not the first replica's
+    assert _replica_spread(resumed) == 0.0  # the last average
+    assert _max_diff(_weights(whole), _weights(resumed)) == 0.0
+
+
+def test_a_save_between_averages_resumed_under_every_step_takes_the_replicas_mean(
+    tmp_path: Path,
+):
+    run = tmp_path / "run"
+    saves = ["callbacks.backup.enabled=true", "callbacks.backup.every_n_steps=5"]
+    local = kdist.Experiment(
+        compose([*JOB, *MLP, *SGD, *saves, *_local("local_sgd", 4)]), run_dir=run
+    )
+    with pytest.raises(RuntimeError, match="failed at step 7"):
+        local.fit(callbacks=[_FailAtStep(local, 7).callback])
+    import tensorflow as tf
+
+    path = tf.train.latest_checkpoint(str(run / "backup"))
+    assert path is not None and path.endswith("ckpt-5")
+    reader = tf.train.load_checkpoint(path)
+    names = reader.get_variable_to_shape_map()
+    banks = sorted(
+        (k for k in names if "replica_weights/banks/" in k),
+        key=lambda k: int(k.split("banks/")[1].split("/")[0]),
+    )
+    means = [reader.get_tensor(k).mean(axis=0) for k in banks]
+    assert max(float(np.max(np.abs(b[0] - b[1]))) for b in map(reader.get_tensor, banks)) > 0
+    resumed = kdist.Experiment(compose([*JOB, *MLP, *SGD, *saves]), run_dir=run)
+    seen: list[list[np.ndarray]] = []
+    import keras
+
+    class AtBegin(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            seen.append([np.asarray(v) for v in resumed.model.trainable_variables])
+
+    resumed.fit(callbacks=[AtBegin()])
+    assert _max_diff(seen[0], means) == 0.0
 
 
 def _replica_copies(variable) -> list[np.ndarray]:
@@ -434,10 +536,10 @@ RESUME = [
 
 @pytest.mark.slow
 def test_sigkill_between_averages_resumes_from_the_last_save_exactly(tmp_path: Path):
-    """Backups every 5 steps, averages every 4 (and at every save): a kill at step 23
-    resumes from the backup of step 20 (or 15), whose weights, anchor and outer momentum
-    are an average's and which holds each replica's Adam moments, and ends with the
-    uninterrupted run's weights."""
+    """Backups every 5 steps, averages every 4 (a save averages nothing): a kill at step
+    19 resumes from the backup of step 15 (or 10), which holds the anchor and outer
+    momentum of the average of step 12 (or 8) and each replica's own weights and Adam
+    moments, and ends with the uninterrupted run's weights."""
     import keras
 
     env = {"PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "tests")))}
@@ -448,17 +550,17 @@ def test_sigkill_between_averages_resumes_from_the_last_save_exactly(tmp_path: P
     work.mkdir()
     killed = run_module(
         "kdist.train",
-        [*RESUME, "callbacks.extra=[{_target_: helpers.KillAtStep, step: 23}]"],
+        [*RESUME, "callbacks.extra=[{_target_: helpers.KillAtStep, step: 19}]"],
         cwd=work,
         env=env,
     )
     assert killed.returncode == -9, killed.stderr[-2000:]
     resumed = run_module("kdist.train", RESUME, cwd=work, env=env)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    # The newest complete backup: 20, or 15 when 20's asynchronous write was cut by the
+    # The newest complete backup: 15, or 10 when 15's asynchronous write was cut by the
     # kill (one save in flight at most).
     text = resumed.stdout + resumed.stderr
-    assert re.search(r"continuing at step (15|20) ", text), text[-2000:]
+    assert re.search(r"continuing at step (10|15) ", text), text[-2000:]
     metrics = json.loads((work / "run" / "metrics.json").read_text())
     assert metrics["steps"] == 36
     final = keras.models.load_model(work / "run" / "model.keras").get_weights()

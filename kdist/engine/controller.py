@@ -92,6 +92,8 @@ class Saver(Protocol):
 
     def finish(self, steps: int) -> None: ...
 
+    def sync(self) -> None: ...
+
 
 @dataclass
 class FitResult:
@@ -123,6 +125,17 @@ def _close_files(callbacks: Sequence[keras.callbacks.Callback]) -> None:
             callback.csv_file.close()
         if isinstance(callback, keras.callbacks.TensorBoard):
             close_tensorboard_writers(callback)
+
+
+def _finish_writes(savers: Sequence[Saver]) -> None:
+    """After a failure, wait for the saves made before it: a backup the failure did not
+    stop is complete on disk when `fit` raises (a notebook that resumes at once finds
+    it). A save that fails here is logged; the first failure is the one raised."""
+    for saver in savers:
+        try:
+            saver.sync()
+        except Exception as error:  # the failure being raised comes first
+            log.warning("a save before the failure did not complete: %s", error)
 
 
 class Controller:
@@ -258,6 +271,7 @@ class Controller:
             checkpoint_dir,
             residuals=self._residuals,
             optimizer=self.model.optimizer,
+            model=self.model,
         )
 
     def use_runner(self, runner: Runner, train_data: Callable[[int], DatasetFn]) -> None:
@@ -345,6 +359,7 @@ class Controller:
             result = self._train(callback_list, savers)
         except BaseException as error:
             _close_files(callback_list.callbacks)
+            _finish_writes(savers)
             failure = self.runner.failure(error) or named_disk_full(error)
             if failure is not None:
                 raise failure from error

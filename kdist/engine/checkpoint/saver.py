@@ -179,8 +179,9 @@ class PeriodicCheckpoint:
                 self.sync()
             return None
         if self._runner is not None:
-            # Local SGD: the replicas' weights are averaged before they are saved
-            # (`LocalSGDRunner.settle`), so every save is the state of an average.
+            # Under a parameter server, steps scheduled before this save may still be
+            # running: the save records `steps` steps, so they must all be applied. Local
+            # SGD gathers each replica's own state (`LocalSGDRunner.settle`).
             self._runner.settle()
         if self._writer is not None:
             path = self._save_async(steps, defer=not wait)
@@ -196,10 +197,6 @@ class PeriodicCheckpoint:
 
     def _save_now(self, steps: int) -> str:
         """A synchronous save (multi-worker strategies): every worker takes part."""
-        if self._runner is not None:
-            # Under a parameter server, steps scheduled before this save may still be
-            # running: the save records `steps` steps, so they must all be applied.
-            self._runner.settle()
         # Recorded first: the training state is one of the variables saved.
         self.state.advance_to(steps)
         if not all_finite(list(self.model.weights)):

@@ -101,8 +101,10 @@ class WeightAverager(tf.Module):
         # a checkpoint written without these anchors (another `sync.mode`) finds another
         # step there and starts anew from the restored weights (`restart_unless_synced`).
         self.synced_at = tf.Variable(tf.constant(-1, tf.int64), trainable=False, name="synced_at")
-        # Each replica's optimizer state for checkpoints (`LocalSGDRunner` sets it).
+        # Each replica's optimizer state and weights for checkpoints (`LocalSGDRunner`
+        # sets them): a save between two averages keeps every replica's own.
         self.replica_states: Any = None
+        self.replica_weights: Any = None
         self._average = tf.function(self._cross_replica_average)
 
     def matches(
@@ -131,8 +133,9 @@ class WeightAverager(tf.Module):
 
     def restart_unless_synced(self, step: int) -> bool:
         """After a restore at optimizer step `step`: unless the checkpoint holds this
-        averager's state of that step (a save is an average), take the restored weights
-        as the last average's and clear the outer momentum (a run resumed from an
+        averager's state (an average at `step`, or the last average before it and each
+        replica's weights at `step`, which are given back), take the restored weights as
+        the last average's and clear the outer momentum (a run resumed from an
         `every_step` checkpoint, or from a `local_sgd` one into `diloco`).
 
         Returns:
@@ -140,6 +143,8 @@ class WeightAverager(tf.Module):
         """
         if int(self.synced_at.numpy()) == step:
             return False
+        if 0 <= int(self.synced_at.numpy()) < step and self.replica_weights.spread(step):
+            return False  # saved between two averages: each replica continues its own
         self.reset_anchors()
         for buffer in self.momentum:
             buffer.assign(tf.zeros_like(buffer))

@@ -1,7 +1,8 @@
-"""Every replica's optimizer state in a checkpoint: gathered before a save, spread after restore."""
+"""Every replica's own state in a checkpoint: gathered before a save, spread after restore."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import keras
@@ -11,35 +12,37 @@ __all__ = ["ReplicaStates"]
 
 
 class ReplicaStates(tf.Module):
-    """Each replica's copy of the optimizer's slots, held side by side for checkpoints.
+    """Each replica's copy of some mirrored variables, held side by side for checkpoints.
 
-    Between averages each replica's optimizer state (Adam's moments, momentum) is its
-    own, but a mirrored variable saves only its first copy. Before a save `gather()`
-    all-gathers every slot into a mirrored bank of shape `[replicas, *slot.shape]` (the
-    same on every replica, so the chief's checkpoint holds all of them); after a restore
-    `spread()` gives each replica its own row back. The bank records the optimizer step
-    it was gathered at: `spread` only applies a bank of the step the optimizer is at (a
-    restore of that save), never an older one. Build it inside `strategy.scope()`.
+    Between averages each replica's optimizer state (Adam's moments, momentum) and its
+    weights are its own, but a mirrored variable saves only its first copy. Before a
+    save `gather()` all-gathers every variable into a mirrored bank of shape
+    `[replicas, *variable.shape]` (the same on every replica, so the chief's checkpoint
+    holds all of them); after a restore `spread()` gives each replica its own row back.
+    The bank records the step it was gathered at: `spread` only applies a bank of the
+    step the run is at (a restore of that save), never an older one. Build it inside
+    `strategy.scope()`.
 
     Args:
         strategy: the run's strategy.
         optimizer: the Keras optimizer whose slots are kept (not its iteration count or
-            learning rate, which every replica shares).
+            learning rate, which every replica shares); its `iterations` is the step
+            unless `gather` and `spread` are given one.
+        variables: keep these variables instead of the optimizer's slots (the weights).
+            Defaults to the slots.
     """
 
-    def __init__(self, *, strategy: tf.distribute.Strategy, optimizer: Any):
+    def __init__(
+        self,
+        *,
+        strategy: tf.distribute.Strategy,
+        optimizer: Any,
+        variables: Sequence[Any] | None = None,
+    ):
         super().__init__(name="kdist_replica_states")
         self._strategy = strategy
         self._optimizer = optimizer
-        shared = [
-            getattr(optimizer, "iterations", None),
-            getattr(optimizer, "_learning_rate", None),
-        ]
-        self._slots = [
-            v
-            for v in optimizer.variables
-            if all(v is not s for s in shared) and v.dtype in ("float32", "float64", "float16")
-        ]
+        self._slots = optimizer_slots(optimizer) if variables is None else list(variables)
         replicas = strategy.num_replicas_in_sync
         self.banks = [
             tf.Variable(
@@ -56,29 +59,33 @@ class ReplicaStates(tf.Module):
         """Whether the optimizer has no per-replica state (plain SGD)."""
         return not self._slots
 
-    def gather(self) -> None:
-        """Copy every replica's slots into the banks (before a save; every worker calls it)."""
+    def gather(self, step: int | None = None) -> None:
+        """Copy every replica's variables into the banks (before a save; every worker
+        calls it), recording `step` (defaults to the optimizer's `iterations`)."""
         if self._slots:
             self._gather()
+            self.gathered_at.assign(self._step(step))
 
-    def spread(self) -> bool:
-        """Give each replica its row of the banks, if they were gathered at this step.
+    def spread(self, step: int | None = None) -> bool:
+        """Give each replica its row of the banks, if they were gathered at `step`
+        (defaults to the optimizer's `iterations`).
 
         Returns:
             Whether the banks were applied.
         """
-        step = int(self._optimizer.iterations.numpy())
-        if not self._slots or int(self.gathered_at.numpy()) != step:
+        if not self._slots or int(self.gathered_at.numpy()) != self._step(step):
             return False
         self._spread()
         return True
+
+    def _step(self, step: int | None) -> int:
+        return int(self._optimizer.iterations.numpy()) if step is None else step
 
     def _cross_replica_gather(self) -> None:
         strategy = self._strategy
         gathered = strategy.run(self._replica_gather)
         for bank, value in zip(self.banks, gathered, strict=True):
             strategy.extended.update(bank, _assign, args=(value,), group=False)
-        self.gathered_at.assign(tf.cast(_tf(self._optimizer.iterations), tf.int64))
 
     def _replica_gather(self) -> list[tf.Tensor]:
         context = tf.distribute.get_replica_context()
@@ -94,6 +101,17 @@ class ReplicaStates(tf.Module):
     def _replica_row(self) -> list[tf.Tensor]:
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
         return [tf.gather(tf.convert_to_tensor(bank), replica) for bank in self.banks]
+
+
+def optimizer_slots(optimizer: Any) -> list[Any]:
+    """`optimizer`'s own state per weight (its floating variables but the iteration
+    count and the learning rate, which every replica shares)."""
+    shared = [getattr(optimizer, "iterations", None), getattr(optimizer, "_learning_rate", None)]
+    return [
+        v
+        for v in optimizer.variables
+        if all(v is not s for s in shared) and v.dtype in ("float32", "float64", "float16")
+    ]
 
 
 def _assign(variable: Any, value: tf.Tensor) -> Any:

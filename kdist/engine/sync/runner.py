@@ -30,10 +30,12 @@ class LocalSGDRunner(StandardRunner):
     Each replica applies its own gradients to its own copy of the weights (no gradient
     all-reduce, `kdist.engine.sync.local_updates`), and the copies are averaged
     (`kdist.engine.sync.averaging.WeightAverager`) after every global step that is a
-    multiple of `sync_every`, at the end of every epoch and before every save
-    (`settle`), so that validation, checkpoints, backups and the saved model all hold
-    averaged weights: a save is an average. The first
-    `warmup_steps` steps all-reduce their gradients as `every_step` does.
+    multiple of `sync_every` and at the end of every epoch, so that validation, the
+    epoch's checkpoints and the saved model hold averaged weights. A save between two
+    averages (a backup every few steps, a preemption) averages nothing: it keeps each
+    replica's own weights (`settle`), so that how often a run saves moves none of its
+    averages. The first `warmup_steps` steps all-reduce their gradients as `every_step`
+    does.
 
     **Where the average falls:** on a call boundary, not inside the traced loop of
     `steps_per_execution` steps. A call is cut where an average is due (a call runs
@@ -58,12 +60,15 @@ class LocalSGDRunner(StandardRunner):
     logs again (none before the epoch's first average), the same on every worker, so
     that a callback stopping on a batch log stops every worker at the same call.
 
-    **Optimizer state:** each replica keeps its own optimizer slots (Adam's moments);
-    they are not averaged. Before a save they are all-gathered into banks that the
-    chief's checkpoint holds (`kdist.engine.sync.replica_state.ReplicaStates`), and a
-    restore gives each replica its own back; the anchor and the outer momentum are
-    identical on every replica and saved whole (the averager is tracked by the
-    optimizer). The model's own optimizers (a GAN's two) are kept the same way.
+    **Optimizer state and saves:** each replica keeps its own optimizer slots (Adam's
+    moments); they are not averaged. Before a save they, and each replica's weights when
+    the replicas have trained since the last average, are all-gathered into banks that
+    the chief's checkpoint holds (`kdist.engine.sync.replica_state.ReplicaStates`), and
+    a restore gives each replica its own back; the anchor and the outer momentum of the
+    last average are identical on every replica and saved whole (the averager is
+    tracked by the optimizer). The model's own weights in a save between averages are
+    the first replica's (a resume under `every_step` takes their mean instead,
+    `kdist.engine.restoring`). The model's own optimizers (a GAN's two) are kept the same way.
     BatchNormalization's moving statistics are averaged with the weights (their mean).
 
     Arguments as for `StandardRunner`, plus:
@@ -117,6 +122,12 @@ class LocalSGDRunner(StandardRunner):
                 # Tracked by the averager, so saved with it: the optimizer's and those
                 # of the model's own optimizers (a GAN's two), each replica's state.
                 averager.replica_states = ReplicaStates(strategy=strategy, optimizer=self.optimizer)
+                # Each replica's weights (and statistics) for a save between averages.
+                averager.replica_weights = ReplicaStates(
+                    strategy=strategy,
+                    optimizer=self.optimizer,
+                    variables=[*self.variables, *statistics],
+                )
                 averager.own_replica_states = [
                     ReplicaStates(strategy=strategy, optimizer=optimizer)
                     for optimizer in own_optimizers(self.model)
@@ -208,11 +219,13 @@ class LocalSGDRunner(StandardRunner):
         self._dirty = False
 
     def settle(self) -> None:
-        # Before every save (`kdist.engine.checkpoint.saver`): a checkpoint holds
-        # averaged weights, the anchor and the outer momentum of that average, and a run
-        # resumed from it continues exactly as the run that saved it did.
+        # Before every save (`kdist.engine.checkpoint.saver`), with no average: the
+        # checkpoint holds the anchor and the outer momentum of the last average and, when
+        # the replicas have trained since, each replica's own weights; a run resumed from
+        # it continues exactly as the run that saved it did, and saving as often as one
+        # likes moves no average.
         if self._dirty:
-            self.average()
+            self.averager.replica_weights.gather(optimizer_steps(self.model))
         for states in self.replica_states:
             states.gather()
 
@@ -236,10 +249,12 @@ class LocalSGDRunner(StandardRunner):
         # and each replica takes back its own optimizer state from the banks. A
         # checkpoint of another sync mode holds no average of its step: the averages
         # start anew from its weights.
-        self._dirty = False
         super().set_train_dataset_fn(dataset_fn)
-        if self.averager.restart_unless_synced(optimizer_steps(self.model)):
+        step = optimizer_steps(self.model)
+        if self.averager.restart_unless_synced(step):
             log.info("strategy.sync: no %s state at this step, averaging anew", self.sync.mode)
+        # Saved between two averages: each replica has its own weights back.
+        self._dirty = int(self.averager.synced_at.numpy()) != step
         for states in self.replica_states:
             states.spread()
 
