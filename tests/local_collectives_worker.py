@@ -2,7 +2,8 @@
 
 Trains a local SGD job under MultiWorkerMirroredStrategy, then prints one JSON line: the
 collective ops of each train function it traced, its batch logs and its epoch logs.
-Usage: python local_collectives_worker.py INDEX PORT0,PORT1 RUN_DIR
+Usage: python local_collectives_worker.py INDEX PORT0,PORT1 RUN_DIR [arrays]
+(with `arrays`, the data are numpy arrays given to `fit`, as in a notebook).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 index, ports, run_dir = int(sys.argv[1]), sys.argv[2].split(","), sys.argv[3]
+arrays = sys.argv[4:] == ["arrays"]
 os.environ["TF_CONFIG"] = json.dumps(
     {
         "cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
@@ -24,6 +26,7 @@ os.environ["TF_CONFIG"] = json.dumps(
 )
 
 import keras  # noqa: E402
+import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from collective_ops import collective_ops  # noqa: E402
 from helpers import compose  # noqa: E402
@@ -59,7 +62,14 @@ class Record(keras.callbacks.Callback):
 
 
 exp = kdist.Experiment(compose(JOB), run_dir=f"{run_dir}/worker{index}")
-history = exp.fit(callbacks=[Record()])
+if arrays:
+    # 256 examples at global batch 32: 8 steps an epoch, as the config's job.
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(256, 16)).astype("float32")
+    y = rng.integers(0, 4, size=(256,))
+    history = exp.fit(x, y, batch_size=32, epochs=2, callbacks=[Record()])
+else:
+    history = exp.fit(callbacks=[Record()])
 runner = exp.runner
 train = runner._train_fn
 cells = [c.cell_contents for c in train.__closure__]

@@ -310,6 +310,22 @@ def _tf_batch_size():
     assert kl.batch_op_size(ds.unbatch()) is None
 
 
+def _tf_partial_batch_handling():
+    # TensorFlow's input_lib reads the attribute when a distributed dataset is built: a
+    # finite dataset of unknown batch size gets partial batch handling (an all-reduce a
+    # step across workers) unless the block turns it off.
+    from tensorflow.python.distribute import input_lib
+
+    enabled = input_lib._enable_get_next_as_optional
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    dataset = tf.data.Dataset.range(5).batch(2)
+    cardinality = dataset.cardinality()
+    assert enabled(strategy, dataset, cardinality)
+    with tp.no_partial_batch_handling(strategy):
+        assert not enabled(strategy, dataset, cardinality)
+    assert enabled(strategy, dataset, cardinality)
+
+
 def _tf_collective_key_base():
     before = tf.distribute.MirroredStrategy._collective_key_base
     tp.bump_collective_key_base(0)
@@ -402,6 +418,7 @@ PROBES = {
     "hydra._internal.utils.get_args_parser": _hydra_parser,
     "keras.optimizers.Optimizer._all_reduce_sum_gradients": _keras_all_reduce,
     "keras.callbacks.TensorBoard._close_writers": _keras_close_writers,
+    "tf.distribute StrategyExtended.enable_partial_batch_handling": _tf_partial_batch_handling,
     "tf.distribute.MirroredStrategy._collective_key_base": _tf_collective_key_base,
     "keras_tuner.Oracle._seed_state": _tuner_seed_state,
     "omegaconf.Node._get_root": _omegaconf_root,

@@ -145,12 +145,15 @@ def _free_ports(count: int) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.multiworker
-def test_two_workers_local_calls_hold_no_collective(tmp_path: Path):
+@pytest.mark.parametrize("data", ["config", "arrays"])
+def test_two_workers_local_calls_hold_no_collective(tmp_path: Path, data: str):
+    # `arrays`: numpy arrays given to `fit`, whose passes are finite datasets (TensorFlow's
+    # iterator asked every worker whether it had a batch left, an all-reduce a step).
     script = Path(__file__).with_name("local_collectives_worker.py")
     ports = ",".join(map(str, _free_ports(2)))
     workers = [
         subprocess.Popen(
-            [sys.executable, str(script), str(index), ports, str(tmp_path)],
+            [sys.executable, str(script), str(index), ports, str(tmp_path), data],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -10,7 +10,8 @@ thread (`kdist.engine.checkpoint`).
 from __future__ import annotations
 
 import atexit
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kdist.compat.upstream import private_attribute, private_import
@@ -27,6 +28,7 @@ __all__ = [
     "helper_device",
     "helper_host_variables",
     "initialize_helper",
+    "no_partial_batch_handling",
     "ps_cluster_resolver",
     "set_saved_tensors",
     "sharded_variable_type",
@@ -172,6 +174,32 @@ def set_saved_tensors(
         )
     trackable._serialize_to_tensors = serialize
     trackable._restore_from_tensors = restore
+
+
+@contextlib.contextmanager
+def no_partial_batch_handling(strategy: Any) -> Iterator[None]:
+    """Distribute datasets without TensorFlow's partial batch handling inside the block.
+
+    `MirroredStrategy` and `MultiWorkerMirroredStrategy` turn it on: a finite distributed
+    dataset then asks, at every step, how many replicas still have a batch (an all-reduce
+    across the workers), so that a worker whose data ends early gets empty batches. It is
+    read from `strategy.extended.enable_partial_batch_handling` when a distributed dataset
+    is built (`tensorflow.python.distribute.input_lib._enable_get_next_as_optional`).
+    Only for data that every replica reads at every step, whose passes end at the same step
+    on every worker.
+    """
+    extended = strategy.extended
+    name = "enable_partial_batch_handling"
+    had = name in vars(extended)
+    before = getattr(extended, name, None)
+    setattr(extended, name, False)
+    try:
+        yield
+    finally:
+        if had:
+            setattr(extended, name, before)
+        else:
+            delattr(extended, name)
 
 
 def bump_collective_key_base(amount: int) -> None:

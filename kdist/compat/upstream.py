@@ -289,6 +289,11 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "closes TensorBoard's event files when training stops on an error",
     ),
     PrivateName(
+        "tf.distribute StrategyExtended.enable_partial_batch_handling",
+        "kdist.engine.standard_runner",
+        "data given to fit are read without a cross-worker all-reduce at every step",
+    ),
+    PrivateName(
         "tf.distribute.MirroredStrategy._collective_key_base",
         "kdist.strategies.single_host",
         "a second MirroredStrategy in one process gets collective keys of its own",

@@ -132,6 +132,9 @@ def partial_dataset_fn(
 
     one_pipeline = bool(getattr(source, "one_pipeline", False))
     dataset_fn.one_pipeline = one_pipeline  # type: ignore[attr-defined]
+    # Each pipeline reads every global batch and hands each of its replicas a part (maybe
+    # empty) of every one: the passes end at the same step on every worker.
+    dataset_fn.every_replica_every_step = True  # type: ignore[attr-defined]
     if epoch_passes and hasattr(source, "epoch_batches"):
 
         def epoch_pass(context: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -142,6 +145,7 @@ def partial_dataset_fn(
             return replicas_read(ds, context)
 
         epoch_pass.one_pipeline = one_pipeline  # type: ignore[attr-defined]
+        epoch_pass.every_replica_every_step = True  # type: ignore[attr-defined]
         # Keras makes the next pass's iterator as soon as a pass is read (a dataset's
         # seeded shuffle draws an order then); a PyDataset's order is kdist's own.
         epoch_pass.iterator_ahead = bool(getattr(source, "iterator_ahead", False))  # type: ignore[attr-defined]

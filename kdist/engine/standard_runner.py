@@ -8,6 +8,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from kdist.compat.tf_private import no_partial_batch_handling
 from kdist.data.pipeline import DatasetFn
 from kdist.engine.runner import Logs, to_floats
 from kdist.engine.snapshot import SnapshotFn
@@ -196,6 +197,12 @@ class StandardRunner(StepRunner):
         strategy = self.strategy
         local = (tf.distribute.OneDeviceStrategy, tf.distribute.MirroredStrategy)
         if type(strategy) not in local:
+            if getattr(dataset_fn, "every_replica_every_step", False):
+                # Data given to `fit`: every worker reads every global batch and its passes
+                # end at the same step everywhere; TensorFlow would all-reduce across the
+                # workers at every step whether each still has a batch.
+                with no_partial_batch_handling(strategy):
+                    return strategy.distribute_datasets_from_function(dataset_fn)
             return strategy.distribute_datasets_from_function(dataset_fn)
         devices = tuple(strategy.extended.worker_devices)
         on_cpu = all(tf.DeviceSpec.from_string(d).device_type == "CPU" for d in devices)
