@@ -15,6 +15,7 @@ from typing import Any
 
 __all__ = [
     "CANDIDATES",
+    "OVERLAP",
     "SEEDS",
     "SYNC_EVERY",
     "TARGET_POINTS",
@@ -22,6 +23,7 @@ __all__ = [
     "choose",
     "diloco_name",
     "markdown",
+    "overlap_name",
     "per_period",
     "settings",
     "summarize",
@@ -45,6 +47,10 @@ NOTES = {
     "stops far from converged (every_step's training loss about 0.5): a mode that trains "
     "faster per step scores higher.",
 }
+# `strategy.sync.overlap_steps` of the overlapped rows: diloco at the default outer
+# settings, each average applied this many steps after it was sent (its all-reduce beside
+# the steps).
+OVERLAP = 4
 SEEDS = (1, 2, 3, 4, 5)
 TARGET_POINTS = 1.0
 
@@ -56,6 +62,12 @@ def settings(candidates: tuple[tuple[float, float], ...] = CANDIDATES) -> dict[s
         out[f"local_sgd_{period}"] = [
             "strategy.sync.mode=local_sgd",
             f"strategy.sync.sync_every={period}",
+        ]
+    for period in SYNC_EVERY:
+        out[overlap_name(period)] = [
+            "strategy.sync.mode=diloco",
+            f"strategy.sync.sync_every={period}",
+            f"strategy.sync.overlap_steps={OVERLAP}",
         ]
     for lr, mu in candidates:
         for period in SYNC_EVERY:
@@ -71,6 +83,12 @@ def settings(candidates: tuple[tuple[float, float], ...] = CANDIDATES) -> dict[s
 def diloco_name(period: int, lr: float, mu: float) -> str:
     """The setting name of diloco at `period` with outer (lr, mu): `diloco_32_lr0.7_m0.9`."""
     return f"diloco_{period}_lr{lr:g}_m{mu:g}"
+
+
+def overlap_name(period: int) -> str:
+    """The setting name of diloco at `period`, default outer settings, overlapped by
+    `OVERLAP` steps: `diloco_32_overlap4`."""
+    return f"diloco_{period}_overlap{OVERLAP}"
 
 
 def cells(
@@ -97,6 +115,7 @@ def cells(
     """
     every = settings(candidates)
     groups = [["every_step", *(f"local_sgd_{p}" for p in SYNC_EVERY)]]
+    groups += [[overlap_name(p) for p in SYNC_EVERY]]
     groups += [[diloco_name(p, lr, mu) for p in SYNC_EVERY] for lr, mu in candidates]
     out = []
     for group in groups:
@@ -184,12 +203,18 @@ def choose(
     """
     rows = []
     options: list[tuple[str, float | None, float | None]] = [("local_sgd", None, None)]
+    options += [(f"diloco overlap {OVERLAP}", math.nan, math.nan)]
     options += [(f"diloco lr {lr:g} m {mu:g}", lr, mu) for lr, mu in candidates]
     for name, lr, mu in options:
         gaps, complete = {}, True
         for job in sorted(summary):
             for period in SYNC_EVERY:
-                setting = f"local_sgd_{period}" if lr is None else diloco_name(period, lr, mu or 0)
+                if lr is None:
+                    setting = f"local_sgd_{period}"
+                elif math.isnan(lr):
+                    setting = overlap_name(period)
+                else:
+                    setting = diloco_name(period, lr, mu or 0)
                 cell = summary[job].get(setting, {"n": 0, "gap": math.nan})
                 gaps[f"{job}/{period}"] = cell["gap"]
                 complete = complete and cell["n"] >= seeds

@@ -485,6 +485,9 @@ def test_a_resume_of_its_own_mode_keeps_the_anchor_and_the_momentum(tmp_path: Pa
         (["strategy=mirrored", "strategy.sync.mode=diloco",
           "strategy.sync.outer_learning_rate=0"], "strategy.sync.outer_learning_rate"),
         (["strategy=mirrored", "strategy.sync.warmup_steps=-1"], "strategy.sync.warmup_steps"),
+        (["strategy=mirrored", "strategy.sync.mode=diloco", "strategy.sync.sync_every=4",
+          "strategy.sync.overlap_steps=4"], "strategy.sync.overlap_steps"),
+        (["strategy=mirrored", "strategy.sync.overlap_steps=-1"], "strategy.sync.overlap_steps"),
     ],
 )  # fmt: skip
 def test_bad_sync_settings_are_refused_in_one_line_before_tensorflow(overrides, key):
@@ -535,32 +538,38 @@ RESUME = [
 
 
 @pytest.mark.slow
-def test_sigkill_between_averages_resumes_from_the_last_save_exactly(tmp_path: Path):
+@pytest.mark.parametrize(("overlap", "kill", "saved"), [(0, 19, "10|15"), (3, 14, "5|10")])
+def test_sigkill_between_averages_resumes_from_the_last_save_exactly(
+    tmp_path: Path, overlap: int, kill: int, saved: str
+):
     """Backups every 5 steps, averages every 4 (a save averages nothing): a kill at step
     19 resumes from the backup of step 15 (or 10), which holds the anchor and outer
     momentum of the average of step 12 (or 8) and each replica's own weights and Adam
-    moments, and ends with the uninterrupted run's weights."""
+    moments, and ends with the uninterrupted run's weights. With `overlap_steps=3` (sent
+    at 8, applied at 11) a kill at 14 resumes from the backup of step 10 (or 5), saved
+    with an average in flight."""
     import keras
 
     env = {"PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "tests")))}
+    job = [*RESUME, f"strategy.sync.overlap_steps={overlap}"]
     (tmp_path / "ref").mkdir()
-    reference = run_module("kdist.train", RESUME, cwd=tmp_path / "ref", env=env)
+    reference = run_module("kdist.train", job, cwd=tmp_path / "ref", env=env)
     assert reference.returncode == 0, reference.stderr[-2000:]
     work = tmp_path / "work"
     work.mkdir()
     killed = run_module(
         "kdist.train",
-        [*RESUME, "callbacks.extra=[{_target_: helpers.KillAtStep, step: 19}]"],
+        [*job, f"callbacks.extra=[{{_target_: helpers.KillAtStep, step: {kill}}}]"],
         cwd=work,
         env=env,
     )
     assert killed.returncode == -9, killed.stderr[-2000:]
-    resumed = run_module("kdist.train", RESUME, cwd=work, env=env)
+    resumed = run_module("kdist.train", job, cwd=work, env=env)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    # The newest complete backup: 15, or 10 when 15's asynchronous write was cut by the
-    # kill (one save in flight at most).
+    # The newest complete backup, or the one before when its asynchronous write was cut
+    # by the kill (one save in flight at most).
     text = resumed.stdout + resumed.stderr
-    assert re.search(r"continuing at step (10|15) ", text), text[-2000:]
+    assert re.search(rf"continuing at step ({saved}) ", text), text[-2000:]
     metrics = json.loads((work / "run" / "metrics.json").read_text())
     assert metrics["steps"] == 36
     final = keras.models.load_model(work / "run" / "model.keras").get_weights()

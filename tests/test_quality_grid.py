@@ -9,11 +9,13 @@ import pytest
 
 from benchmarks.quality_cells import (
     CANDIDATES,
+    OVERLAP,
     SYNC_EVERY,
     cells,
     choose,
     diloco_name,
     markdown,
+    overlap_name,
     per_period,
     settings,
     summarize,
@@ -99,7 +101,7 @@ def test_a_candidate_holds_only_with_every_cell_complete_and_within_one_point():
 
 def test_the_plan_starts_with_the_references_and_keeps_each_cells_seeds_together():
     plan = cells(["cnn", "digits"])
-    per_job = 1 + len(SYNC_EVERY) * (1 + len(CANDIDATES))
+    per_job = 1 + len(SYNC_EVERY) * (2 + len(CANDIDATES))
     assert len(plan) == 2 * per_job * 5
     assert len({c["key"] for c in plan}) == len(plan)
     assert [c["key"] for c in plan[:6]] == [f"cnn/every_step/{s}" for s in range(1, 6)] + [
@@ -107,7 +109,11 @@ def test_the_plan_starts_with_the_references_and_keeps_each_cells_seeds_together
     ]
     first_diloco = next(i for i, c in enumerate(plan) if c["setting"].startswith("diloco"))
     assert first_diloco == 2 * (1 + len(SYNC_EVERY)) * 5  # every reference first
-    assert plan[first_diloco]["setting"] == diloco_name(16, *CANDIDATES[0])
+    # Then the overlapped rows (the default outer settings), then the candidates.
+    assert plan[first_diloco]["setting"] == overlap_name(16)
+    assert f"strategy.sync.overlap_steps={OVERLAP}" in plan[first_diloco]["overrides"]
+    first_candidate = first_diloco + 2 * len(SYNC_EVERY) * 5
+    assert plan[first_candidate]["setting"] == diloco_name(16, *CANDIDATES[0])
     assert plan[-1]["setting"] == diloco_name(64, *CANDIDATES[-1])
     overrides = settings()[diloco_name(32, 1.0, 0.5)]
     assert "strategy.sync.outer_learning_rate=1.0" in overrides
@@ -116,7 +122,7 @@ def test_the_plan_starts_with_the_references_and_keeps_each_cells_seeds_together
 
 
 def test_only_filters_on_job_setting_and_seed():
-    plan = cells(["cnn", "digits"], only=["digits/diloco_32_*/[12]", "cnn/every_step/5"])
+    plan = cells(["cnn", "digits"], only=["digits/diloco_32_lr*/[12]", "cnn/every_step/5"])
     assert {c["key"] for c in plan} == {"cnn/every_step/5"} | {
         f"digits/{diloco_name(32, lr, mu)}/{s}" for lr, mu in CANDIDATES for s in (1, 2)
     }

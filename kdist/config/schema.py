@@ -76,6 +76,9 @@ class SyncConfig:
     outer_learning_rate: float = 0.8
     # diloco's outer Nesterov momentum (measured with outer_learning_rate; the paper: 0.9).
     outer_momentum: float = 0.6
+    # local_sgd/diloco: steps an average's all-reduce runs beside the local steps before it
+    # is applied (each replica keeps what it learnt meanwhile); 0 averages at once.
+    overlap_steps: int = 0
 
 
 @dataclass

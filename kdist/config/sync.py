@@ -39,6 +39,10 @@ class SyncSettings:
             paper's 0.7 with momentum 0.9 ended 1.6-2.9 points below `every_step` at
             `sync_every` 16-32 on the CNN quality job, 5 seeds: docs/guides/local-sgd.md).
         outer_momentum: `diloco`'s outer Nesterov momentum. Defaults to `0.6`.
+        overlap_steps: steps an average's all-reduce runs beside the local steps before
+            its result is applied (each replica keeps what it learnt meanwhile, as
+            Streaming DiLoCo's overlapped communication does); `0` averages at once.
+            Below `sync_every`. Defaults to `0`.
 
     Raises:
         ConfigError: naming the `strategy.sync.*` key of a bad value.
@@ -49,6 +53,7 @@ class SyncSettings:
     warmup_steps: int = 0
     outer_learning_rate: float = 0.8
     outer_momentum: float = 0.6
+    overlap_steps: int = 0
 
     def __post_init__(self) -> None:
         if self.mode not in SYNC_MODES:
@@ -66,6 +71,15 @@ class SyncSettings:
         if not _is_int(self.warmup_steps) or self.warmup_steps < 0:
             raise ConfigError(
                 "strategy.sync.warmup_steps", "must be an integer >= 0", value=self.warmup_steps
+            )
+        overlap = self.overlap_steps
+        if not _is_int(overlap) or not 0 <= overlap < self.sync_every:
+            raise ConfigError(
+                "strategy.sync.overlap_steps",
+                f"must be an integer >= 0 and below strategy.sync.sync_every ({self.sync_every}): "
+                "an average's result is applied before the next one starts",
+                value=overlap,
+                hint="try 1 or 2 (0 averages at once)",
             )
         lr = self.outer_learning_rate
         if not _is_number(lr) or not 0 < lr < math.inf:

@@ -84,14 +84,14 @@ def _restore_averaged(
         return path
     # Written under another `strategy.sync.mode` (or by a kdist without some of its
     # state): everything else is restored, and the averages start anew from the restored
-    # weights (`WeightAverager.restart_unless_synced`, which `synced_at` = -1 forces).
+    # weights (`WeightAverager.resume`, which `forget` forces).
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     delattr(inner, "kdist_weight_average")
     try:
         path = restore_newest(checkpoint, backup_dir, checkpoint_dir)
     finally:
         inner.kdist_weight_average = averager
-    averager.synced_at.assign(-1)
+    averager.forget()
     log.info("the checkpoint holds no state of this strategy.sync.mode: averaging anew")
     if path is not None:
         _take_the_replicas_mean(path, optimizer, model)

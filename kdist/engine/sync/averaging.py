@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,14 @@ class WeightAverager(tf.Module):
     their plain mean at every average, in the same all-reduce, with no outer step: after
     an average every replica holds the same weights, statistics included. Build it
     inside `strategy.scope()`.
+
+    **Overlapped** (`settings.overlap_steps` = k > 0, `launch` and `land`): each replica
+    keeps a copy of the weights it sends, the all-reduce and the outer step run on a
+    thread of their own while the replicas take their next k local steps (no collective
+    there), and after them each replica takes the new weights plus what it learnt since
+    it sent: `new + (weights - sent)` (with k = 0, `average`'s result), its statistics
+    alike. The step the result is applied at is fixed, so the run does not depend on how
+    fast the thread is.
 
     Args:
         strategy: the run's strategy (mirrored or multi-worker mirrored).
@@ -106,6 +115,30 @@ class WeightAverager(tf.Module):
         self.replica_states: Any = None
         self.replica_weights: Any = None
         self._average = tf.function(self._cross_replica_average)
+        # Overlapped averages: what each replica sent, the result waiting to be applied
+        # (anchors, momentum, statistics) and the step it was sent at (-1: none).
+        self.sent: list[tf.Variable] = []
+        self.pending: list[tf.Variable] = []
+        self.pending_at: tf.Variable | None = None
+        self.sent_states: Any = None  # each replica's `sent`, for checkpoints
+        self._flight: _Flight | None = None
+        if settings.overlap_steps > 0:
+            kept = self._variables + self._statistics
+            self.sent = [
+                tf.Variable(_value(v), trainable=False, name=f"sent_{i}")
+                for i, v in enumerate(kept)
+            ]
+            waiting = self.anchors + self.momentum + [_tf_variable(v) for v in self._statistics]
+            self.pending = [
+                tf.Variable(tf.convert_to_tensor(v), trainable=False, name=f"pending_{i}")
+                for i, v in enumerate(waiting)
+            ]
+            self.pending_at = tf.Variable(
+                tf.constant(-1, tf.int64), trainable=False, name="pending_at"
+            )
+            self._snapshot = tf.function(self._cross_replica_snapshot)
+            self._send = tf.function(self._cross_replica_send)
+            self._land = tf.function(self._cross_replica_land)
 
     def matches(
         self,
@@ -131,25 +164,72 @@ class WeightAverager(tf.Module):
         self.synced_at.assign(step)
         self.count.syncs += 1
 
-    def restart_unless_synced(self, step: int) -> bool:
-        """After a restore at optimizer step `step`: unless the checkpoint holds this
-        averager's state (an average at `step`, or the last average before it and each
-        replica's weights at `step`, which are given back), take the restored weights as
-        the last average's and clear the outer momentum (a run resumed from an
-        `every_step` checkpoint, or from a `local_sgd` one into `diloco`).
+    @property
+    def in_flight(self) -> bool:
+        """Whether an overlapped average was sent and is not applied yet."""
+        return self.pending_at is not None and int(self.pending_at.numpy()) >= 0
+
+    def launch(self, step: int) -> None:
+        """Send the replicas' weights at optimizer step `step` to be averaged beside the
+        next steps (`settings.overlap_steps` > 0); `land` applies the result."""
+        assert self.pending_at is not None and self._flight is None
+        self._snapshot()  # before the next step changes the weights
+        self.pending_at.assign(step)
+        self.count.syncs += 1
+        self._flight = _Flight(self._send)
+
+    def wait(self) -> None:
+        """Return when the average in flight is computed (before any other collective:
+        a save's gather, validation's metric reads)."""
+        flight, self._flight = self._flight, None
+        if flight is not None:
+            flight.join()
+
+    def land(self) -> None:
+        """Apply the average in flight: each replica takes its result plus what it
+        learnt since it sent."""
+        assert self.pending_at is not None
+        self.wait()
+        self._land()
+        self.synced_at.assign(self.pending_at)
+        self.pending_at.assign(-1)
+
+    def forget(self) -> None:
+        """Hold no state of any step (the checkpoint restored had none of this averager)."""
+        self.synced_at.assign(-1)
+        for states in (self.replica_weights, self.sent_states):
+            if states is not None:
+                states.gathered_at.assign(-1)
+        if self.pending_at is not None:
+            self.pending_at.assign(-1)
+
+    def resume(self, step: int) -> str:
+        """After a restore at optimizer step `step`, continue from what the checkpoint holds.
 
         Returns:
-            Whether it started anew.
+            `"own"`: saved between two averages, each replica has its own weights back
+            (and what it sent, with an average in flight); `"average"`: saved right after
+            an average; `"anew"`: the checkpoint holds no state of this averager (a run
+            resumed from an `every_step` checkpoint, or from a `local_sgd` one into
+            `diloco`): the restored weights are taken as the last average's and the outer
+            momentum is cleared.
         """
+        if self.replica_weights is not None and self.replica_weights.spread(step):
+            if self.in_flight and not self.sent_states.spread(step):
+                raise ValueError(
+                    f"the checkpoint of step {step} has an average in flight "
+                    "but not what each replica sent"
+                )
+            return "own"
+        if self.in_flight:
+            self.pending_at.assign(-1)  # not restored with the weights it belongs to
         if int(self.synced_at.numpy()) == step:
-            return False
-        if 0 <= int(self.synced_at.numpy()) < step and self.replica_weights.spread(step):
-            return False  # saved between two averages: each replica continues its own
+            return "average"
         self.reset_anchors()
         for buffer in self.momentum:
             buffer.assign(tf.zeros_like(buffer))
         self.synced_at.assign(step)
-        return True
+        return "anew"
 
     # -- the traced average --------------------------------------------------------------
 
@@ -165,14 +245,59 @@ class WeightAverager(tf.Module):
             strategy.extended.update(target, _assign, args=(value,), group=False)
 
     def _replica_average(self) -> list[tf.Tensor]:
-        context = tf.distribute.get_replica_context()
-        replicas = context.num_replicas_in_sync
         # Read in replica context: each replica's own copies.
         weights = [tf.convert_to_tensor(_tf_variable(v)) for v in self._variables]
+        statistics = [tf.convert_to_tensor(_tf_variable(v)) for v in self._statistics]
+        anchors, momentum, means = self._replica_outer(weights, statistics)
+        return anchors + anchors + momentum + means
+
+    def _cross_replica_snapshot(self) -> None:
+        strategy = self._strategy
+        own = strategy.run(
+            lambda: [tf.identity(_tf_variable(v)) for v in self._variables + self._statistics]
+        )
+        for target, value in zip(self.sent, own, strict=True):
+            strategy.extended.update(target, _assign, args=(value,), group=False)
+
+    def _cross_replica_send(self) -> None:
+        strategy = self._strategy
+        new_values = strategy.run(self._replica_send)
+        for target, value in zip(self.pending, new_values, strict=True):
+            strategy.extended.update(target, _assign, args=(value,), group=False)
+
+    def _replica_send(self) -> list[tf.Tensor]:
+        count = len(self._variables)
+        sent = [tf.convert_to_tensor(v) for v in self.sent]
+        anchors, momentum, means = self._replica_outer(sent[:count], sent[count:])
+        return anchors + momentum + means
+
+    def _cross_replica_land(self) -> None:
+        strategy = self._strategy
+        new_values = strategy.run(self._replica_land)
+        targets = [_tf_variable(v) for v in self._variables] + self.anchors + self.momentum
+        targets += [_tf_variable(v) for v in self._statistics]
+        for target, value in zip(targets, new_values, strict=True):
+            strategy.extended.update(target, _assign, args=(value,), group=False)
+
+    def _replica_land(self) -> list[tf.Tensor]:
+        count, anchors = len(self._variables), len(self.anchors) + len(self.momentum)
+        pending = [tf.convert_to_tensor(v) for v in self.pending]
+        sent = [tf.convert_to_tensor(v) for v in self.sent]
+        now = [tf.convert_to_tensor(_tf_variable(v)) for v in self._variables + self._statistics]
+        new = pending[:count] + pending[anchors:]  # the anchors, then the statistics' means
+        kept = [n + (w - s) for n, w, s in zip(new, now, sent, strict=True)]
+        return kept[:count] + pending[:anchors] + kept[count:]
+
+    def _replica_outer(
+        self, weights: list[tf.Tensor], statistics: list[tf.Tensor]
+    ) -> tuple[list[tf.Tensor], list[tf.Tensor], list[tf.Tensor]]:
+        """The new anchors, outer momentum and statistics' means, from each replica's
+        `weights` and `statistics` (one all-reduce)."""
+        context = tf.distribute.get_replica_context()
+        replicas = context.num_replicas_in_sync
         anchors = [tf.convert_to_tensor(a) for a in self.anchors]
         deltas = [w - a for w, a in zip(weights, anchors, strict=True)]
         sent = [self._cast(d, v) for d, v in zip(deltas, self._variables, strict=True)]
-        statistics = [tf.convert_to_tensor(_tf_variable(v)) for v in self._statistics]
         self.count.all_reduces = 1
         self.count.bytes = sum(
             int(s.shape.num_elements() or 0) * s.dtype.size for s in sent + statistics
@@ -183,8 +308,7 @@ class WeightAverager(tf.Module):
         means = [tf.cast(s, d.dtype) / replicas for s, d in zip(summed, deltas, strict=True)]
         statistics = [s / replicas for s in summed_statistics]
         if self.settings.mode == "local_sgd":
-            averaged = [a + m for a, m in zip(anchors, means, strict=True)]
-            return averaged + averaged + statistics
+            return [a + m for a, m in zip(anchors, means, strict=True)], [], statistics
         lr = self.settings.outer_learning_rate
         mu = self.settings.outer_momentum
         new_anchors, new_momentum = [], []
@@ -193,7 +317,7 @@ class WeightAverager(tf.Module):
             buffer = mu * tf.convert_to_tensor(buffer) + gradient
             new_anchors.append(anchor - lr * (gradient + mu * buffer))
             new_momentum.append(buffer)
-        return new_anchors + new_anchors + new_momentum + statistics
+        return new_anchors, new_momentum, statistics
 
     def _cast(self, delta: tf.Tensor, variable: Any) -> tf.Tensor:
         if self.wire == tf.float32 or not delta.dtype.is_floating:
@@ -201,6 +325,28 @@ class WeightAverager(tf.Module):
         if self.residuals is not None:
             return self.residuals.feed(delta, variable, self.wire)
         return tf.cast(delta, self.wire)
+
+
+class _Flight:
+    """`function` run on a thread of its own; `join` waits for it and raises its error."""
+
+    def __init__(self, function: Callable[[], Any]):
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(function,), name="kdist-average", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, function: Callable[[], Any]) -> None:
+        try:
+            function()
+        except BaseException as error:  # raised on the training thread by `join`
+            self._error = error
+
+    def join(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 def _assign(variable: Any, value: tf.Tensor) -> Any:

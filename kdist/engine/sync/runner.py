@@ -87,6 +87,7 @@ class LocalSGDRunner(StandardRunner):
         # Read while a train function is traced (`install_local_updates`).
         self._warming = sync.warmup_steps > 0
         self._dirty = False  # weights changed since the last average
+        self._land_at: int | None = None  # the step an overlapped average is applied at
         self._exact = False  # the next call reads the metrics across replicas
         self._shown: Logs = {}  # the batch logs of the epoch's last exact read
         super().__init__(**kwargs)
@@ -122,12 +123,17 @@ class LocalSGDRunner(StandardRunner):
                 # Tracked by the averager, so saved with it: the optimizer's and those
                 # of the model's own optimizers (a GAN's two), each replica's state.
                 averager.replica_states = ReplicaStates(strategy=strategy, optimizer=self.optimizer)
-                # Each replica's weights (and statistics) for a save between averages.
+                # Each replica's weights (and statistics) for a save between averages,
+                # and what each sent with an overlapped average in flight.
                 averager.replica_weights = ReplicaStates(
                     strategy=strategy,
                     optimizer=self.optimizer,
                     variables=[*self.variables, *statistics],
                 )
+                if averager.sent:
+                    averager.sent_states = ReplicaStates(
+                        strategy=strategy, optimizer=self.optimizer, variables=averager.sent
+                    )
                 averager.own_replica_states = [
                     ReplicaStates(strategy=strategy, optimizer=optimizer)
                     for optimizer in own_optimizers(self.model)
@@ -188,6 +194,8 @@ class LocalSGDRunner(StandardRunner):
                 count = min(num_steps, warmup - done)
             else:
                 count = min(num_steps, every - done % every)
+                if self._land_at is not None:
+                    count = min(count, self._land_at - done)
                 if warmup and done == warmup:
                     # The first local step after the warm-up: the replicas start from the
                     # warm-up's weights, and DiLoCo's first outer step measures the change
@@ -208,14 +216,31 @@ class LocalSGDRunner(StandardRunner):
                 else:
                     logs = self._shown
             self._dirty = True
+            if done == self._land_at:
+                self.averager.land()
+                self._land_at = None
             if done % every == 0:
-                self.average()
+                if self.sync.overlap_steps:
+                    self.averager.launch(done)
+                    self._land_at = done + self.sync.overlap_steps
+                else:
+                    self.average()
         assert logs is not None
         return logs
 
     def average(self) -> None:
-        """Average the replicas' weights now."""
-        self.averager.average(optimizer_steps(self.model))
+        """Average the replicas' weights now (an overlapped average in flight is applied
+        first)."""
+        step = optimizer_steps(self.model)
+        if self._land_at is not None:
+            assert self.averager.pending_at is not None
+            sent_now = int(self.averager.pending_at.numpy()) == step
+            self.averager.land()
+            self._land_at = None
+            if sent_now:  # sent at this step: applied, it is an average of every replica
+                self._dirty = False
+                return
+        self.averager.average(step)
         self._dirty = False
 
     def settle(self) -> None:
@@ -224,8 +249,12 @@ class LocalSGDRunner(StandardRunner):
         # the replicas have trained since, each replica's own weights; a run resumed from
         # it continues exactly as the run that saved it did, and saving as often as one
         # likes moves no average.
+        self.averager.wait()  # an average in flight: its all-reduce, before the gathers'
+        step = optimizer_steps(self.model)
         if self._dirty:
-            self.averager.replica_weights.gather(optimizer_steps(self.model))
+            self.averager.replica_weights.gather(step)
+        if self._land_at is not None:
+            self.averager.sent_states.gather(step)
         for states in self.replica_states:
             states.gather()
 
@@ -249,12 +278,18 @@ class LocalSGDRunner(StandardRunner):
         # and each replica takes back its own optimizer state from the banks. A
         # checkpoint of another sync mode holds no average of its step: the averages
         # start anew from its weights.
+        self.averager.wait()
         super().set_train_dataset_fn(dataset_fn)
         step = optimizer_steps(self.model)
-        if self.averager.restart_unless_synced(step):
+        found = self.averager.resume(step)
+        if found == "anew":
             log.info("strategy.sync: no %s state at this step, averaging anew", self.sync.mode)
         # Saved between two averages: each replica has its own weights back.
-        self._dirty = int(self.averager.synced_at.numpy()) != step
+        self._dirty = found == "own"
+        self._land_at = None
+        if self.averager.in_flight:
+            assert self.averager.pending_at is not None
+            self._land_at = int(self.averager.pending_at.numpy()) + self.sync.overlap_steps
         for states in self.replica_states:
             states.spread()
 
