@@ -186,7 +186,7 @@ class TimeSplitProbe(keras.callbacks.Callback):
     """Records where one epoch's time goes in this process, for `benchmarks.time_split`.
 
     Benchmark-only: it wraps, in this process, `StandardRunner.train_steps` (the train
-    function's calls: "step"), `WeightAverager.average` ("average"),
+    function's calls: "step"), `WeightAverager.average`, `launch` and `land` ("average"),
     `StandardRunner.train_loop_end` and the batch logs' conversion to floats ("read") and
     the controller's `CallbackList` hooks ("callbacks"), and records each call's start
     and end from the measured epoch's `on_epoch_begin` hook to its `on_epoch_end` hook.
@@ -209,6 +209,8 @@ class TimeSplitProbe(keras.callbacks.Callback):
         _timed(StandardRunner, "train_steps", "step")
         _timed(StandardRunner, "train_loop_end", "read")
         _timed(WeightAverager, "average", "average")
+        _timed(WeightAverager, "launch", "average")  # overlapped: the copy, the thread's start
+        _timed(WeightAverager, "land", "average")  # ... and the wait for it, the apply
         _time_callback_list()
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:

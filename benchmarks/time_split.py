@@ -69,6 +69,16 @@ MODES: dict[str, list[str]] = {
     "local_sgd_32": ["strategy.sync.mode=local_sgd", "strategy.sync.sync_every=32"],
     "diloco_8": ["strategy.sync.mode=diloco", "strategy.sync.sync_every=8"],
     "diloco_32": ["strategy.sync.mode=diloco", "strategy.sync.sync_every=32"],
+    "local_sgd_32_overlap4": [
+        "strategy.sync.mode=local_sgd",
+        "strategy.sync.sync_every=32",
+        "strategy.sync.overlap_steps=4",
+    ],
+    "diloco_32_overlap4": [
+        "strategy.sync.mode=diloco",
+        "strategy.sync.sync_every=32",
+        "strategy.sync.overlap_steps=4",
+    ],
 }
 Event = Sequence[Any]  # (category, start, end), seconds on one clock
 

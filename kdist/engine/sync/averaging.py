@@ -221,7 +221,7 @@ class WeightAverager(tf.Module):
                     "but not what each replica sent"
                 )
             return "own"
-        if self.in_flight:
+        if self.pending_at is not None and self.in_flight:
             self.pending_at.assign(-1)  # not restored with the weights it belongs to
         if int(self.synced_at.numpy()) == step:
             return "average"
