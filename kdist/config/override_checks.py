@@ -15,6 +15,7 @@ import re
 import sys
 import unicodedata
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from kdist.config.errors import ConfigError
 from kdist.config.path_limits import check_path_length
@@ -128,12 +129,11 @@ def _check_folders(override: str) -> None:
     check_path_length(key, value.strip("'\""))
 
 
-def _check_grammar(override: str) -> None:
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+def _check_grammar(override: str, parser: Any) -> None:
     from hydra.errors import OverrideParseException
 
     try:
-        OverridesParser.create().parse_overrides([override])
+        parser.parse_overrides([override])
     except OverrideParseException as error:
         said = [line.strip() for line in str(error).splitlines() if line.strip()]
         reason = next((line for line in said if not line.startswith(("See ", "Error parsing"))), "")
@@ -170,8 +170,11 @@ def check_override_text(overrides: Sequence[str]) -> None:
             read (an unclosed `[`, `{` or quote, no `=`), named before a multirun's
             sweeper reports it as Hydra's own error (status 1).
     """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()  # one per call: it builds Hydra's grammar objects
     for override in overrides:
         _check_characters(override)
         _check_numbers(override)
         _check_folders(override)
-        _check_grammar(override)
+        _check_grammar(override, parser)
