@@ -35,6 +35,25 @@ SMALL_JOB = [
 ]
 
 
+def sync_job(*, steps_per_epoch: int, steps_per_execution: int) -> list[str]:
+    """The local SGD cases' job: 2 epochs of an MLP's steps on 4-class synthetic data with
+    16 features (512 examples at global batch 32), seed 3; no strategy or model given."""
+    return [
+        "data=synthetic",
+        "data.source.input_shape=[16]",
+        "data.source.num_train=512",
+        "data.source.num_validation=64",
+        "data.source.num_classes=4",
+        "trainer.epochs=2",
+        f"trainer.steps_per_epoch={steps_per_epoch}",
+        "trainer.global_batch_size=32",
+        f"trainer.steps_per_execution={steps_per_execution}",
+        "trainer.verbose=0",
+        "callbacks=minimal",
+        "runtime.seed=3",
+    ]
+
+
 def compose(overrides: Sequence[str] = (), **kwargs):
     """`kdist.compose` with the session's logical-device split added."""
     import kdist
@@ -180,6 +199,21 @@ class StopAfterEpoch:
                     self.model.stop_training = True
 
         return _Stop()
+
+
+def crash_at_step(exp, step: int) -> None:
+    """Fit `exp` until a callback raises once `step` optimizer steps are done (a crash in
+    a notebook); the `RuntimeError` it raises is expected."""
+    import keras
+    import pytest
+
+    class Fail(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if int(exp.optimizer.iterations.numpy()) >= step:
+                raise RuntimeError(f"failed at step {step}")
+
+    with pytest.raises(RuntimeError, match=f"failed at step {step}"):
+        exp.fit(callbacks=[Fail()])
 
 
 class KillAtStep:

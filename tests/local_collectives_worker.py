@@ -29,7 +29,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from collective_ops import collective_ops  # noqa: E402
-from helpers import compose  # noqa: E402
+from helpers import compose, sync_job  # noqa: E402
 
 import kdist  # noqa: E402
 
@@ -37,18 +37,7 @@ JOB = [
     "strategy=multi_worker_mirrored",
     "model=mlp",
     "model.units=[32]",
-    "data=synthetic",
-    "data.source.input_shape=[16]",
-    "data.source.num_train=512",
-    "data.source.num_validation=64",
-    "data.source.num_classes=4",
-    "trainer.epochs=2",
-    "trainer.steps_per_epoch=8",
-    "trainer.global_batch_size=32",
-    "trainer.steps_per_execution=2",
-    "trainer.verbose=0",
-    "callbacks=minimal",
-    "runtime.seed=3",
+    *sync_job(steps_per_epoch=8, steps_per_execution=2),
     "strategy.sync.mode=local_sgd",
     "strategy.sync.sync_every=4",
 ]

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import REPO, compose, run_module
+from helpers import REPO, compose, crash_at_step, run_module
 from omegaconf import OmegaConf
 
 import kdist
@@ -651,16 +651,7 @@ def test_a_backup_made_before_a_failure_is_complete_when_fit_raises(tmp_path: Pa
         written(self, prefix)
 
     monkeypatch.setattr(writer_module.HostWriter, "write", slow)
-    exp = kdist.Experiment(compose(BASE), run_dir=tmp_path)
-    import keras
-
-    class Fail(keras.callbacks.Callback):
-        def on_train_batch_end(self, batch, logs=None):
-            if int(exp.optimizer.iterations.numpy()) >= 7:
-                raise RuntimeError("failed at step 7")
-
-    with pytest.raises(RuntimeError, match="failed at step 7"):
-        exp.fit(callbacks=[Fail()])
+    crash_at_step(kdist.Experiment(compose(BASE), run_dir=tmp_path), 7)
     assert _backup_steps(tmp_path) == [5]
     state = tf.train.get_checkpoint_state(str(tmp_path / "backup"))
     assert state is not None and state.model_checkpoint_path.endswith("ckpt-5")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import LOGICAL, compose, free_port
+from helpers import LOGICAL, compose, free_port, sync_job
 
 import kdist
 
@@ -25,18 +25,7 @@ JOB = [
     "strategy=mirrored",
     "model=mlp",
     "model.units=[32]",
-    "data=synthetic",
-    "data.source.input_shape=[16]",
-    "data.source.num_train=512",
-    "data.source.num_validation=64",
-    "data.source.num_classes=4",
-    "trainer.epochs=2",
-    "trainer.steps_per_epoch=8",
-    "trainer.global_batch_size=32",
-    "trainer.steps_per_execution=2",
-    "trainer.verbose=0",
-    "callbacks=minimal",
-    "runtime.seed=3",
+    *sync_job(steps_per_epoch=8, steps_per_execution=2),
 ]
 SGD = ["optimizer=sgd", "optimizer.momentum=0.0", "optimizer.learning_rate=0.1"]
 

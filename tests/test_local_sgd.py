@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import LOGICAL, REPO, compose, run_module
+from helpers import LOGICAL, REPO, compose, crash_at_step, run_module, sync_job
 
 import kdist
 from kdist.config import ConfigError
@@ -18,22 +18,7 @@ from kdist.config.sync import SyncSettings
 from kdist.config.validate import validate
 from kdist.strategies.compression import reduced_bytes
 
-JOB = [
-    LOGICAL,
-    "strategy=mirrored",
-    "data=synthetic",
-    "data.source.input_shape=[16]",
-    "data.source.num_train=512",
-    "data.source.num_validation=64",
-    "data.source.num_classes=4",
-    "trainer.epochs=2",
-    "trainer.steps_per_epoch=12",
-    "trainer.global_batch_size=32",
-    "trainer.steps_per_execution=1",
-    "trainer.verbose=0",
-    "callbacks=minimal",
-    "runtime.seed=3",
-]
+JOB = [LOGICAL, "strategy=mirrored", *sync_job(steps_per_epoch=12, steps_per_execution=1)]
 # Plain SGD (no momentum) and a small MLP, unless a case picks another.
 SGD = ["optimizer=sgd", "optimizer.momentum=0.0", "optimizer.learning_rate=0.1"]
 MLP = ["model=mlp", "model.units=[32]"]
@@ -237,20 +222,6 @@ def test_saving_between_averages_moves_no_average(tmp_path: Path):
     assert [int(reader.get_tensor(k)) for k in at] == [21]
 
 
-class _FailAtStep:
-    """A callback that raises once `step` optimizer steps are done (a crash in a notebook)."""
-
-    def __init__(self, exp: kdist.Experiment, step: int):
-        import keras
-
-        class Fail(keras.callbacks.Callback):
-            def on_train_batch_end(self, batch, logs=None):
-                if int(exp.optimizer.iterations.numpy()) >= step:
-                    raise RuntimeError(f"failed at step {step}")
-
-        self.callback = Fail()
-
-
 def test_a_crash_between_averages_resumes_each_replicas_own_weights_exactly(tmp_path: Path):
     # Backups every 5 steps, averages every 4: the backup of step 5 (or 10) is between two
     # averages. The resumed run gives each replica its own weights and Adam moments back
@@ -265,9 +236,7 @@ def test_a_crash_between_averages_resumes_each_replicas_own_weights_exactly(tmp_
     whole = _fit(tmp_path, "whole", *job)
     run = tmp_path / "run"
     config = compose([*JOB, *MLP, *job])
-    crashed = kdist.Experiment(config, run_dir=run)
-    with pytest.raises(RuntimeError, match="failed at step 7"):
-        crashed.fit(callbacks=[_FailAtStep(crashed, 7).callback])
+    crash_at_step(kdist.Experiment(config, run_dir=run), 7)
     resumed = kdist.Experiment(config, run_dir=run)
     spread: list[float] = []
     import keras
@@ -291,8 +260,7 @@ def test_a_save_between_averages_resumed_under_every_step_takes_the_replicas_mea
     local = kdist.Experiment(
         compose([*JOB, *MLP, *SGD, *saves, *_local("local_sgd", 4)]), run_dir=run
     )
-    with pytest.raises(RuntimeError, match="failed at step 7"):
-        local.fit(callbacks=[_FailAtStep(local, 7).callback])
+    crash_at_step(local, 7)
     import tensorflow as tf
 
     path = tf.train.latest_checkpoint(str(run / "backup"))

@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import compose
+from helpers import compose, crash_at_step
 from test_local_sgd import JOB, MLP, _fit, _local, _max_diff, _replica_spread, _weights
 
 import kdist
@@ -131,16 +131,6 @@ def test_every_epoch_ends_with_the_replicas_equal(tmp_path: Path):
     assert not exp.runner.averager.in_flight
 
 
-class _FailAtStep(keras.callbacks.Callback):
-    def __init__(self, exp: kdist.Experiment, step: int):
-        super().__init__()
-        self.exp, self.step = exp, step
-
-    def on_train_batch_end(self, batch, logs=None):
-        if int(self.exp.optimizer.iterations.numpy()) >= self.step:
-            raise RuntimeError(f"failed at step {self.step}")
-
-
 def test_a_crash_with_an_average_in_flight_resumes_exactly(tmp_path: Path):
     # Averages sent at 8 and applied at 11 (sync_every=4, overlap_steps=3); the backup of
     # step 10 holds the average in flight, what each replica sent and its own weights.
@@ -153,9 +143,7 @@ def test_a_crash_with_an_average_in_flight_resumes_exactly(tmp_path: Path):
     whole = _fit(tmp_path, "whole", *job)
     run = tmp_path / "run"
     config = compose([*JOB, *MLP, *job])
-    crashed = kdist.Experiment(config, run_dir=run)
-    with pytest.raises(RuntimeError, match="failed at step 12"):
-        crashed.fit(callbacks=[_FailAtStep(crashed, 12)])
+    crash_at_step(kdist.Experiment(config, run_dir=run), 12)
     reader = tf.train.load_checkpoint(str(run / "backup" / "ckpt-10"))
     pending = [
         k
@@ -176,8 +164,7 @@ def test_a_resume_may_turn_the_overlap_on_or_off(tmp_path: Path, caplog, first: 
     run = tmp_path / "run"
     job = [*JOB, *MLP, *ADAM, *saves]
     crashed = kdist.Experiment(compose([*job, *_overlapped("diloco", 4, first)]), run_dir=run)
-    with pytest.raises(RuntimeError, match="failed at step 12"):
-        crashed.fit(callbacks=[_FailAtStep(crashed, 12)])
+    crash_at_step(crashed, 12)
     resumed = kdist.Experiment(compose([*job, *_overlapped("diloco", 4, then)]), run_dir=run)
     with caplog.at_level("INFO", logger="kdist"):
         history = resumed.fit()
