@@ -79,6 +79,13 @@ MODES: dict[str, list[str]] = {
         "strategy.sync.sync_every=32",
         "strategy.sync.overlap_steps=4",
     ],
+    # The default callbacks (TensorBoard, CSV, checkpoints, a backup every 100 steps: one in
+    # the measured epoch, between two averages): the chief's own work and the saves.
+    "diloco_32_default_callbacks": [
+        "strategy.sync.mode=diloco",
+        "strategy.sync.sync_every=32",
+        "callbacks=default",
+    ],
 }
 Event = Sequence[Any]  # (category, start, end), seconds on one clock
 
