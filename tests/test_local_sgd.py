@@ -252,6 +252,7 @@ def test_a_crash_between_averages_resumes_each_replicas_own_weights_exactly(tmp_
     assert _max_diff(_weights(whole), _weights(resumed)) == 0.0
 
 
+@pytest.mark.slow
 def test_a_save_between_averages_resumed_under_every_step_takes_the_replicas_mean(
     tmp_path: Path,
 ):

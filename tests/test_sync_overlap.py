@@ -72,6 +72,7 @@ def test_the_local_steps_run_while_the_average_is_in_flight(tmp_path: Path, monk
     assert sent_at == [4, 8, 12, 16, 20, 24]
 
 
+@pytest.mark.slow
 def test_an_overlapped_average_lands_at_its_step_whatever_the_threads_speed(
     tmp_path: Path, monkeypatch
 ):
@@ -158,6 +159,7 @@ def test_a_crash_with_an_average_in_flight_resumes_exactly(tmp_path: Path):
     assert _max_diff(_weights(whole), _weights(resumed)) == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("first", "then"), [(3, 0), (0, 2)])
 def test_a_resume_may_turn_the_overlap_on_or_off(tmp_path: Path, caplog, first: int, then: int):
     saves = ["callbacks.backup.enabled=true", "callbacks.backup.every_n_steps=5"]
