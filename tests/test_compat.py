@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kdist.compat import PRIVATE_NAMES, UpstreamMoved
+from kdist.compat import OVERRIDDEN_HOOKS, PRIVATE_NAMES, UpstreamMoved
 from kdist.compat import keras_loop as kl
 from kdist.compat import keras_private as kp
 from kdist.compat import tf_private as tp
@@ -507,9 +507,15 @@ def test_moved_compute_output_spec_is_not_swallowed(monkeypatch):
 
 
 def test_private_names_only_in_compat():
-    """`keras.src` and `tensorflow.python` appear in kdist only under kdist/compat/."""
+    """`keras.src`, `tensorflow.python`, an import of Hydra's `_internal` and the private
+    attributes kdist swaps (OmegaConf's resolver registry, Keras's gradient sum) appear in
+    kdist only under kdist/compat/."""
+    pattern = (
+        r"keras.src\|tensorflow.python\|import hydra._internal\|from hydra._internal"
+        r"\|\._resolvers\b\|\._all_reduce_sum_gradients"
+    )
     found = subprocess.run(
-        ["grep", "-rln", r"keras.src\|tensorflow.python", str(KDIST), "--include=*.py"],
+        ["grep", "-rln", pattern, str(KDIST), "--include=*.py"],
         capture_output=True,
         text=True,
         check=False,
@@ -537,3 +543,72 @@ def test_compat_imports_nothing_of_kdist():
                 assert not name.startswith("kdist.") or name.startswith("kdist.compat"), (
                     f"{path.name} imports {name}"
                 )
+
+
+_UPSTREAM_PACKAGES = ("keras", "keras_tuner", "tensorflow", "hydra", "omegaconf")
+
+
+def _overrides_of_private_upstream_methods() -> dict[str, set[str]]:
+    """Every private upstream method that a class of kdist overrides: the public
+    `<upstream class>.<name>` of `OVERRIDDEN_HOOKS` -> the kdist classes that define it."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import kdist
+
+    public = {}  # an upstream class -> its public path, for the classes kdist extends
+    for hook in OVERRIDDEN_HOOKS:
+        owner, _ = hook.upstream.rsplit(".", 1)
+        module, name = owner.rsplit(".", 1)
+        public[getattr(importlib.import_module(module), name)] = owner
+    found: dict[str, set[str]] = {}
+    for info in pkgutil.walk_packages(kdist.__path__, "kdist."):
+        if info.name.startswith("kdist.conf") or info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ != module.__name__:
+                continue
+            upstream = [b for b in cls.__mro__ if b.__module__.split(".")[0] in _UPSTREAM_PACKAGES]
+            kdist_classes = [k for k in cls.__mro__ if k.__module__.startswith("kdist.")]
+            for own in kdist_classes:
+                for name in vars(own):
+                    if not name.startswith("_") or name.startswith("__"):
+                        continue
+                    owner = next((b for b in upstream if name in vars(b)), None)
+                    if owner is not None:
+                        path = public.get(owner, f"{owner.__module__}.{owner.__qualname__}")
+                        found.setdefault(f"{path}.{name}", set()).add(own.__qualname__)
+    return found
+
+
+def test_every_overridden_private_hook_is_registered_and_still_upstream():
+    # An upstream rename of a hook kdist overrides stops the override silently: the
+    # registry then lists a hook no kdist class overrides any more, and this fails.
+    found = _overrides_of_private_upstream_methods()
+    registered = {hook.upstream: hook for hook in OVERRIDDEN_HOOKS}
+    unregistered = sorted(set(found) - set(registered))
+    assert not unregistered, (
+        f"kdist overrides private upstream methods not in OVERRIDDEN_HOOKS: {unregistered}; "
+        "add each to kdist.compat.upstream.OVERRIDDEN_HOOKS with why"
+    )
+    gone = sorted(set(registered) - set(found))
+    assert not gone, (
+        "; ".join(
+            f"{name} is no longer a method of the installed upstream class, so "
+            f"{registered[name].needed_by}'s override is never called ({registered[name].why})"
+            for name in gone
+        )
+        + ". Update kdist for this version, or pin the versions of constraints.txt."
+    )
+
+
+def test_a_renamed_hook_fails_the_registry_check(monkeypatch):
+    # As after an upgrade that renamed Progbar._format_time: kdist's override stays, but
+    # overrides nothing.
+    from keras.src.utils import progbar
+
+    monkeypatch.delattr(progbar.Progbar, "_format_time")
+    with pytest.raises(AssertionError, match=r"keras.utils.Progbar._format_time is no longer"):
+        test_every_overridden_private_hook_is_registered_and_still_upstream()

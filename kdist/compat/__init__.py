@@ -9,6 +9,12 @@ upgrade moves one, the call raises `UpstreamMoved` naming the upstream symbol an
 kdist function that needs it, and `tests/test_compat.py` fails the same way.
 """
 
-from kdist.compat.upstream import PRIVATE_NAMES, TESTED_WITH, PrivateName, UpstreamMoved
+from kdist.compat.upstream import (
+    OVERRIDDEN_HOOKS,
+    PRIVATE_NAMES,
+    TESTED_WITH,
+    PrivateName,
+    UpstreamMoved,
+)
 
-__all__ = ["PRIVATE_NAMES", "TESTED_WITH", "PrivateName", "UpstreamMoved"]
+__all__ = ["OVERRIDDEN_HOOKS", "PRIVATE_NAMES", "TESTED_WITH", "PrivateName", "UpstreamMoved"]

@@ -15,6 +15,7 @@ from kdist.compat.upstream import UpstreamMoved, private_attribute, private_impo
 __all__ = [
     "KERAS_DEFINITION_MODULES",
     "KERAS_UNTRUSTED_DEFINITIONS",
+    "all_reduce_sum_gradients",
     "call_has_training_arg",
     "class_weight_to_sample_weights",
     "close_tensorboard_writers",
@@ -260,6 +261,18 @@ def patch_variable_copy_to_cpu(copy: Callable[[Any, dict[Any, Any]], None]) -> N
     )
     if variable._copy_trackable_to_cpu is not copy:
         variable._copy_trackable_to_cpu = copy
+
+
+def all_reduce_sum_gradients(optimizer: Any) -> Callable[..., Any]:
+    """This optimizer's cross-replica gradient sum (`_all_reduce_sum_gradients`: Keras's,
+    or one `replace_all_reduce` set)."""
+    found: Callable[..., Any] = private_attribute(
+        optimizer,
+        "_all_reduce_sum_gradients",
+        "keras.optimizers.Optimizer._all_reduce_sum_gradients",
+        "kdist.engine.sync.local_updates.install_local_updates",
+    )
+    return found
 
 
 def replace_all_reduce(optimizer: Any, all_reduce: Callable[..., Any]) -> None:

@@ -9,6 +9,9 @@ needs it when an upgrade moves it (`kdist.compat.upstream.UpstreamMoved`).
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kdist.compat.upstream import (
@@ -29,6 +32,7 @@ __all__ = [
     "oracle_client_class",
     "oracle_servicer_class",
     "resolver_registry",
+    "resolvers_replaced",
     "set_oracle_seed",
     "space_has",
     "tuner_protos",
@@ -122,6 +126,24 @@ def job_return_value(job_return: Any) -> Any:
         "hydra.core.utils.JobReturn._return_value",
         "kdist.runs.sweep.SummaryCallback",
     )
+
+
+_RESOLVERS = threading.RLock()
+
+
+@contextlib.contextmanager
+def resolvers_replaced(choose: Callable[[dict[str, Any]], dict[str, Any]]) -> Iterator[None]:
+    """Within the block, OmegaConf resolves with the resolvers `choose` makes of its whole
+    registry (name -> function); the whole registry is back when the block ends, however
+    it ends. The registry is process-wide: the block holds a lock."""
+    owner = resolver_registry()
+    with _RESOLVERS:
+        saved = owner._resolvers
+        owner._resolvers = choose(dict(saved))
+        try:
+            yield
+        finally:
+            owner._resolvers = saved
 
 
 def resolver_registry() -> Any:

@@ -6,6 +6,12 @@ needs it, and reached through `private_import` or `private_attribute`. When an u
 moves or renames one, the call fails with `UpstreamMoved`, whose message names the
 upstream symbol, the kdist function and the versions kdist was tested with, instead of an
 `AttributeError` deep inside a run. `tests/test_compat.py` probes every listed name.
+
+A private method of an upstream class that a kdist subclass overrides (a hook) cannot fail
+that way: renamed upstream, the override is simply never called again. `OVERRIDDEN_HOOKS`
+lists each one; `tests/test_compat.py` finds every override of a private upstream method in
+kdist's classes and fails when it is not listed, or when a listed one no longer overrides
+anything (renamed or removed upstream).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "OVERRIDDEN_HOOKS",
     "PRIVATE_NAMES",
     "TESTED_WITH",
     "PrivateName",
@@ -334,5 +341,50 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "kdist.data.in_hand.datasets.from_dataset",
         "a batched dataset's batch size, read from its graph instead of a batch (an "
         "iterator would draw a seeded shuffle's order before training)",
+    ),
+)
+
+# Private methods of upstream classes that kdist's subclasses override: `upstream` is the
+# public class path and the method's name.
+OVERRIDDEN_HOOKS: tuple[PrivateName, ...] = (
+    PrivateName(
+        "keras.callbacks.ProgbarLogger._maybe_init_progbar",
+        "kdist.callbacks.progress.ProgressBar",
+        "the progress bar kdist draws (examples/s, at most 10 redraws a second)",
+    ),
+    PrivateName(
+        "keras.utils.Progbar._estimate_step_duration",
+        "kdist.callbacks.progress.ProgressBar",
+        "the step time of a call of several steps, from the measured steps/s",
+    ),
+    PrivateName(
+        "keras.utils.Progbar._format_time",
+        "kdist.callbacks.progress.ProgressBar",
+        "steps/s and examples/s in place of the time per step",
+    ),
+    PrivateName(
+        "keras.callbacks.TensorBoard._log_epoch_metrics",
+        "kdist.callbacks.tensorboard.EpochTensorBoard",
+        "one event per writer at an epoch's end instead of one summary call per value",
+    ),
+    PrivateName(
+        "keras.callbacks.TensorBoard._collect_learning_rate",
+        "kdist.callbacks.tensorboard.EpochTensorBoard",
+        "the learning rate read once, without Keras's slower path for one optimizer",
+    ),
+    PrivateName(
+        "keras.optimizers.LossScaleOptimizer._stateful_handle_finite_grads",
+        "kdist.modeling.lazy_optimizers.SparseLossScaleOptimizer",
+        "loss scaling for sparse (IndexedSlices) gradients",
+    ),
+    PrivateName(
+        "keras_tuner.Oracle._check_consecutive_failures",
+        "kdist.tuning.oracles",
+        "failed trials counted without raising before the trial and the oracle are saved",
+    ),
+    PrivateName(
+        "keras_tuner.Oracle._save_trial",
+        "kdist.tuning.oracles",
+        "a trial's file written whole (a temporary file, then renamed)",
     ),
 )

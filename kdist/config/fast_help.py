@@ -18,6 +18,8 @@ import string
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from kdist.compat.tools_private import hydra_class
+
 __all__ = ["install", "installed", "lazy_get_help"]
 
 
@@ -41,7 +43,7 @@ class _Lazy(Mapping[str, str]):
 
 
 def lazy_get_help(self: Any, help_cfg: Any, cfg: Any, args_parser: Any, resolve: bool) -> str:
-    """`hydra._internal.hydra.Hydra.get_help` (Hydra 1.3), each placeholder made on demand.
+    """Hydra's `Hydra.get_help` (Hydra 1.3), each placeholder made on demand.
 
     The same four placeholders, made by the same calls, as Hydra's own method.
     """
@@ -66,9 +68,7 @@ def lazy_get_help(self: Any, help_cfg: Any, cfg: Any, args_parser: Any, resolve:
 
 def installed() -> bool:
     """Whether Hydra's `get_help` is `lazy_get_help` in this process."""
-    from hydra._internal.hydra import Hydra
-
-    return Hydra.get_help is lazy_get_help
+    return hydra_class().get_help is lazy_get_help  # type: ignore[attr-defined]
 
 
 def install() -> None:
@@ -77,6 +77,4 @@ def install() -> None:
     Called where kdist registers its help resolver (`kdist.config.groups`), before any
     command's `--help`.
     """
-    from hydra._internal.hydra import Hydra
-
-    Hydra.get_help = lazy_get_help  # type: ignore[method-assign]  # see the module docstring
+    hydra_class().get_help = lazy_get_help  # type: ignore[attr-defined]  # see the module docstring

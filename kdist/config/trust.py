@@ -39,7 +39,6 @@ import contextlib
 import importlib
 import inspect
 import os
-import threading
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,7 +49,7 @@ from omegaconf.errors import OmegaConfBaseException, UnsupportedInterpolationTyp
 
 from kdist.compat.keras_private import KERAS_DEFINITION_MODULES, KERAS_UNTRUSTED_DEFINITIONS
 from kdist.compat.moved import new_name
-from kdist.compat.tools_private import resolver_registry
+from kdist.compat.tools_private import resolvers_replaced
 from kdist.config.errors import ConfigError
 from kdist.config.trust_paths import check_target_paths
 from kdist.config.yaml_limits import load_config
@@ -192,9 +191,6 @@ def trusted_target(target: Any) -> bool:
     return qualified not in UNTRUSTED and not name.lower().startswith(UNTRUSTED_VERBS)
 
 
-_SWAP = threading.RLock()
-
-
 @contextlib.contextmanager
 def safe_resolvers() -> Iterator[None]:
     """Within the block, OmegaConf resolves interpolations with `SAFE_RESOLVERS` only.
@@ -203,14 +199,8 @@ def safe_resolvers() -> Iterator[None]:
     `resolve_untrusted` and `check_trusted_targets`). The registry is process-wide: the
     block holds a lock, and the full registry is back when it ends, however it ends.
     """
-    owner = resolver_registry()
-    with _SWAP:
-        saved = owner._resolvers
-        owner._resolvers = {name: f for name, f in saved.items() if name in SAFE_RESOLVERS}
-        try:
-            yield
-        finally:
-            owner._resolvers = saved
+    with resolvers_replaced(lambda every: {n: f for n, f in every.items() if n in SAFE_RESOLVERS}):
+        yield
 
 
 def _resolver_error(key: str, error: OmegaConfBaseException, source: str) -> ConfigError:

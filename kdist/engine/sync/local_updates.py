@@ -7,7 +7,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from kdist.compat.keras_private import replace_all_reduce
+from kdist.compat.keras_private import all_reduce_sum_gradients, replace_all_reduce
 
 __all__ = ["install_local_updates"]
 
@@ -37,7 +37,7 @@ def install_local_updates(optimizer: Any, reducing: Callable[[], bool]) -> None:
     # again, not its own wrapper.
     summed = getattr(inner, "_kdist_sum_before_sync", None)
     if summed is None:
-        summed = inner._all_reduce_sum_gradients
+        summed = all_reduce_sum_gradients(inner)
         object.__setattr__(inner, "_kdist_sum_before_sync", summed)
 
     def all_reduce_sum(grads_and_vars: Any) -> list[tuple[Any, Any]]:
