@@ -51,10 +51,14 @@ def pytest_collection_modifyitems(config, items):
         and not any("::" in arg for arg in config.args)
     )
     if missing:
-        raise pytest.UsageError(
+        message = (
             f"{SLOW_CASES.name} lists cases that no longer exist: {', '.join(missing)}; "
             "update the file"
         )
+        # Written here too: `pytest_unconfigure` ends the process before pytest prints a
+        # usage error raised during collection (a run said only "no tests ran", status 4).
+        sys.stderr.write(f"ERROR: {message}\n")
+        raise pytest.UsageError(message)
 
 
 @pytest.fixture
