@@ -81,9 +81,15 @@ def launch_cluster(
     prefix: str,
     module: str = "kdist.train",
 ) -> Finished:
-    """`kdist.launch.run` in this process (its tasks are processes); probes of `prefix`."""
+    """`kdist.launch.run` in this process (its tasks are processes); probes of `prefix`.
+
+    With `KDIST_BENCH_NO_ISOLATE=1` the tasks stay in this process's network namespace
+    instead of the launcher's private one (`benchmarks.slow_link` limits the loopback of a
+    namespace it made itself, which the launcher's own would leave out).
+    """
     from kdist.launch import run
 
+    isolate = False if os.environ.get("KDIST_BENCH_NO_ISOLATE") == "1" else None
     capture = _Capture()
     started = time.time()
     clock = time.perf_counter()
@@ -95,6 +101,7 @@ def launch_cluster(
         run_dir=run_dir,
         timeout=timeout,
         output=capture,
+        isolate=isolate,
     )
     seconds = time.perf_counter() - clock
     text = capture.getvalue()
