@@ -297,6 +297,6 @@ def close_tensorboard_writers(callback: Any) -> None:
         callback,
         "_close_writers",
         "keras.callbacks.TensorBoard._close_writers",
-        "kdist.engine.controller",
+        "kdist.engine.after_failure.close_files",
     )
     close()

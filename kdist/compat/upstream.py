@@ -292,7 +292,7 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     ),
     PrivateName(
         "keras.callbacks.TensorBoard._close_writers",
-        "kdist.engine.controller",
+        "kdist.engine.after_failure.close_files",
         "closes TensorBoard's event files when training stops on an error",
     ),
     PrivateName(

@@ -26,8 +26,8 @@ import keras
 import tensorflow as tf
 
 from kdist.compat.keras_loop import initial_epoch_of, should_eval
-from kdist.compat.keras_private import close_tensorboard_writers
 from kdist.data.pipeline import DatasetFn
+from kdist.engine.after_failure import close_files, finish_writes
 from kdist.engine.call_gate import TRAIN_CALLS
 from kdist.engine.restoring import restore_run
 from kdist.engine.runner import Runner, non_finite_loss, wants_test_hooks
@@ -115,27 +115,6 @@ def _next_count(step: int, global_step: int, limit: int, intervals: Sequence[int
         if interval > 0:
             count = min(count, interval - global_step % interval)
     return max(count, 1)
-
-
-def _close_files(callbacks: Sequence[keras.callbacks.Callback]) -> None:
-    """Close the files Keras callbacks keep open until `on_train_end`, after a failure
-    (which skips that hook) has stopped training."""
-    for callback in callbacks:
-        if isinstance(callback, keras.callbacks.CSVLogger) and callback.csv_file is not None:
-            callback.csv_file.close()
-        if isinstance(callback, keras.callbacks.TensorBoard):
-            close_tensorboard_writers(callback)
-
-
-def _finish_writes(savers: Sequence[Saver]) -> None:
-    """After a failure, wait for the saves made before it: a backup the failure did not
-    stop is complete on disk when `fit` raises (a notebook that resumes at once finds
-    it). A save that fails here is logged; the first failure is the one raised."""
-    for saver in savers:
-        try:
-            saver.sync()
-        except Exception as error:  # the failure being raised comes first
-            log.warning("a save before the failure did not complete: %s", error)
 
 
 class Controller:
@@ -358,8 +337,8 @@ class Controller:
                 saver.bind(self.runner)  # before the first call: it may trace the train function
             result = self._train(callback_list, savers)
         except BaseException as error:
-            _close_files(callback_list.callbacks)
-            _finish_writes(savers)
+            close_files(callback_list.callbacks)
+            finish_writes(savers)
             failure = self.runner.failure(error) or named_disk_full(error)
             if failure is not None:
                 raise failure from error
