@@ -27,6 +27,16 @@ def save_model_files(model: keras.Model, directory: Path, *, saved_model: bool =
     `model.weights.h5` instead, with a warning; one without a `call` has no
     `saved_model/` to serve.
     """
+    if not isinstance(model, keras.Model):
+        # Keras's `Trainer` mixed into a `keras.Layer` (Keras's own tests train such
+        # models with `fit`): no `save` to call; its weights are in the checkpoints.
+        log.warning(
+            "%s is a keras.Layer with Keras's Trainer, not a keras.Model: no %s written "
+            "(wrap it in a keras.Model to have one)",
+            type(model).__name__,
+            layout.MODEL,
+        )
+        return
     try:
         with atomic_path(directory / layout.MODEL) as partial:
             model.save(partial)

@@ -11,7 +11,12 @@ import numpy as np
 import tensorflow as tf
 
 from kdist import models
-from kdist.compat.keras_private import distribute_strategy, flatten_layers, outputs_struct
+from kdist.compat.keras_private import (
+    adopt_optimizer,
+    distribute_strategy,
+    flatten_layers,
+    outputs_struct,
+)
 from kdist.config import compile_rules
 from kdist.config.errors import ConfigError
 from kdist.config.sync import sync_settings
@@ -19,7 +24,12 @@ from kdist.data.checks import check_class_ids, check_label_range
 from kdist.data.pipeline import run_dataset_fn
 from kdist.data.source import ArraySource, Source
 from kdist.engine import Runner, Schedule, build_for_training, make_runner
-from kdist.engine.building import UnbuildableModel, rebuild_in_scope, synchronize_batchnorm
+from kdist.engine.building import (
+    UnbuildableModel,
+    own_optimizers,
+    rebuild_in_scope,
+    synchronize_batchnorm,
+)
 from kdist.modeling import compiling, optimizers
 
 __all__ = [
@@ -38,21 +48,31 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def check_is_model(model: Any) -> None:
-    """Refuse what is not a `keras.Model` (a `keras.Layer` mixed with Keras's `Trainer`,
-    as Keras's own tests train): the run folder saves the model (`model.keras`), and a
-    rebuild in the strategy's scope needs its config.
+def check_is_model(model: Any, strategy: tf.distribute.Strategy) -> None:
+    """Refuse, under a distributed strategy, what is not a `keras.Model` (a `keras.Layer`
+    mixed with Keras's `Trainer`, as Keras's own tests train): the rebuild in the
+    strategy's scope needs its config. On one device it trains as it is, as `fit`
+    trains it, and the run folder has no `model.keras` (`save_model_files` says so).
 
     Raises:
         ConfigError: naming `model`.
     """
-    if model is not None and not isinstance(model, keras.Model):
+    if model is not None and not isinstance(model, keras.Model) and _distributed(strategy):
         raise ConfigError(
             "model",
             f"is a keras.Layer with Keras's Trainer, not a keras.Model "
-            f"({type(model).__name__}): kdist saves the model it trains",
-            hint="wrap the layer in a keras.Model (keras.Sequential([...]))",
+            f"({type(model).__name__}): under a distributed strategy kdist rebuilds it "
+            "in the strategy's scope from its config",
+            hint="wrap the layer in a keras.Model (keras.Sequential([...])), or make it "
+            "inside exp.strategy.scope(), or use strategy=one_device",
         )
+
+
+def _distributed(strategy: tf.distribute.Strategy) -> bool:
+    return strategy.num_replicas_in_sync > 1 or isinstance(
+        strategy,
+        (tf.distribute.MultiWorkerMirroredStrategy, tf.distribute.ParameterServerStrategy),
+    )
 
 
 def check_targets(
@@ -250,20 +270,16 @@ def compiled_model(
     """
     if isinstance(strategy, tf.distribute.ParameterServerStrategy):
         check_parameter_server(cfg)
-    distributed = strategy.num_replicas_in_sync > 1 or isinstance(
-        strategy,
-        (tf.distribute.MultiWorkerMirroredStrategy, tf.distribute.ParameterServerStrategy),
-    )
+    distributed = _distributed(strategy)
+    made_outside = model is not None and distribute_strategy(model) is not strategy
+    if made_outside and not distributed:
+        _train_as_it_is(model, strategy)
     with strategy.scope():
         if model is None:
             model = models.from_config(
                 cfg.model, input_shape=source.input_shape, num_classes=source.num_classes
             )
-        elif distribute_strategy(model) is not strategy and (
-            # On one device too, variables or an optimizer made outside the scope
-            # cannot be trained in it (keras.io's notebooks build and compile there).
-            distributed or model.weights or (model.compiled and model.optimizer is not None)
-        ):
+        elif made_outside and distributed:
             model = rebuild_in_scope(model)
         if cfg.trainer.get("sync_batchnorm"):
             synchronize(model, strategy)
@@ -284,6 +300,25 @@ def compiled_model(
             metrics=default_metrics(model, cfg.trainer),
         )
     return model
+
+
+def _train_as_it_is(model: keras.Model, strategy: tf.distribute.Strategy) -> None:
+    """Ready a model made outside the scope for one device, where it trains as it is.
+
+    As `model.fit` trains it: the user's own object learns, with no copy made from its
+    config (a class or a loss Keras cannot deserialize trains too). Its optimizers,
+    made outside the scope, get their slots beside the variables they update: built
+    here on the model's variables where those were made outside the scope (the step
+    only updates them), else adopted by the strategy (`adopt_optimizer`), to be built
+    in the scope on the variables the model makes there. Call it outside the scope.
+    """
+    for optimizer in [model.optimizer, *own_optimizers(model)]:
+        if optimizer is None or optimizer.built:
+            continue
+        if model.trainable_variables:
+            optimizer.build(model.trainable_variables)  # outside the scope, as they were
+        else:
+            adopt_optimizer(optimizer, strategy)
 
 
 def default_metrics(model: keras.Model, trainer: Any) -> Any:

@@ -175,7 +175,7 @@ class Experiment(Binding, Results, Resuming):
                 the model or the data cannot take (`kdist.modeling`, `kdist.config.objective`).
         """
         cfg = self.cfg
-        check_is_model(model)
+        check_is_model(model, self.strategy)
         from_config = model is None
         if from_config:
             check_targets(cfg.trainer.get("loss"), self.source)
