@@ -7,6 +7,7 @@ new user routes Keras's calls through kdist. Cost: ~1-3 s a case on one device.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import keras
@@ -82,17 +83,92 @@ def test_steps_per_epoch_beyond_the_data_ends_each_epoch_where_the_data_ends(tmp
     assert _max_diff(theirs, exp.model) < 1e-5
 
 
-def test_a_layer_with_keras_trainer_is_refused_in_one_line(tmp_path):
+def _layer_model() -> keras.Model:
     from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
 
     class LayerModel(TensorFlowTrainer, keras.layers.Dense):  # keras's trainer_test shape
         def __init__(self) -> None:
-            keras.layers.Dense.__init__(self, units=3)
+            keras.layers.Dense.__init__(self, units=3, use_bias=False)
             TensorFlowTrainer.__init__(self)
 
-    exp = _experiment(tmp_path)
+    model = LayerModel()
+    model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
+    return model  # type: ignore[return-value]
+
+
+def test_a_layer_with_keras_trainer_trains_as_fit_on_one_device(tmp_path, caplog):
+    x = RNG.normal(size=(40, 4)).astype("float32")
+    y = RNG.normal(size=(40, 3)).astype("float32")
+    theirs, ours = _pair(_layer_model)
+    theirs.build((None, 4))
+    ours.build((None, 4))
+    ours.set_weights(theirs.get_weights())
+    expected = theirs.fit(x, y, epochs=2, batch_size=8, shuffle=False, verbose=0).history
+    exp = _experiment(tmp_path, "callbacks.save_model=true")
+    assert exp.build_model(model=ours) is ours
+    history = exp.fit(x, y, epochs=2, batch_size=8, shuffle=False).history
+    assert history == expected
+    assert _max_diff(theirs, ours) == 0
+    assert not (tmp_path / "model.keras").exists()
+    assert "not a keras.Model: no model.keras written" in caplog.text
+
+
+def test_a_layer_with_keras_trainer_is_refused_in_one_line_under_mirrored(tmp_path):
+    exp = _experiment(tmp_path, "strategy=mirrored", "runtime.logical_devices=2")
     with pytest.raises(ConfigError, match=r"not a keras\.Model"):
-        exp.build_model(model=LayerModel())
+        exp.build_model(model=_layer_model())
+
+
+def test_a_model_made_outside_the_scope_is_trained_as_it_is_on_one_device(tmp_path):
+    # keras/src/models/model_test.py: a loss Keras cannot deserialize, a class not
+    # registered; `fit` trains the user's own object, and so does kdist on one device.
+    def loss_fn(y_true, y_pred):
+        return keras.ops.mean(keras.ops.square(y_true - y_pred))
+
+    def make() -> keras.Model:
+        model = _dense_model()
+        model.compile(optimizer=keras.optimizers.Adam(0.01), loss=loss_fn)
+        return model
+
+    x = RNG.normal(size=(40, 4)).astype("float32")
+    y = RNG.normal(size=(40, 3)).astype("float32")
+    theirs, ours = _pair(make)
+    expected = theirs.fit(x, y, epochs=2, batch_size=8, shuffle=False, verbose=0).history
+    exp = _experiment(tmp_path)
+    assert exp.build_model(model=ours) is ours
+    history = exp.fit(x, y, epochs=2, batch_size=8, shuffle=False).history
+    assert history == expected
+    assert _max_diff(theirs, ours) == 0
+    assert int(ours.optimizer.iterations.numpy()) == 10
+
+
+def test_a_metric_with_several_values_is_logged_as_an_array_as_in_fit(tmp_path):
+    # keras/src/callbacks/early_stopping_test.py: F1Score() gives one value per class.
+    def make() -> keras.Model:
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, "softmax")])
+        model.compile(
+            optimizer=keras.optimizers.SGD(2.0),
+            loss="categorical_crossentropy",
+            metrics=[keras.metrics.F1Score()],
+        )
+        return model
+
+    x = RNG.normal(size=(48, 4)).astype("float32")
+    y = keras.utils.to_categorical(RNG.integers(0, 3, 48), 3)
+    theirs, ours = _pair(make)
+    args = dict(epochs=2, batch_size=16, shuffle=False, validation_data=(x[:16], y[:16]))
+    expected = theirs.fit(x, y, verbose=0, **args).history
+    exp = _experiment(tmp_path, "callbacks=default")
+    exp.build_model(model=ours)
+    history = exp.fit(x, y, **args).history
+    assert sorted(history) == sorted(expected)
+    for name, values in expected.items():
+        assert len(history[name]) == len(values)
+        for ours_value, theirs_value in zip(history[name], values, strict=True):
+            np.testing.assert_array_equal(ours_value, theirs_value)
+    assert np.asarray(history["f1_score"][0]).shape == (3,)
+    written = json.loads((tmp_path / "metrics.json").read_text())
+    assert written["validation"]["f1_score"] == [float(v) for v in expected["val_f1_score"][-1]]
 
 
 def test_a_model_without_trainable_weights_trains_as_fit_does(tmp_path):

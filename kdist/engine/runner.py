@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import keras
+import numpy as np
 
 from kdist.data.pipeline import DatasetFn
 from kdist.engine.snapshot import SnapshotTaker
@@ -111,9 +112,14 @@ def non_finite_loss(logs: Logs | None) -> bool:
     return loss is not None and not math.isfinite(float(loss))
 
 
-def to_floats(logs: Logs) -> dict[str, float]:
-    """The logs with every value as a Python float."""
-    return {name: float(value) for name, value in logs.items()}
+def to_floats(logs: Logs) -> dict[str, Any]:
+    """The logs with every scalar as a Python float, as Keras's `pythonify_logs` makes
+    them; a metric with several values (`F1Score()`, one per class) stays a NumPy array."""
+    floats: dict[str, Any] = {}
+    for name, value in logs.items():
+        array = np.array(value)  # a copy: a tensor's NumPy value can share its memory
+        floats[name] = float(array) if array.ndim == 0 else array
+    return floats
 
 
 def wants_test_hooks(callbacks: Iterable[keras.callbacks.Callback]) -> bool:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import keras
+import numpy as np
 from omegaconf import OmegaConf
 
 from kdist.callbacks.best_model import save_model_files
@@ -50,8 +51,8 @@ def summary(
     seconds = max(result.train_seconds, 1e-9)
     objective = cfg.get("objective") or {"name": "loss", "direction": "min"}
     return {
-        "train": {k: v for k, v in logs.items() if not k.startswith("val_")},
-        "validation": {k[4:]: v for k, v in logs.items() if k.startswith("val_")},
+        "train": {k: _plain(v) for k, v in logs.items() if not k.startswith("val_")},
+        "validation": {k[4:]: _plain(v) for k, v in logs.items() if k.startswith("val_")},
         "steps": steps,
         "epochs": result.run_epochs or result.epochs_run,  # the run's, not this session's
         "examples_per_sec": result.steps_run * batch / seconds,
@@ -65,6 +66,11 @@ def summary(
             "value": logs.get(str(objective["name"])),
         },
     }
+
+
+def _plain(value: Any) -> Any:
+    """A log value for JSON: a metric with several values (`F1Score()`) as a list."""
+    return value.tolist() if isinstance(value, np.ndarray) else value
 
 
 def write_config(output_dir: Path, cfg: Any) -> None:
@@ -111,7 +117,13 @@ def write(
     chief.cleanup_dir(output_dir, run_dir)
     if callbacks.curves is not None:
         callbacks.curves.draw_final()
-    shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics["validation"].items()) or "none"
+    shown = (
+        ", ".join(
+            f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+            for k, v in metrics["validation"].items()
+        )
+        or "none"
+    )
     log.info(
         "trained %d steps in %.1f s (whole run %.0f examples/s, incl. first call and validation); "
         "validation: %s",
