@@ -7,6 +7,7 @@ new user routes Keras's calls through kdist. Cost: ~1-3 s a case on one device.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -347,3 +348,43 @@ def test_predict_and_evaluate_read_a_generator_to_its_end_and_a_pydataset_by_num
     np.testing.assert_allclose(
         exp.evaluate(_NumBatches(x, y)), theirs.evaluate(_NumBatches(x, y), verbose=0), rtol=1e-6
     )
+
+
+class _FailOnce(keras.callbacks.Callback):
+    """Raises once, after the 4th batch of epoch 2 (an interrupted `fit`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed, self.epoch = True, 0
+
+    def on_epoch_begin(self, epoch: int, logs: object = None) -> None:
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch: int, logs: object = None) -> None:
+        if self.armed and self.epoch == 2 and batch == 3:
+            self.armed = False
+            raise RuntimeError("interrupted")
+
+
+def test_a_second_fit_after_an_interrupted_one_restores_backup_and_restore_as_fit(tmp_path):
+    # A user's own keras.callbacks.BackupAndRestore across two `fit` calls of one
+    # Experiment: the second starts the restored epoch at its data's start, as Keras's
+    # `fit` does (kdist started it 4 batches late: 1.2e-3 from Keras's weights).
+    x = RNG.normal(size=(80, 4)).astype("float32")
+    y = RNG.normal(size=(80, 3)).astype("float32")
+    args = dict(epochs=4, batch_size=8, shuffle=False)
+
+    def twice(fit: object, folder: Path) -> object:
+        fail = _FailOnce()
+        callbacks = lambda: [keras.callbacks.BackupAndRestore(str(folder)), fail]  # noqa: E731
+        with pytest.raises(RuntimeError, match="interrupted"):
+            fit(x, y, callbacks=callbacks(), **args)  # type: ignore[operator]
+        return fit(x, y, callbacks=callbacks(), **args).history  # type: ignore[operator]
+
+    theirs, ours = _pair(_dense_model)
+    expected = twice(functools.partial(theirs.fit, verbose=0), tmp_path / "keras")
+    exp = _experiment(tmp_path / "run")
+    exp.build_model(model=ours)
+    history = twice(exp.fit, tmp_path / "kdist")
+    assert history == expected
+    assert _max_diff(theirs, ours) == 0

@@ -236,11 +236,16 @@ class Controller:
 
     def _skip_to_epoch(self, epoch: int) -> None:
         """Go on at the start of epoch `epoch`, restored by a Keras `BackupAndRestore`:
-        the global step and the data position follow (kdist's step-exact resume)."""
+        the global step and the data position follow (kdist's step-exact resume).
+
+        The data position counts from the epoch origin, where this `fit`'s data starts:
+        a later `fit` after an interrupted one starts its data anew, as Keras's does.
+        """
         origin_epoch, origin_step = self.epoch_origin
-        self.global_step = origin_step + (epoch - origin_epoch) * self.schedule.steps_per_epoch
+        steps_in = (epoch - origin_epoch) * self.schedule.steps_per_epoch
+        self.global_step = origin_step + steps_in
         self.state.steps.assign(self.global_step)
-        examples = self.global_step * self.schedule.global_batch_size
+        examples = steps_in * self.schedule.global_batch_size
         self.runner.set_train_dataset_fn(self._train_data(examples))
 
     def _restore_newest(self, backup_dir: Path, checkpoint_dir: Path) -> str | None:
