@@ -388,3 +388,36 @@ def test_a_second_fit_after_an_interrupted_one_restores_backup_and_restore_as_fi
     history = twice(exp.fit, tmp_path / "kdist")
     assert history == expected
     assert _max_diff(theirs, ours) == 0
+
+
+def test_a_model_made_in_a_mirrored_scope_trains_under_that_strategy_as_fit(tmp_path):
+    # Keras's `fit` trains a model under the strategy it was made in; kdist does the same
+    # where that strategy is the config's kind on the same devices: a layer Keras cannot
+    # deserialize trains with no rebuild, and the user's own object learns.
+    class Unregistered(keras.layers.Layer):
+        def __init__(self, units: int) -> None:  # no get_config for `units`
+            super().__init__()
+            self.dense = keras.layers.Dense(units)
+
+        def call(self, inputs: tf.Tensor) -> tf.Tensor:
+            return self.dense(inputs)
+
+    exp = _experiment(tmp_path / "run", "strategy=mirrored", "runtime.logical_devices=2")
+    strategy = tf.distribute.MirroredStrategy(list(exp.strategy.extended.worker_devices))
+    x = RNG.normal(size=(64, 4)).astype("float32")
+    y = RNG.normal(size=(64, 1)).astype("float32")
+
+    def make() -> keras.Model:
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((4,)), Unregistered(3), keras.layers.Dense(1)])
+            model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+        return model
+
+    theirs, ours = _pair(make)
+    args = dict(epochs=2, batch_size=16, shuffle=False)
+    expected = theirs.fit(x, y, verbose=0, **args).history
+    assert exp.build_model(model=ours) is ours
+    assert exp.strategy is strategy
+    history = exp.fit(x, y, **args).history
+    assert history == expected
+    assert _max_diff(theirs, ours) == 0

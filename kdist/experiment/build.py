@@ -42,6 +42,7 @@ __all__ = [
     "default_metrics",
     "output_classes",
     "runner_for",
+    "strategy_for",
     "synchronize",
 ]
 
@@ -50,14 +51,19 @@ log = logging.getLogger(__name__)
 
 def check_is_model(model: Any, strategy: tf.distribute.Strategy) -> None:
     """Refuse, under a distributed strategy, what is not a `keras.Model` (a `keras.Layer`
-    mixed with Keras's `Trainer`, as Keras's own tests train): the rebuild in the
-    strategy's scope needs its config. On one device it trains as it is, as `fit`
+    mixed with Keras's `Trainer`, as Keras's own tests train) made outside its scope:
+    the rebuild in the strategy's scope needs its config. On one device it trains as it is, as `fit`
     trains it, and the run folder has no `model.keras` (`save_model_files` says so).
 
     Raises:
         ConfigError: naming `model`.
     """
-    if model is not None and not isinstance(model, keras.Model) and _distributed(strategy):
+    if (
+        model is not None
+        and not isinstance(model, keras.Model)
+        and _distributed(strategy)
+        and distribute_strategy(model) is not strategy
+    ):
         raise ConfigError(
             "model",
             f"is a keras.Layer with Keras's Trainer, not a keras.Model "
@@ -66,6 +72,29 @@ def check_is_model(model: Any, strategy: tf.distribute.Strategy) -> None:
             hint="wrap the layer in a keras.Model (keras.Sequential([...])), or make it "
             "inside exp.strategy.scope(), or use strategy=one_device",
         )
+
+
+def strategy_for(model: Any, strategy: tf.distribute.Strategy) -> tf.distribute.Strategy:
+    """The strategy to train `model` under: the one it was made in, where that is a
+    strategy of the config's kind on the same devices (as Keras's `fit` trains a model
+    under the strategy it was made in), else `strategy`.
+
+    A notebook (or a test) that made its model in its own `MirroredStrategy` scope
+    trains it as it is, with no rebuild from its config.
+    """
+    own = distribute_strategy(model)
+    if own is None or own is strategy or type(own) is not type(strategy):
+        return strategy
+    if not isinstance(own, (tf.distribute.MirroredStrategy, tf.distribute.OneDeviceStrategy)):
+        return strategy  # a cluster's strategy holds its own cluster's connections
+    if tuple(own.extended.worker_devices) != tuple(strategy.extended.worker_devices):
+        return strategy
+    log.info(
+        "%s was made in the scope of a %s on the same devices: trained under that one",
+        getattr(model, "name", type(model).__name__),
+        type(own).__name__,
+    )
+    return own  # type: ignore[no-any-return]
 
 
 def _distributed(strategy: tf.distribute.Strategy) -> bool:

@@ -46,6 +46,7 @@ from kdist.experiment.build import (
     check_is_model,
     check_targets,
     compiled_model,
+    strategy_for,
 )
 from kdist.experiment.compile_state import (
     CompileWatch,
@@ -175,6 +176,8 @@ class Experiment(Binding, Results, Resuming):
                 the model or the data cannot take (`kdist.modeling`, `kdist.config.objective`).
         """
         cfg = self.cfg
+        if model is not None:
+            self.strategy = strategy_for(model, self.strategy)
         check_is_model(model, self.strategy)
         from_config = model is None
         if from_config:
