@@ -94,7 +94,7 @@ def strategy_for(model: Any, strategy: tf.distribute.Strategy) -> tf.distribute.
         getattr(model, "name", type(model).__name__),
         type(own).__name__,
     )
-    return own  # type: ignore[no-any-return]
+    return own
 
 
 def _distributed(strategy: tf.distribute.Strategy) -> bool:
