@@ -6,6 +6,10 @@ Loaded by `suite.py` in a pytest subprocess (`-p route_plugin`) that runs Keras'
 its failure's message (its first lines) and which of `fit`/`evaluate`/`predict` it
 called, and writes them to `$KDIST_KERAS_SUITE_OUT` (JSON).
 
+With `KDIST_KERAS_SUITE_SCOPE=mirrored` each test runs inside one `MirroredStrategy`
+scope over 2 logical CPUs (Keras's own run under mirrored, and the routed one: kdist
+trains a model made in that scope under that strategy, as `fit` does).
+
 With `KDIST_KERAS_SUITE_ROUTE=one_device` (or `mirrored`) it routes Keras's
 `fit`, `evaluate` and `predict` through kdist's notebook API as a new user would: one
 `kdist.Experiment` per call, the strategy named, every argument the test passed handed on,
@@ -26,6 +30,9 @@ from typing import Any
 import pytest
 
 ROUTE = os.environ.get("KDIST_KERAS_SUITE_ROUTE", "")
+# `mirrored`: each test runs inside one `MirroredStrategy` scope (2 logical CPUs), for
+# Keras's own run under mirrored and for the routed one alike.
+SCOPE = os.environ.get("KDIST_KERAS_SUITE_SCOPE", "")
 OUT = os.environ.get("KDIST_KERAS_SUITE_OUT", "")
 OVERRIDES = [o for o in os.environ.get("KDIST_KERAS_SUITE_OVERRIDES", "").split(",") if o]
 METHODS = ("fit", "evaluate", "predict")
@@ -93,12 +100,27 @@ def pytest_configure(config: pytest.Config) -> None:
 
     for name in METHODS:
         setattr(TensorFlowTrainer, name, _routed(name, getattr(TensorFlowTrainer, name)))
+    if SCOPE == "mirrored":
+        import tensorflow as tf
+
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(2)]
+        )
+        _scope["strategy"] = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+_scope: dict[str, Any] = {}
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
     _calls.clear()
-    yield
+    if "strategy" in _scope:
+        with _scope["strategy"].scope():
+            yield
+    else:
+        yield
     _records.setdefault(item.nodeid, {})["calls"] = sorted(_calls)
 
 

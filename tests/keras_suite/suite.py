@@ -128,9 +128,18 @@ def _without_missing_imports(text: str) -> str:
 
 
 def run(
-    work: Path, files: list[str], *, route: str, out: Path, overrides: str = "", timeout: int = 3000
+    work: Path,
+    files: list[str],
+    *,
+    route: str,
+    out: Path,
+    overrides: str = "",
+    scope: str = "",
+    timeout: int = 3000,
 ) -> dict[str, Any]:
-    """Run `files` in a pytest subprocess; per test: outcome, message, routed calls."""
+    """Run `files` in a pytest subprocess; per test: outcome, message, routed calls.
+
+    `scope="mirrored"` runs each test inside one `MirroredStrategy` scope (2 CPUs)."""
     env = dict(os.environ)
     env.update(
         KERAS_BACKEND="tensorflow",
@@ -140,6 +149,7 @@ def run(
         KDIST_KERAS_SUITE_ROUTE=route,
         KDIST_KERAS_SUITE_OUT=str(out),
         KDIST_KERAS_SUITE_OVERRIDES=overrides,
+        KDIST_KERAS_SUITE_SCOPE=scope,
     )
     command = [
         sys.executable,
@@ -212,16 +222,21 @@ def compare(baseline: dict[str, Any], routed: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-NOTES = [
-    "- Keras's own run: 337 passed, 12 failed (torch and jax cases: not installed), 8 "
-    "skipped; only the tests that pass on Keras are counted.",
-    "- A model made outside the strategy's scope with weights or an optimizer is rebuilt "
-    "in it from its config (`kdist.engine.building.rebuild_in_scope`, also on one device): "
-    "a class or a plain-function loss Keras cannot deserialize fails there, and a test "
-    "that reads its own model object afterwards (its optimizer's learning rate, its "
-    "weights) sees the untrained original: most of 'other' is that.",
-    "- Not run: the routed run under `mirrored` with 2 logical CPUs.",
-]
+def notes(baseline: dict[str, Any], route: str) -> list[str]:
+    """The report's notes: Keras's own run, counted from its results."""
+    outcomes = collections.Counter(r.get("outcome", "not run") for r in baseline.values())
+    counted = ", ".join(f"{n} {outcome}" for outcome, n in sorted(outcomes.items()))
+    where = " inside one MirroredStrategy scope (2 logical CPUs)" if route == "mirrored" else ""
+    return [
+        f"- Keras's own run{where}: {counted} (its failures are the jax and torch cases, "
+        "not installed, and what fails under its own strategy scope); only the tests "
+        "that pass on Keras are counted.",
+        "- A model made outside any strategy scope trains as it is on one device (the "
+        "user's own object, as `fit`); one made in the scope of a strategy of the "
+        "config's kind on the same devices trains under that strategy; any other is "
+        "rebuilt in kdist's scope from its config (`kdist.engine.building.rebuild_in_scope`).",
+    ]
+
 
 COLUMNS = ["pass on keras", "calls fit/evaluate/predict", "routed pass", "routed fail", "excluded"]
 
@@ -275,7 +290,7 @@ def markdown(report: dict[str, Any], before: dict[str, Any] | None) -> str:
                 lines.append(f"- {cause}: 0 (before: {count})")
     lines += ["", "Excluded (`tests/keras_suite/exclusions.py`):", ""]
     lines += [f"- {reason}" for reason in report["comparison"]["exclusions"]] or ["- none"]
-    lines += ["", "Notes:", "", *NOTES]
+    lines += ["", "Notes:", "", *report.get("notes", [])]
     lines += ["", "## What remains: each routed failure, by cause", ""]
     by_cause: dict[str, list[str]] = collections.defaultdict(list)
     for nodeid, message in report["comparison"]["failures"].items():
@@ -308,16 +323,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     version = keras_version()
     work = unpack(sdist(version), version, args.files)
-    kept = work / "baseline.json"
+    # Under mirrored both runs are inside one MirroredStrategy scope (Keras's own run
+    # under mirrored is the baseline).
+    scope = "mirrored" if args.route == "mirrored" else ""
+    kept = work / ("baseline-mirrored.json" if scope else "baseline.json")
     if args.reuse_baseline and kept.exists():
         baseline = json.loads(kept.read_text())
     else:
-        baseline = run(work, args.files, route="", out=kept)
+        baseline = run(work, args.files, route="", out=kept, scope=scope)
     routed_out = work / f"routed-{args.route}.json"
     if args.reuse_routed and routed_out.exists():
         routed = json.loads(routed_out.read_text())
     else:
-        routed = run(work, args.files, route=args.route, out=routed_out, overrides=args.overrides)
+        routed = run(
+            work,
+            args.files,
+            route=args.route,
+            out=routed_out,
+            overrides=args.overrides,
+            scope=scope,
+        )
 
     report = {
         "keras": version,
@@ -330,7 +355,14 @@ def main(argv: list[str] | None = None) -> int:
             f"`strategy={args.route}`, every argument the test passed handed on, "
             "tests/keras_suite/route_plugin.py). Counted: the tests that pass on Keras; "
             "of them, those that call a routed method."
+            + (
+                " Under mirrored both runs run each test inside one `MirroredStrategy` "
+                "scope over 2 logical CPUs: Keras's own run there is the baseline."
+                if scope
+                else ""
+            )
         ),
+        "notes": notes(baseline, args.route),
         "comparison": compare(baseline, routed),
     }
     before = json.loads(Path(args.before).read_text()) if args.before else None
