@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import warnings
 from pathlib import Path
 
 import keras
@@ -421,3 +422,50 @@ def test_a_model_made_in_a_mirrored_scope_trains_under_that_strategy_as_fit(tmp_
     history = exp.fit(x, y, **args).history
     assert history == expected
     assert _max_diff(theirs, ours) == 0
+
+
+def _optional_input_model() -> keras.Model:
+    # keras/src/models/model_test.py's `_get_model_optional_inputs`
+    class OptionalInput(keras.layers.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.dense = keras.layers.Dense(2)
+
+        def call(self, x: tf.Tensor, o: tf.Tensor | None = None) -> tf.Tensor:
+            return self.dense(x if o is None else x + o)
+
+    x = keras.Input((2,), name="x")
+    o = keras.Input((2,), name="o", optional=True)
+    model = keras.Model({"x": x, "o": o}, OptionalInput()(x, o))
+    model.compile(optimizer="sgd", loss="mse")
+    return model
+
+
+def test_an_optional_input_given_as_none_trains_as_in_fit(tmp_path):
+    x = {"x": RNG.normal(size=(12, 2)).astype("float32"), "o": None}
+    y = RNG.normal(size=(12, 2)).astype("float32")
+    theirs, ours = _pair(_optional_input_model)
+    args = dict(epochs=2, batch_size=4, shuffle=False, validation_split=0.25)
+    expected = theirs.fit(x, y, verbose=0, **args).history
+    exp = _experiment(tmp_path)
+    exp.build_model(model=ours)
+    assert exp.fit(x, y, **args).history == expected
+    assert _max_diff(theirs, ours) == 0
+    np.testing.assert_array_equal(exp.predict(x), theirs.predict(x, verbose=0))
+    assert exp.evaluate(x, y) == theirs.evaluate(x, y, verbose=0)
+
+
+def test_a_required_input_given_as_none_is_refused_as_in_fit(tmp_path):
+    # keras/src/models/functional_test.py's test_required_none_raises_in_fit
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    with pytest.raises(ValueError, match="not optional"), warnings.catch_warnings():
+        # Keras warns first ("The structure of `inputs` doesn't match"), as Keras's own
+        # pytest settings ignore (UserWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        model.fit([None], np.ones((4, 1)), epochs=1, verbose=0)
+    exp = _experiment(tmp_path)
+    exp.build_model(model=model)
+    with pytest.raises(ValueError, match="not optional"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # Keras's own, as above
+        exp.fit([None], np.ones((4, 1)), epochs=1)

@@ -39,11 +39,11 @@ class Source(abc.ABC):
 
 
 def _first(structure: Any) -> np.ndarray:
-    return next(iter(tf.nest.flatten(structure)))
+    return next(a for a in tf.nest.flatten(structure) if a is not None)
 
 
 def _take(structure: Any, index: np.ndarray) -> Any:
-    return tf.nest.map_structure(lambda a: a[index], structure)
+    return tf.nest.map_structure(lambda a: None if a is None else a[index], structure)
 
 
 def _targets(y: Any) -> Any:
@@ -101,9 +101,9 @@ class ArraySource(Source):
         }
         self._arrays: dict[str, tuple[Any, ...]] = {}
         for split, (x, y, w) in splits.items():
-            lengths = {len(a) for a in tf.nest.flatten(x)}
+            lengths = {len(a) for a in tf.nest.flatten(x) if a is not None}
             if y is not None:
-                lengths |= {len(a) for a in tf.nest.flatten(y)}
+                lengths |= {len(a) for a in tf.nest.flatten(y) if a is not None}
             if w is not None:
                 lengths.add(len(w))
             if len(lengths) > 1:
@@ -120,7 +120,7 @@ class ArraySource(Source):
         self.num_classes = int(num_classes or _num_classes(y_train, y_validation))
 
     def size(self, split: str) -> int:
-        return len(_first(self._arrays[split][0]))
+        return len(_first(self._arrays[split]))
 
     def arrays(self, split: str) -> tuple[Any, ...]:
         """The `(features, targets[, sample_weights])` arrays of `split`."""
@@ -131,10 +131,13 @@ class ArraySource(Source):
 
 
 def _shapes(x: Any) -> Any:
+    """Each input's shape without its batch axis (`None` for an input left out)."""
+    if x is None:
+        return None
     if isinstance(x, dict):
-        return {name: tuple(int(d) for d in a.shape[1:]) for name, a in x.items()}
+        return {name: _shapes(a) for name, a in x.items()}
     if isinstance(x, tuple):
-        return tuple(tuple(int(d) for d in a.shape[1:]) for a in x)
+        return tuple(_shapes(a) for a in x)
     return tuple(int(d) for d in x.shape[1:])
 
 

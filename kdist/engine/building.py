@@ -186,7 +186,7 @@ def _symbolic(element_spec: Any) -> Any:
     import tensorflow as tf
 
     def to_keras(spec: Any) -> Any:
-        if spec is None:
+        if spec is None or not hasattr(spec, "shape"):  # tf.data's spec of a `None`
             return None
         return keras.KerasTensor(tuple(spec.shape), dtype=tf.as_dtype(spec.dtype).name)
 

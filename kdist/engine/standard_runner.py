@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from kdist.compat.tf_private import no_partial_batch_handling
 from kdist.data.pipeline import DatasetFn
+from kdist.engine.left_out import NonesLeftOut, holds_nones
 from kdist.engine.runner import Logs, to_floats
 from kdist.engine.snapshot import SnapshotFn
 from kdist.engine.step import StepRunner
@@ -29,11 +30,16 @@ class StandardRunner(StepRunner):
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         self._use_train_data(self.train_dataset_fn)
-        self._val_data = (
-            self.strategy.distribute_datasets_from_function(self.validation_dataset_fn)
-            if self.validation_dataset_fn
-            else None
-        )
+        self._val_data, self._val_step = None, self.replica_test_step
+        if self.validation_dataset_fn:
+            self._val_data = self.strategy.distribute_datasets_from_function(
+                self.validation_dataset_fn
+            )
+            if holds_nones(self._val_data.element_spec):
+                # An optional input left out as `None` (`kdist.engine.left_out`).
+                left_out, step = NonesLeftOut(self.validation_dataset_fn), self.replica_test_step
+                self._val_data = self.strategy.distribute_datasets_from_function(left_out)
+                self._val_step = lambda batch: step(left_out.restore(batch))
         self._iterator: Any = None
         # A saver's snapshot (`set_snapshot`), the request for the next call, and what
         # the last call that ran it returned.
@@ -103,7 +109,7 @@ class StandardRunner(StepRunner):
         return train_function
 
     def _make_eval_function(self) -> Callable[[], Logs]:
-        strategy, replica_step, dataset = self.strategy, self.replica_test_step, self._val_data
+        strategy, replica_step, dataset = self.strategy, self._val_step, self._val_data
         assert dataset is not None
 
         @tf.function
@@ -115,7 +121,7 @@ class StandardRunner(StepRunner):
         return eval_function
 
     def _make_eval_steps_function(self) -> Callable[..., tuple[Logs, Logs, tf.Tensor]]:
-        strategy, replica_step = self.strategy, self.replica_test_step
+        strategy, replica_step = self.strategy, self._val_step
 
         @tf.function
         def eval_steps(iterator: Any, num_steps: tf.Tensor) -> tuple[Logs, Logs, tf.Tensor]:

@@ -45,6 +45,12 @@ def overrides(model: keras.Model, method: str) -> bool:
     return getattr(type(model), method) is not getattr(keras.Model, method)
 
 
+def first_given(x: Any) -> Any:
+    """The first input of `x` that is not `None` (an optional input left out), as
+    Keras's `train_step` sizes the loss tracker's batch."""
+    return next(leaf for leaf in tf.nest.flatten(x) if leaf is not None)
+
+
 class StepRunner(Runner):
     """The step and metric logic of every kdist runner: Keras's training contract.
 
@@ -199,7 +205,8 @@ class StepRunner(Runner):
                 )
                 loss_tracker(model).update_state(
                     unscale_loss_for_distribution(loss),
-                    sample_weight=tf.shape(tf.nest.flatten(x)[0])[0],
+                    # Keras's: the batch size of the first input that is not `None`.
+                    sample_weight=tf.shape(first_given(x))[0],
                 )
                 loss = optimizer.scale_loss(loss)
             gradients = tape.gradient(loss, variables)

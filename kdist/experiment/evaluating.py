@@ -11,6 +11,7 @@ import tensorflow as tf
 from kdist.compat.keras_private import flatten_metrics_in_order
 from kdist.data.pipeline import replica_parts
 from kdist.engine.building import build_for_evaluation
+from kdist.engine.left_out import NonesLeftOut, holds_nones
 from kdist.engine.runner import Runner, to_floats
 from kdist.engine.step import as_fit_packs
 
@@ -67,12 +68,18 @@ def evaluate_batches(
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
         return replica_parts(batches, context).with_options(options)
 
-    distributed = strategy.distribute_datasets_from_function(dataset_fn)
+    step = test_step
+    if holds_nones(batches.element_spec):  # an optional input left out as `None`
+        left_out = NonesLeftOut(dataset_fn)
+        distributed = strategy.distribute_datasets_from_function(left_out)
+        step = lambda batch: test_step(left_out.restore(batch))  # noqa: E731
+    else:
+        distributed = strategy.distribute_datasets_from_function(dataset_fn)
 
     @tf.function
     def run() -> Any:
         for batch in distributed:
-            strategy.run(test_step, args=(batch,))
+            strategy.run(step, args=(batch,))
         return model.get_metrics_result()
 
     return to_floats(run())

@@ -222,5 +222,7 @@ class Results:
 def _unbatched_spec(batches: tf.data.Dataset) -> Any:
     """One example's spec of a dataset of batches (the batch axis dropped)."""
     return tf.nest.map_structure(
-        lambda spec: tf.TensorSpec(spec.shape[1:], spec.dtype), batches.element_spec
+        # tf.data's spec of a `None` (an optional input left out) stays as it is
+        lambda spec: tf.TensorSpec(spec.shape[1:], spec.dtype) if hasattr(spec, "shape") else spec,
+        batches.element_spec,
     )

@@ -114,7 +114,9 @@ class FitArrays(ArraySource):
         data = tf.data.Dataset.from_tensors(self.arrays("train")).repeat()
 
         def gather(index: tf.Tensor, arrays: Any) -> Any:
-            return tf.nest.map_structure(lambda a: tf.gather(a, index), arrays)
+            return tf.nest.map_structure(
+                lambda a: None if a is None else tf.gather(a, index), arrays
+            )
 
         return tf.data.Dataset.zip((indices, data)).map(gather)
 
@@ -125,6 +127,10 @@ def as_arrays(value: Any, name: str) -> Any:
         return None
     if isinstance(value, Mapping):
         return {str(k): as_arrays(v, f"{name}[{k!r}]") for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and any(v is None for v in value):
+        # An optional input left out (Keras's `Input(optional=True)`), or a required one
+        # the model then refuses as Keras's does ("... is not optional").
+        return tuple(as_arrays(v, f"{name}[{i}]") for i, v in enumerate(value))
     if isinstance(value, (list, tuple)) and value and not np.isscalar(value[0]):
         shapes = {np.shape(v) for v in value}
         # A list of arrays is several inputs (or outputs), as Keras reads it; a nested
@@ -162,11 +168,16 @@ def as_arrays(value: Any, name: str) -> Any:
 
 
 def length(structure: Any) -> int:
-    return len(tf.nest.flatten(structure)[0])
+    """The examples in `structure`: the length of its first array (`None`s, optional
+    inputs left out, have none; a structure of only `None`s has 0)."""
+    return next((len(a) for a in tf.nest.flatten(structure) if a is not None), 0)
 
 
-def take(structure: Any, part: slice) -> Any:
-    return None if structure is None else tf.nest.map_structure(lambda a: a[part], structure)
+def take(structure: Any, part: Any) -> Any:
+    """`structure` with each array indexed by `part` (a slice or indices); `None`s kept."""
+    if structure is None:
+        return None
+    return tf.nest.map_structure(lambda a: None if a is None else a[part], structure)
 
 
 def as_tuple(batch: Any) -> tuple[Any, ...]:
@@ -240,7 +251,7 @@ def from_arrays(
         raise ConfigError(
             "validation_split", "must be in [0, 1)", value=validation_split, hint="e.g. 0.2"
         )
-    count = length(x)
+    count = length(x) or length(y)  # x of `None`s only: the model refuses them as Keras's
     if count < 1:
         raise ConfigError("x", "has no examples (0 rows)", hint="give at least one example")
     for name, part in (("y", y), ("sample_weight", weights)):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -95,6 +96,8 @@ def check_inputs(
             wanted_leaves = [inputs[k] for k in sorted(inputs)]
             given_leaves = [x[k] for k in sorted(x)]
         for want, have in zip(wanted_leaves, given_leaves, strict=True):
+            if not hasattr(have, "shape"):  # tf.data's spec of a `None`
+                continue  # an input left out: the model says whether it is optional
             a, b = _adjust_rank(tuple(want.shape)[1:], tuple(have.shape))
             if len(a) != len(b) or any(i and j and i != j for i, j in zip(a, b, strict=True)):
                 problem = "does not have the shape of"
@@ -204,14 +207,20 @@ def _by_input_names(model: keras.Model, inputs: Any, x: Any, key: str) -> Any:
 def _check_call(model: keras.Model, x: Any, key: str) -> None:
     """A built subclassed model called on a symbolic batch of `x`: its own shape checks."""
     batch = tf.nest.map_structure(
-        lambda spec: keras.KerasTensor((None, *spec.shape), dtype=spec.dtype.name), x
+        # tf.data's spec of a `None` (an input left out) stays `None`: the model decides
+        lambda spec: (
+            keras.KerasTensor((None, *spec.shape), dtype=spec.dtype.name)
+            if hasattr(spec, "shape")
+            else None
+        ),
+        x,
     )
     try:
         compute_output_spec(model, batch, training=False)
     except UpstreamMoved:
         raise
     except ValueError as error:
-        first = str(error).strip().splitlines()[0]
+        first = _cause_line(error)
         raise ConfigError(
             key,
             f"does not fit {model.name}, built for other inputs: {first}",
@@ -219,3 +228,14 @@ def _check_call(model: keras.Model, x: Any, key: str) -> None:
         ) from None
     except Exception:  # e.g. no `call` (keras.io's VAE, GAN): training tells
         return
+
+
+def _cause_line(error: BaseException) -> str:
+    """The line of a Keras layer's error that says what is wrong: Keras wraps it as
+    "Exception encountered when calling ...", the cause on a later line (in bold)."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(error).splitlines()]
+    lines = [line for line in lines if line]
+    for line in lines:
+        if not line.startswith("Exception encountered when calling"):
+            return line
+    return lines[0] if lines else type(error).__name__

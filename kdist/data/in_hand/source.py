@@ -83,7 +83,7 @@ class DatasetSource(Source):
         self._sizes = {"train": int(train_size), "validation": int(validation_size)}
         self.one_pipeline = one_pipeline
         x, _, _ = keras.utils.unpack_x_y_sample_weight(train.element_spec)
-        self.input_shape = tf.nest.map_structure(lambda spec: tuple(spec.shape), x)
+        self.input_shape = tf.nest.map_structure(lambda spec: tuple(getattr(spec, "shape", ())), x)
         self._num_classes: int | None = None
         self._classes = classes or (lambda: count_classes(train))
 
