@@ -469,3 +469,21 @@ def test_a_required_input_given_as_none_is_refused_as_in_fit(tmp_path):
     with pytest.raises(ValueError, match="not optional"), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # Keras's own, as above
         exp.fit([None], np.ones((4, 1)), epochs=1)
+
+
+def test_an_uncompiled_model_made_outside_the_scope_is_compiled_from_the_config(tmp_path):
+    # Its variables were made outside the scope: kdist's optimizer is made and built
+    # there too (in the scope: "colocate_vars_with must only be passed a variable
+    # created in this tf.distribute.Strategy.scope()").
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    before = [np.array(w) for w in model.get_weights()]
+    exp = _experiment(tmp_path, "optimizer=adam")
+    assert exp.build_model(model=model) is model
+    x = RNG.normal(size=(64, 4)).astype("float32")
+    history = exp.fit(x, RNG.integers(0, 3, 64), epochs=2, batch_size=16).history
+    assert len(history["loss"]) == 2
+    assert int(model.optimizer.iterations.numpy()) == 8
+    assert (
+        max(float(np.abs(a - b).max()) for a, b in zip(model.get_weights(), before, strict=True))
+        > 0
+    )

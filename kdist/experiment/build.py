@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -301,9 +302,10 @@ def compiled_model(
         check_parameter_server(cfg)
     distributed = _distributed(strategy)
     made_outside = model is not None and distribute_strategy(model) is not strategy
-    if made_outside and not distributed:
-        _train_as_it_is(model, strategy)
-    with strategy.scope():
+    # On one device a model made outside the scope trains as it is, as `model.fit`
+    # trains it; compiled (when it is not) outside the scope too, as the user would.
+    as_it_is = made_outside and not distributed
+    with contextlib.nullcontext() if as_it_is else strategy.scope():
         if model is None:
             model = models.from_config(
                 cfg.model, input_shape=source.input_shape, num_classes=source.num_classes
@@ -314,20 +316,22 @@ def compiled_model(
             synchronize(model, strategy)
         if model.compiled and model.optimizer is not None:
             log.info("keeping %s's own compile (loss, metrics, optimizer)", model.name)
-            return model
-        compile_rules.check_output_names(model, cfg.trainer)
-        compiling.check_logits(model, cfg.trainer.get("loss"))
-        model.compile(
-            optimizer=optimizers.build(
-                cfg.optimizer,
-                num_replicas=int(strategy.num_replicas_in_sync),
-                mixed_precision=cfg.runtime.mixed_precision,
-                total_steps=total_steps,
-            ),
-            loss=compiling.build_loss(cfg.trainer.get("loss")),
-            loss_weights=compiling.build_loss_weights(cfg.trainer.get("loss_weights")),
-            metrics=default_metrics(model, cfg.trainer),
-        )
+        else:
+            compile_rules.check_output_names(model, cfg.trainer)
+            compiling.check_logits(model, cfg.trainer.get("loss"))
+            model.compile(
+                optimizer=optimizers.build(
+                    cfg.optimizer,
+                    num_replicas=int(strategy.num_replicas_in_sync),
+                    mixed_precision=cfg.runtime.mixed_precision,
+                    total_steps=total_steps,
+                ),
+                loss=compiling.build_loss(cfg.trainer.get("loss")),
+                loss_weights=compiling.build_loss_weights(cfg.trainer.get("loss_weights")),
+                metrics=default_metrics(model, cfg.trainer),
+            )
+    if as_it_is:
+        _train_as_it_is(model, strategy)
     return model
 
 
