@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import warnings
 from pathlib import Path
 
@@ -487,3 +488,26 @@ def test_an_uncompiled_model_made_outside_the_scope_is_compiled_from_the_config(
         max(float(np.abs(a - b).max()) for a, b in zip(model.get_weights(), before, strict=True))
         > 0
     )
+
+
+def test_a_callbacks_verbose_lines_reach_the_log_when_interactive_logging_is_off(tmp_path, caplog):
+    # keras/src/callbacks/learning_rate_scheduler_test.py's test_verbose_logging: Keras's
+    # `print_msg` logs through absl, whose logger kdist had set to WARNING.
+    from keras.src.utils import io_utils
+
+    model = _dense_model()
+    scheduler = keras.callbacks.LearningRateScheduler(lambda epoch: 0.5, verbose=1)
+    exp = _experiment(tmp_path)
+    exp.build_model(model=model)
+    io_utils.disable_interactive_logging()
+    try:
+        with caplog.at_level(logging.INFO):
+            x = RNG.normal(size=(8, 4)).astype("float32")
+            exp.fit(x, RNG.normal(size=(8, 3)).astype("float32"), callbacks=[scheduler])
+    finally:
+        io_utils.enable_interactive_logging()
+    assert "LearningRateScheduler setting learning rate to 0.5" in caplog.text
+    # TensorFlow's own INFO lines through absl stay below kdist's level (runtime.tf_log_level)
+    path = "/site-packages/tensorflow/python/checkpoint/checkpoint.py"
+    record = logging.LogRecord("absl", logging.INFO, path, 1, "Sharding callback", None, None)
+    assert not logging.getLogger("absl").filter(record)

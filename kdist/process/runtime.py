@@ -32,6 +32,18 @@ def quiet_tensorflow(level: int = 2) -> None:
     quiet.install()
 
 
+class TensorFlowBelow(logging.Filter):
+    """Drops the records TensorFlow's own code logs below `level` (through absl)."""
+
+    def __init__(self, level: int):
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from_tensorflow = "tensorflow" in record.pathname.replace("\\", "/").split("/")
+        return record.levelno >= self.level or not from_tensorflow
+
+
 def _split_devices(count: int) -> None:
     import tensorflow as tf
 
@@ -131,10 +143,16 @@ def setup(runtime: Any) -> None:
     # TensorFlow's Python logger mirrors the C++ level: INFO lines such as "Using
     # MirroredStrategy with devices ..." only when the user asks for them.
     python_level = {0: logging.INFO, 1: logging.WARNING, 2: logging.WARNING, 3: logging.ERROR}
+    level = python_level[int(runtime.tf_log_level)]
+    logging.getLogger("tensorflow").setLevel(level)
     # Parts of TensorFlow log through absl instead ("Sharding callback duration" on each
-    # checkpoint save): the same level.
-    for name in ("tensorflow", "absl"):
-        logging.getLogger(name).setLevel(python_level[int(runtime.tf_log_level)])
+    # checkpoint save): the same level for them, by a filter, not the absl logger's level,
+    # which Keras's `io_utils.print_msg` logs through when interactive logging is off
+    # (a callback's `verbose=1` lines: "LearningRateScheduler setting learning rate").
+    absl = logging.getLogger("absl")
+    for old in [f for f in absl.filters if isinstance(f, TensorFlowBelow)]:
+        absl.removeFilter(old)
+    absl.addFilter(TensorFlowBelow(level))
     # Raised by tf.data when a distributed dataset is iterated inside a tf.function (the
     # validation loop); it describes TensorFlow internals, not anything the user can change.
     warnings.filterwarnings(
