@@ -511,3 +511,28 @@ def test_a_callbacks_verbose_lines_reach_the_log_when_interactive_logging_is_off
     path = "/site-packages/tensorflow/python/checkpoint/checkpoint.py"
     record = logging.LogRecord("absl", logging.INFO, path, 1, "Sharding callback", None, None)
     assert not logging.getLogger("absl").filter(record)
+
+
+@pytest.mark.parametrize("return_dict", [False, True])
+def test_evaluate_returns_a_custom_test_steps_logs_as_evaluate(tmp_path, return_dict):
+    # keras/src/trainers/trainer_test.py's test_evaluate_with_custom_test_step
+    class CustomTestStep(keras.Sequential):
+        def test_step(self, data: object) -> dict[str, object]:
+            logs = super().test_step(data)
+            logs["my_custom_metric"] = 5.0
+            return logs
+
+    def make() -> keras.Model:
+        model = CustomTestStep([keras.Input((4,)), keras.layers.Dense(3)])
+        model.compile(optimizer="sgd", loss="mse", metrics=[keras.metrics.MeanSquaredError()])
+        return model
+
+    x = RNG.normal(size=(40, 4)).astype("float32")
+    y = RNG.normal(size=(40, 3)).astype("float32")
+    theirs, ours = _pair(make)
+    expected = theirs.evaluate(x, y, batch_size=16, return_dict=return_dict, verbose=0)
+    exp = _experiment(tmp_path)
+    exp.build_model(model=ours)
+    got = exp.evaluate(x, y, batch_size=16, return_dict=return_dict)
+    assert got == expected
+    assert len(got) == 3

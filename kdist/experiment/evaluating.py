@@ -13,7 +13,7 @@ from kdist.data.pipeline import replica_parts
 from kdist.engine.building import build_for_evaluation
 from kdist.engine.left_out import NonesLeftOut, holds_nones
 from kdist.engine.runner import Runner, to_floats
-from kdist.engine.step import as_fit_packs
+from kdist.engine.step import as_fit_packs, overrides
 
 __all__ = ["evaluate_batches", "keras_return"]
 
@@ -68,13 +68,18 @@ def evaluate_batches(
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
         return replica_parts(batches, context).with_options(options)
 
-    step = test_step
+    restore: Any = lambda batch: batch  # noqa: E731
     if holds_nones(batches.element_spec):  # an optional input left out as `None`
         left_out = NonesLeftOut(dataset_fn)
         distributed = strategy.distribute_datasets_from_function(left_out)
-        step = lambda batch: test_step(left_out.restore(batch))  # noqa: E731
+        restore = left_out.restore
     else:
         distributed = strategy.distribute_datasets_from_function(dataset_fn)
+    if overrides(model, "test_step"):
+        return _own_logs(strategy, model, distributed, restore)
+
+    def step(batch: Any) -> None:
+        test_step(restore(batch))
 
     @tf.function
     def run() -> Any:
@@ -83,6 +88,36 @@ def evaluate_batches(
         return model.get_metrics_result()
 
     return to_floats(run())
+
+
+def _own_logs(
+    strategy: tf.distribute.Strategy, model: keras.Model, distributed: Any, restore: Any
+) -> dict[str, Any]:
+    """`evaluate` of a model with its own `test_step`, as Keras's: the last batch's logs
+    that `test_step` returned (their mean over the replicas), or the metrics' results
+    where those logs name the metrics (`Trainer._get_metrics_result_or_logs`).
+
+    One compiled call per batch, to keep each call's logs.
+    """
+
+    def run_one(data: Any) -> Any:
+        return model.test_step(as_fit_packs(restore(data)))
+
+    @tf.function
+    def one(batch: Any) -> Any:
+        logs = strategy.run(run_one, args=(batch,))
+        return tf.nest.map_structure(
+            lambda v: tf.reduce_mean(tf.stack(strategy.experimental_local_results(v)), axis=0),
+            logs,
+        )
+
+    last: Any = None
+    for batch in distributed:
+        last = one(batch)
+    metrics = model.get_metrics_result()
+    if not isinstance(last, dict) or set(last) == set(metrics):
+        return to_floats(metrics)
+    return to_floats(last)
 
 
 def _own_test_step(model: keras.Model, data: Any) -> None:
