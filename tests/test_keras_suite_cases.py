@@ -536,3 +536,31 @@ def test_evaluate_returns_a_custom_test_steps_logs_as_evaluate(tmp_path, return_
     got = exp.evaluate(x, y, batch_size=16, return_dict=return_dict)
     assert got == expected
     assert len(got) == 3
+
+
+def test_evaluate_of_a_model_compiled_with_jit_runs_it_through_xla_as_evaluate(tmp_path):
+    # keras/src/callbacks/swap_ema_weights_test.py: fit's last validation (XLA, the
+    # model's jit_compile=True) equals a later evaluate only if evaluate runs XLA too.
+    x = RNG.normal(size=(10, 3)).astype("float32")
+    y = keras.utils.to_categorical(RNG.integers(0, 2, 10), 2)
+
+    def make() -> keras.Model:
+        model = keras.Sequential([keras.layers.Dense(2, kernel_initializer="ones")])
+        model.compile(
+            optimizer=keras.optimizers.SGD(use_ema=True, ema_momentum=0.9),
+            loss="mse",
+            metrics=[keras.metrics.MeanSquaredError()],
+            jit_compile=True,
+        )
+        return model
+
+    args = dict(epochs=2, callbacks=[keras.callbacks.SwapEMAWeights()], validation_data=(x, y))
+    theirs, ours = _pair(make)
+    expected = theirs.fit(x, y, verbose=0, **args).history["val_mean_squared_error"][-1]
+    assert theirs.evaluate(x, y, verbose=0, return_dict=True)["mean_squared_error"] == expected
+    exp = _experiment(tmp_path / "fit")
+    exp.build_model(model=ours)
+    assert exp.fit(x, y, **args).history["val_mean_squared_error"][-1] == expected
+    exp = _experiment(tmp_path / "evaluate")  # a new Experiment: the model is not bound
+    exp.build_model(model=ours)
+    assert exp.evaluate(x, y, return_dict=True)["mean_squared_error"] == expected

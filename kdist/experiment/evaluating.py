@@ -51,6 +51,13 @@ def evaluate_batches(
         with strategy.scope():
             build_for_evaluation(model, batches.element_spec)
         test_step = functools.partial(_own_test_step, model)
+        if bool(getattr(model, "jit_compile", False)) and not isinstance(
+            strategy, tf.distribute.ParameterServerStrategy
+        ):
+            # As Keras's `evaluate` runs a model compiled with `jit_compile=True`: the
+            # step through XLA (whose float order differs), one function per replica.
+            own = test_step
+            test_step = lambda data: tf.function(own, jit_compile=True)(data)  # noqa: E731
     for metric in model.metrics:
         metric.reset_state()
     if isinstance(strategy, tf.distribute.ParameterServerStrategy):
