@@ -564,3 +564,46 @@ def test_evaluate_of_a_model_compiled_with_jit_runs_it_through_xla_as_evaluate(t
     exp = _experiment(tmp_path / "evaluate")  # a new Experiment: the model is not bound
     exp.build_model(model=ours)
     assert exp.evaluate(x, y, return_dict=True)["mean_squared_error"] == expected
+
+
+class _BatchHooks(keras.callbacks.Callback):
+    """Records the test- and predict-batch hooks: (hook, batch, log keys or shapes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, int, object]] = []
+
+    def on_test_batch_begin(self, batch: int, logs: object = None) -> None:
+        self.seen.append(("test_begin", batch, None))
+
+    def on_test_batch_end(self, batch: int, logs: object = None) -> None:
+        self.seen.append(("test_end", batch, sorted(logs or {})))  # type: ignore[call-overload]
+
+    def on_predict_batch_begin(self, batch: int, logs: object = None) -> None:
+        self.seen.append(("predict_begin", batch, None))
+
+    def on_predict_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        shape = tuple(np.shape((logs or {})["outputs"]))
+        self.seen.append(("predict_end", batch, shape))
+
+
+def test_evaluate_and_predict_call_the_batch_hooks_per_steps_per_execution_as_keras(tmp_path):
+    # keras/src/trainers/trainer_test.py's test_steps_per_execution_steps_count_without_training
+    def make() -> keras.Model:
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(loss="mse", metrics=["mae"], steps_per_execution=3)
+        return model
+
+    x = RNG.normal(size=(100, 4)).astype("float32")
+    y = RNG.normal(size=(100, 1)).astype("float32")
+    theirs, ours = _pair(make)
+    expected = _BatchHooks()
+    want_predict = theirs.predict(x, batch_size=16, callbacks=[expected], verbose=0)
+    want_evaluate = theirs.evaluate(x, y, batch_size=16, callbacks=[expected], verbose=0)
+    got = _BatchHooks()
+    exp = _experiment(tmp_path)
+    exp.build_model(model=ours)
+    np.testing.assert_array_equal(exp.predict(x, batch_size=16, callbacks=[got]), want_predict)
+    assert exp.evaluate(x, y, batch_size=16, callbacks=[got]) == want_evaluate
+    assert got.seen == expected.seen
+    assert [b for h, b, _ in got.seen if h == "predict_begin"] == [0, 3, 6]

@@ -24,6 +24,8 @@ def evaluate_batches(
     batches: tf.data.Dataset,
     *,
     model: keras.Model | None = None,
+    callbacks: Any = None,
+    steps_per_call: int = 1,
 ) -> dict[str, float]:
     """The model's metrics over `batches` (global batches), from reset metrics.
 
@@ -39,6 +41,11 @@ def evaluate_batches(
             `model.evaluate` runs it; its compiled metrics are built here).
         batches: the global batches, `(x, y[, sample_weight])`.
         model: the model, when `runner` is `None`. Defaults to `None`.
+        callbacks: a `keras.callbacks.CallbackList` whose test-batch hooks run around
+            each group of `steps_per_call` batches, as in `model.evaluate`: the
+            batches are then run one compiled call each. Defaults to `None`.
+        steps_per_call: batches between two hooks (the model's `steps_per_execution`).
+            Defaults to `1`.
 
     Returns:
         `{metric name: value}`, as `model.evaluate(..., return_dict=True)`.
@@ -82,8 +89,8 @@ def evaluate_batches(
         restore = left_out.restore
     else:
         distributed = strategy.distribute_datasets_from_function(dataset_fn)
-    if overrides(model, "test_step"):
-        return _own_logs(strategy, model, distributed, restore)
+    if overrides(model, "test_step") or callbacks is not None:
+        return _batch_by_batch(strategy, model, distributed, restore, callbacks, steps_per_call)
 
     def step(batch: Any) -> None:
         test_step(restore(batch))
@@ -97,14 +104,21 @@ def evaluate_batches(
     return to_floats(run())
 
 
-def _own_logs(
-    strategy: tf.distribute.Strategy, model: keras.Model, distributed: Any, restore: Any
+def _batch_by_batch(
+    strategy: tf.distribute.Strategy,
+    model: keras.Model,
+    distributed: Any,
+    restore: Any,
+    callbacks: Any,
+    steps_per_call: int,
 ) -> dict[str, Any]:
-    """`evaluate` of a model with its own `test_step`, as Keras's: the last batch's logs
-    that `test_step` returned (their mean over the replicas), or the metrics' results
-    where those logs name the metrics (`Trainer._get_metrics_result_or_logs`).
+    """`evaluate` one compiled call per batch, as Keras's for what needs each call:
 
-    One compiled call per batch, to keep each call's logs.
+    - a model with its own `test_step`: the last batch's logs that it returned (their
+      mean over the replicas), or the metrics' results where those logs name the
+      metrics (`Trainer._get_metrics_result_or_logs`);
+    - test-batch hooks: `on_test_batch_begin(first)` and `on_test_batch_end(last, logs)`
+      around each group of `steps_per_call` batches (Keras's `steps_per_execution`).
     """
 
     def run_one(data: Any) -> Any:
@@ -119,8 +133,18 @@ def _own_logs(
         )
 
     last: Any = None
-    for batch in distributed:
+    index = -1
+    for index, batch in enumerate(distributed):
+        if callbacks is not None and index % steps_per_call == 0:
+            callbacks.on_test_batch_begin(index)
         last = one(batch)
+        if callbacks is not None and index % steps_per_call == steps_per_call - 1:
+            callbacks.on_test_batch_end(index, to_floats(last))
+    if callbacks is not None and index >= 0 and index % steps_per_call != steps_per_call - 1:
+        # Keras's last, partial group ends at its nominal last step.
+        callbacks.on_test_batch_end(
+            index - index % steps_per_call + steps_per_call - 1, to_floats(last)
+        )
     metrics = model.get_metrics_result()
     if not isinstance(last, dict) or set(last) == set(metrics):
         return to_floats(metrics)

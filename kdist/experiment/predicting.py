@@ -19,6 +19,8 @@ def predict_dataset(
     model: keras.Model,
     dataset: tf.data.Dataset,
     callbacks: Any = None,
+    *,
+    steps_per_call: int = 1,
 ) -> Any:
     """Run `model.predict_step` on every batch of `dataset` and return the outputs in order.
 
@@ -34,6 +36,8 @@ def predict_dataset(
         dataset: batched examples, `x` or `(x, ...)`; targets and weights are ignored.
         callbacks: a `keras.callbacks.CallbackList` whose predict-batch hooks run around
             each batch, with `{"outputs": ...}`, as in `model.predict`. Defaults to `None`.
+        steps_per_call: batches between two hooks (the model's `steps_per_execution`).
+            Defaults to `1`.
 
     Returns:
         NumPy arrays with the structure of the model's outputs, one row per example.
@@ -50,9 +54,9 @@ def predict_dataset(
             outputs = strategy.run(model.predict_step, args=(batch,))
             return tf.nest.map_structure(lambda v: strategy.gather(v, axis=0), outputs)
 
-        batches = _hooked(step, distributed, callbacks)
+        batches = _hooked(step, distributed, callbacks, steps_per_call)
     else:
-        batches = _hooked(tf.function(model.predict_step), dataset, callbacks)
+        batches = _hooked(tf.function(model.predict_step), dataset, callbacks, steps_per_call)
     if not batches:
         raise ValueError("`dataset` has no examples to predict on.")
     return tf.nest.map_structure(
@@ -60,16 +64,33 @@ def predict_dataset(
     )
 
 
-def _hooked(step: Any, batches: Any, callbacks: Any) -> list[Any]:
-    """`step` of each batch, between the callbacks' predict-batch hooks (if any)."""
-    outputs = []
+def _hooked(step: Any, batches: Any, callbacks: Any, per_call: int = 1) -> list[Any]:
+    """`step` of each batch, between the callbacks' predict-batch hooks (if any): as
+    Keras's `predict`, `on_predict_batch_begin(first)` and `on_predict_batch_end(last,
+    {"outputs": ...})` around each group of `per_call` batches (the model's
+    `steps_per_execution`; a last, partial group ends at its nominal last step), the
+    group's outputs concatenated."""
+    outputs: list[Any] = []
+    first = 0
     for index, batch in enumerate(batches):
-        if callbacks is not None:
+        if callbacks is not None and index % per_call == 0:
             callbacks.on_predict_batch_begin(index)
+            first = index
         outputs.append(step(batch))
-        if callbacks is not None:
-            callbacks.on_predict_batch_end(index, {"outputs": outputs[-1]})
+        if callbacks is not None and index % per_call == per_call - 1:
+            callbacks.on_predict_batch_end(index, {"outputs": _group(outputs[first:])})
+    if callbacks is not None and outputs and len(outputs) % per_call:
+        callbacks.on_predict_batch_end(first + per_call - 1, {"outputs": _group(outputs[first:])})
     return outputs
+
+
+def _group(outputs: list[Any]) -> Any:
+    """One call's outputs: the batch's, or several batches' concatenated."""
+    if len(outputs) == 1:
+        return outputs[0]
+    return tf.nest.map_structure(
+        lambda *parts: np.concatenate([np.asarray(p) for p in parts]), *outputs
+    )
 
 
 def predict_split(

@@ -46,6 +46,11 @@ def say_unbatched_hooks(
         )
 
 
+def _steps_per_call(model: keras.Model) -> int:
+    """The batches between two batch hooks: the model's own `steps_per_execution`."""
+    return max(int(getattr(model, "steps_per_execution", 1) or 1), 1)
+
+
 class Results:
     """`Experiment`'s evaluation, prediction and summaries (a base class: the run is the
     `Experiment`'s)."""
@@ -118,8 +123,6 @@ class Results:
         else:
             controller = self._controller()
             model, runner = controller.model, controller.runner
-        if x is not None:
-            say_unbatched_hooks(list(callbacks or ()), TEST_HOOKS, "evaluate")
         callback_list = keras.callbacks.CallbackList(list(callbacks or ()), model=model)
         callback_list.on_test_begin()
         with eager_if(self._settings.run_eagerly):
@@ -134,7 +137,15 @@ class Results:
                     x, y, sample_weight=sample_weight, batch_size=batch_size, steps=steps
                 )
                 check_inputs(model, _unbatched_spec(batches), key="x")
-                logs = evaluate_batches(self.strategy, runner, batches, model=model)
+                hooked = any(overridden_hooks(c, TEST_HOOKS) for c in callbacks or ())
+                logs = evaluate_batches(
+                    self.strategy,
+                    runner,
+                    batches,
+                    model=model,
+                    callbacks=callback_list if hooked else None,
+                    steps_per_call=_steps_per_call(model),
+                )
         callback_list.on_test_end(logs)
         return keras_return(
             model, logs, return_dict=x is None if return_dict is None else return_dict
@@ -196,7 +207,13 @@ class Results:
             else:
                 batches = given_batches(x, batch_size=batch_size, steps=steps)
                 check_inputs(model, _unbatched_spec(batches), key="x", needs_targets=False)
-                outputs = predict_dataset(self.strategy, model, batches, callback_list)
+                outputs = predict_dataset(
+                    self.strategy,
+                    model,
+                    batches,
+                    callback_list,
+                    steps_per_call=_steps_per_call(model),
+                )
         callback_list.on_predict_end()
         return outputs
 
