@@ -159,13 +159,16 @@ class Experiment(Binding, Results, Resuming):
             model: a model to use instead of building `cfg.model`. Defaults to `None`.
                 When it is already compiled (e.g. in a notebook), its compile is kept:
                 its loss, loss weights, metrics and optimizer (with its configuration)
-                replace `trainer.loss`, `trainer.metrics` and `optimizer`. A model made
-                outside `strategy.scope()` is rebuilt in the scope from its config, with
+                replace `trainer.loss`, `trainer.metrics` and `optimizer`. On one
+                device a model made outside `strategy.scope()` trains as it is, as
+                `model.fit` trains it (a `keras.Layer` with Keras's `Trainer` too, with
+                no `model.keras`). One made in the scope of a strategy of the config's
+                kind on the same devices trains under that strategy. Under another
+                distributed strategy it is rebuilt in the scope from its config, with
                 its weights and compile configuration (the optimizer restarts from its
-                configuration, without slots), when it has variables or an optimizer
-                already, or the strategy is distributed: train `exp.model` then. A
-                model whose layers build on their first call is built by `fit`, on
-                the first batch of the data it is given, in the scope.
+                configuration, without slots): train `exp.model` then. A model whose
+                layers build on their first call is built by `fit`, on the first batch
+                of the data it is given, in the scope.
 
         Returns:
             The compiled `keras.Model` (compiled so that `model.keras` reloads), built
