@@ -125,18 +125,6 @@ def _keras_distribute_strategy():
     assert kp.distribute_strategy(model) is strategy
 
 
-def _keras_optimizer_strategy():
-    optimizer = keras.optimizers.Adam()  # made outside any scope
-    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    with strategy.scope():
-        variable = keras.Variable(np.zeros((2,), "float32"))
-        with pytest.raises(RuntimeError, match="Mixing different"):
-            optimizer.build([variable])
-        kp.adopt_optimizer(optimizer, strategy)
-        optimizer.build([variable])
-    assert optimizer.built
-
-
 def _keras_flat_metrics():
     compiled = kp.compile_metrics(_model())
     assert type(compiled).__name__ == "CompileMetrics"
@@ -401,7 +389,6 @@ PROBES = {
     "keras.Model._compile_metrics": _keras_compile_metrics,
     "keras.Model._call_has_training_arg": _keras_call_has_training_arg,
     "keras.Model._distribute_strategy": _keras_distribute_strategy,
-    "keras.optimizers.Optimizer._distribution_strategy": _keras_optimizer_strategy,
     "keras.src.trainers.compile_utils.CompileMetrics._flat_metrics": _keras_flat_metrics,
     "keras.metrics.Metric._direction": _keras_direction,
     "keras.optimizers.Optimizer._learning_rate": _keras_learning_rate,

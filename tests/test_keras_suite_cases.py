@@ -607,3 +607,33 @@ def test_evaluate_and_predict_call_the_batch_hooks_per_steps_per_execution_as_ke
     assert exp.evaluate(x, y, batch_size=16, callbacks=[got]) == want_evaluate
     assert got.seen == expected.seen
     assert [b for h, b, _ in got.seen if h == "predict_begin"] == [0, 3, 6]
+
+
+def test_an_unbuilt_subclassed_model_with_variables_made_outside_trains_as_fit(tmp_path):
+    # keras/src/trainers/trainer_test.py's test_callbacks_can_update_state_at_batch_boundary:
+    # weights made in __init__, a layer built on the first call. kdist built the optimizer
+    # on the first ones only ("No gradients provided for any variable").
+    class CounterModel(keras.Model):
+        def __init__(self) -> None:
+            super().__init__()
+            self.counter = self.add_weight(shape=(), initializer="zeros")
+            self.dense = keras.layers.Dense(3)
+
+        def call(self, x: tf.Tensor) -> tf.Tensor:
+            return self.dense(x)
+
+    def make() -> keras.Model:
+        model = CounterModel()
+        model.compile(optimizer="sgd", loss="mse")
+        return model
+
+    x = RNG.normal(size=(8, 3)).astype("float32")
+    y = RNG.normal(size=(8, 3)).astype("float32")
+    theirs, ours = _pair(make)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # Keras: no gradient for `counter`
+        expected = theirs.fit(x, y, epochs=2, batch_size=4, shuffle=False, verbose=0).history
+        exp = _experiment(tmp_path)
+        exp.build_model(model=ours)
+        assert exp.fit(x, y, epochs=2, batch_size=4, shuffle=False).history == expected
+    assert _max_diff(theirs, ours) == 0

@@ -15,7 +15,6 @@ from kdist.compat.upstream import UpstreamMoved, private_attribute, private_impo
 __all__ = [
     "KERAS_DEFINITION_MODULES",
     "KERAS_UNTRUSTED_DEFINITIONS",
-    "adopt_optimizer",
     "all_reduce_sum_gradients",
     "call_has_training_arg",
     "class_weight_to_sample_weights",
@@ -193,21 +192,6 @@ def unscale_loss_function() -> Callable[[Any], Any]:
 def distribute_strategy(model: Any) -> Any:
     """The strategy `model` was created under (`Model._distribute_strategy`), or `None`."""
     return getattr(model, "_distribute_strategy", None)
-
-
-def adopt_optimizer(optimizer: Any, strategy: Any) -> None:
-    """Make `optimizer` (and the one a loss-scale optimizer wraps) update under `strategy`.
-
-    Keras's TensorFlow optimizer keeps the strategy current when it was made
-    (`TFOptimizer._distribution_strategy`) and makes its slots and applies its updates
-    through it: one made outside any scope fails when built in a strategy's scope
-    ("Mixing different tf.distribute.Strategy objects"). A model trained as it is on
-    one device (`kdist.experiment.build.compiled_model`) has its optimizer adopted.
-    """
-    while optimizer is not None:
-        if hasattr(optimizer, "_distribution_strategy"):
-            optimizer._distribution_strategy = strategy
-        optimizer = getattr(optimizer, "inner_optimizer", None)
 
 
 def optimizer_variables(optimizer: Any) -> list[Any] | None:

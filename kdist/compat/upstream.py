@@ -171,11 +171,6 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "whether `call` takes `training`",
     ),
     PrivateName(
-        "keras.optimizers.Optimizer._distribution_strategy",
-        "kdist.experiment.build.compiled_model",
-        "the strategy an optimizer makes its slots and updates under",
-    ),
-    PrivateName(
         "keras.Model._distribute_strategy",
         "kdist.experiment.build",
         "the strategy a model was created under",

@@ -10,6 +10,7 @@ import keras
 
 from kdist.compat.keras_private import (
     compute_output_spec,
+    distribute_strategy,
     flatten_layers,
     symbolic_build,
     trace_symbolically,
@@ -21,9 +22,32 @@ __all__ = [
     "UnbuildableModel",
     "build_for_evaluation",
     "build_for_training",
+    "building_scope",
+    "distributed",
     "optimizer_steps",
     "own_optimizers",
 ]
+
+
+def distributed(strategy: Any) -> bool:
+    """Whether `strategy` spreads a step over several replicas or processes."""
+    import tensorflow as tf
+
+    return int(strategy.num_replicas_in_sync) > 1 or isinstance(
+        strategy,
+        (tf.distribute.MultiWorkerMirroredStrategy, tf.distribute.ParameterServerStrategy),
+    )
+
+
+def building_scope(model: keras.Model, strategy: Any) -> contextlib.AbstractContextManager[Any]:
+    """Where `model`'s layers, optimizer and metrics are built: in `strategy.scope()`, or
+    outside any scope for a model made outside it that trains as it is on one device,
+    as `model.fit` builds it (an optimizer made outside cannot make its slots in the
+    scope, nor beside variables made outside it: "colocate_vars_with must only be passed
+    a variable created in this tf.distribute.Strategy.scope()")."""
+    if not distributed(strategy) and distribute_strategy(model) is not strategy:
+        return contextlib.nullcontext()
+    return strategy.scope()
 
 
 class UnbuildableModel(ValueError):

@@ -13,7 +13,6 @@ import tensorflow as tf
 
 from kdist import models
 from kdist.compat.keras_private import (
-    adopt_optimizer,
     distribute_strategy,
     flatten_layers,
     outputs_struct,
@@ -27,7 +26,8 @@ from kdist.data.source import ArraySource, Source
 from kdist.engine import Runner, Schedule, build_for_training, make_runner
 from kdist.engine.building import (
     UnbuildableModel,
-    own_optimizers,
+    building_scope,
+    distributed,
     rebuild_in_scope,
     synchronize_batchnorm,
 )
@@ -62,7 +62,7 @@ def check_is_model(model: Any, strategy: tf.distribute.Strategy) -> None:
     if (
         model is not None
         and not isinstance(model, keras.Model)
-        and _distributed(strategy)
+        and distributed(strategy)
         and distribute_strategy(model) is not strategy
     ):
         raise ConfigError(
@@ -96,13 +96,6 @@ def strategy_for(model: Any, strategy: tf.distribute.Strategy) -> tf.distribute.
         type(own).__name__,
     )
     return own
-
-
-def _distributed(strategy: tf.distribute.Strategy) -> bool:
-    return strategy.num_replicas_in_sync > 1 or isinstance(
-        strategy,
-        (tf.distribute.MultiWorkerMirroredStrategy, tf.distribute.ParameterServerStrategy),
-    )
 
 
 def check_targets(
@@ -300,17 +293,18 @@ def compiled_model(
     """
     if isinstance(strategy, tf.distribute.ParameterServerStrategy):
         check_parameter_server(cfg)
-    distributed = _distributed(strategy)
+    spread = distributed(strategy)
     made_outside = model is not None and distribute_strategy(model) is not strategy
     # On one device a model made outside the scope trains as it is, as `model.fit`
-    # trains it; compiled (when it is not) outside the scope too, as the user would.
-    as_it_is = made_outside and not distributed
+    # trains it; compiled (when it is not) outside the scope too, as the user would,
+    # and built outside it (`runner_for`).
+    as_it_is = made_outside and not spread
     with contextlib.nullcontext() if as_it_is else strategy.scope():
         if model is None:
             model = models.from_config(
                 cfg.model, input_shape=source.input_shape, num_classes=source.num_classes
             )
-        elif made_outside and distributed:
+        elif made_outside and spread:
             model = rebuild_in_scope(model)
         if cfg.trainer.get("sync_batchnorm"):
             synchronize(model, strategy)
@@ -330,28 +324,7 @@ def compiled_model(
                 loss_weights=compiling.build_loss_weights(cfg.trainer.get("loss_weights")),
                 metrics=default_metrics(model, cfg.trainer),
             )
-    if as_it_is:
-        _train_as_it_is(model, strategy)
     return model
-
-
-def _train_as_it_is(model: keras.Model, strategy: tf.distribute.Strategy) -> None:
-    """Ready a model made outside the scope for one device, where it trains as it is.
-
-    As `model.fit` trains it: the user's own object learns, with no copy made from its
-    config (a class or a loss Keras cannot deserialize trains too). Its optimizers,
-    made outside the scope, get their slots beside the variables they update: built
-    here on the model's variables where those were made outside the scope (the step
-    only updates them), else adopted by the strategy (`adopt_optimizer`), to be built
-    in the scope on the variables the model makes there. Call it outside the scope.
-    """
-    for optimizer in [model.optimizer, *own_optimizers(model)]:
-        if optimizer is None or optimizer.built:
-            continue
-        if model.trainable_variables:
-            optimizer.build(model.trainable_variables)  # outside the scope, as they were
-        else:
-            adopt_optimizer(optimizer, strategy)
 
 
 def default_metrics(model: keras.Model, trainer: Any) -> Any:
@@ -412,11 +385,12 @@ def runner_for(
     train_fn = run_dataset_fn(cfg, source, "train")
     parameter_server = isinstance(strategy, tf.distribute.ParameterServerStrategy)
     check_lookup_tables(model, parameter_server=parameter_server, validates=validates)
-    with strategy.scope():
+    with building_scope(model, strategy):
         try:
             build_for_training(model, train_fn(tf.distribute.InputContext()).element_spec)
         except UnbuildableModel as error:
             raise ConfigError("model", str(error), value=type(model).__name__) from None
+    with strategy.scope():
         try:
             return make_runner(
                 strategy,

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from kdist.compat.keras_private import flatten_metrics_in_order
 from kdist.data.pipeline import replica_parts
-from kdist.engine.building import build_for_evaluation
+from kdist.engine.building import build_for_evaluation, building_scope
 from kdist.engine.left_out import NonesLeftOut, holds_nones
 from kdist.engine.runner import Runner, to_floats
 from kdist.engine.step import as_fit_packs, overrides
@@ -55,7 +55,7 @@ def evaluate_batches(
         model = runner.model  # type: ignore[attr-defined]
     else:
         assert model is not None
-        with strategy.scope():
+        with building_scope(model, strategy):
             build_for_evaluation(model, batches.element_spec)
         test_step = functools.partial(_own_test_step, model)
         if bool(getattr(model, "jit_compile", False)) and not isinstance(
