@@ -497,15 +497,20 @@ def test_a_callbacks_verbose_lines_reach_the_log_when_interactive_logging_is_off
 
     model = _dense_model()
     scheduler = keras.callbacks.LearningRateScheduler(lambda epoch: 0.5, verbose=1)
-    exp = _experiment(tmp_path)
-    exp.build_model(model=model)
+    from absl import logging as absl_logging
+
+    verbosity = absl_logging.get_verbosity()
     io_utils.disable_interactive_logging()
+    io_utils.set_logging_verbosity("INFO")  # as Keras's test does, before the Experiment
     try:
+        exp = _experiment(tmp_path)
+        exp.build_model(model=model)
         with caplog.at_level(logging.INFO):
             x = RNG.normal(size=(8, 4)).astype("float32")
             exp.fit(x, RNG.normal(size=(8, 3)).astype("float32"), callbacks=[scheduler])
     finally:
         io_utils.enable_interactive_logging()
+        absl_logging.set_verbosity(verbosity)
     assert "LearningRateScheduler setting learning rate to 0.5" in caplog.text
     # TensorFlow's own INFO lines through absl stay below kdist's level (runtime.tf_log_level)
     path = "/site-packages/tensorflow/python/checkpoint/checkpoint.py"
