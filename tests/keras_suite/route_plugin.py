@@ -116,11 +116,20 @@ _scope: dict[str, Any] = {}
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
     _calls.clear()
-    if "strategy" in _scope:
-        with _scope["strategy"].scope():
-            yield
-    else:
-        yield
+    case = getattr(item, "_testcase", None)
+    if "strategy" in _scope and case is not None:
+        # Inside the test method: Keras's `TestCase.setUp` clears the session, which
+        # drops a scope entered before it.
+        name = case._testMethodName
+        method = getattr(case, name)
+
+        @functools.wraps(method)
+        def in_scope(*args: Any, **kwargs: Any) -> Any:
+            with _scope["strategy"].scope():
+                return method(*args, **kwargs)
+
+        setattr(case, name, in_scope)
+    yield
     _records.setdefault(item.nodeid, {})["calls"] = sorted(_calls)
 
 
