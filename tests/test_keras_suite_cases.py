@@ -642,3 +642,24 @@ def test_an_unbuilt_subclassed_model_with_variables_made_outside_trains_as_fit(t
         exp.build_model(model=ours)
         assert exp.fit(x, y, epochs=2, batch_size=4, shuffle=False).history == expected
     assert _max_diff(theirs, ours) == 0
+
+
+def test_a_list_for_a_dict_of_inputs_is_taken_in_name_order_with_keras_warning(tmp_path):
+    # keras/src/models/functional_test.py's test_warning_for_mismatched_inputs_structure
+    i1, i2 = keras.Input((2,), name="i1"), keras.Input((2,), name="i2")
+    model = keras.Model({"i1": i1, "i2": i2}, keras.layers.Concatenate()([i1, i2]))
+    x = [RNG.normal(size=(3, 2)).astype("float32"), RNG.normal(size=(3, 2)).astype("float32")]
+
+    def predicting(predict: object) -> tuple[np.ndarray, list[str]]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            outputs = predict(x)  # type: ignore[operator]
+        said = [str(w.message) for w in caught if "structure of `inputs`" in str(w.message)]
+        return outputs, said
+
+    expected, keras_said = predicting(functools.partial(model.predict, verbose=0))
+    exp = _experiment(tmp_path)
+    exp.build_model(model=model)
+    outputs, said = predicting(exp.predict)
+    np.testing.assert_array_equal(outputs, expected)
+    assert len(said) == len(keras_said) == 1

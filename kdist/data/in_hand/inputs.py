@@ -83,9 +83,16 @@ def check_inputs(
         )
     if isinstance(inputs, Mapping) and isinstance(x, Mapping):
         x = {name: x[name] for name in inputs}  # Keras reads the inputs' keys only
-    if isinstance(inputs, Mapping) != isinstance(x, Mapping):
+    # Keras's functional model takes a list for its dict of inputs, in the order of
+    # their sorted names, with a warning ("The structure of `inputs` doesn't match").
+    by_order = (
+        isinstance(inputs, Mapping)
+        and isinstance(x, (list, tuple))
+        and len(tf.nest.flatten(inputs)) == len(tf.nest.flatten(x))
+    )
+    if isinstance(inputs, Mapping) != isinstance(x, Mapping) and not by_order:
         problem = "has another structure than"
-    elif isinstance(inputs, Mapping) and set(inputs) != set(x):
+    elif isinstance(inputs, Mapping) and not by_order and set(inputs) != set(x):
         problem = "has other input names than"
     elif len(tf.nest.flatten(inputs)) != len(tf.nest.flatten(x)):
         problem = "has another number of inputs than"
@@ -94,6 +101,7 @@ def check_inputs(
         given_leaves = tf.nest.flatten(x)
         if isinstance(inputs, Mapping):
             wanted_leaves = [inputs[k] for k in sorted(inputs)]
+        if isinstance(x, Mapping):
             given_leaves = [x[k] for k in sorted(x)]
         for want, have in zip(wanted_leaves, given_leaves, strict=True):
             if not hasattr(have, "shape"):  # tf.data's spec of a `None`
