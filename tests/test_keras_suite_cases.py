@@ -663,3 +663,30 @@ def test_a_list_for_a_dict_of_inputs_is_taken_in_name_order_with_keras_warning(t
     outputs, said = predicting(exp.predict)
     np.testing.assert_array_equal(outputs, expected)
     assert len(said) == len(keras_said) == 1
+
+
+def test_ragged_tensors_train_and_predict_as_in_fit(tmp_path):
+    # keras/src/trainers/trainer_test.py's test_trainer_with_raggeds
+    def loss_fn(y: object, y_pred: object, sample_weight: object = None) -> float:
+        return 0.0
+
+    def make() -> keras.Model:
+        ragged = keras.Input(shape=[None], ragged=True)
+        model = keras.Model(ragged, keras.layers.Lambda(lambda t: t * 2)(ragged))
+        model.compile(optimizer="adam", loss=loss_fn)
+        return model
+
+    x = tf.ragged.constant([[1.0], [2.0, 3.0], [4.0, 5.0, 6.0]])
+    theirs, ours = _pair(make)
+    exp = _experiment(tmp_path)
+    exp.build_model(model=ours)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # Keras: no trainable weights
+        expected = theirs.fit(x, x, epochs=2, verbose=0).history
+        assert exp.fit(x, x, epochs=2).history == expected
+    outputs = exp.predict(x, batch_size=2)
+    assert isinstance(outputs, tf.RaggedTensor)
+    assert outputs.to_list() == theirs.predict(x, batch_size=2, verbose=0).to_list()
+    with pytest.raises(ConfigError, match="validation_split"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        exp.fit(x, x, validation_split=0.5)

@@ -59,9 +59,7 @@ def predict_dataset(
         batches = _hooked(tf.function(model.predict_step), dataset, callbacks, steps_per_call)
     if not batches:
         raise ValueError("`dataset` has no examples to predict on.")
-    return tf.nest.map_structure(
-        lambda *parts: np.concatenate([np.asarray(p) for p in parts]), *batches
-    )
+    return tf.nest.map_structure(_concatenate, *batches)
 
 
 def _hooked(step: Any, batches: Any, callbacks: Any, per_call: int = 1) -> list[Any]:
@@ -88,9 +86,7 @@ def _group(outputs: list[Any]) -> Any:
     """One call's outputs: the batch's, or several batches' concatenated."""
     if len(outputs) == 1:
         return outputs[0]
-    return tf.nest.map_structure(
-        lambda *parts: np.concatenate([np.asarray(p) for p in parts]), *outputs
-    )
+    return tf.nest.map_structure(_concatenate, *outputs)
 
 
 def predict_split(
@@ -125,3 +121,13 @@ def predict_split(
             raise ConfigError("data.source", f"has no {split} examples to predict on")
         dataset = source.dataset(split).batch(batch_size)
     return predict_dataset(strategy, model, dataset)
+
+
+def _concatenate(*parts: Any) -> Any:
+    """Batches' outputs in one: NumPy arrays, or a ragged or sparse tensor as Keras's
+    `predict` returns it for a model whose outputs are."""
+    if isinstance(parts[0], tf.RaggedTensor):
+        return tf.concat(parts, axis=0)
+    if isinstance(parts[0], tf.SparseTensor):
+        return tf.sparse.concat(0, list(parts))
+    return np.concatenate([np.asarray(p) for p in parts])

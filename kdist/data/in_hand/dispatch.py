@@ -103,6 +103,17 @@ def given_data(
         ConfigError: naming the argument, for data that does not fit together or that
             the strategy cannot read.
     """
+    rows = tensor_rows(x, y, sample_weight, batch_size=batch_size, shuffle=shuffle is not False)
+    if rows is not None:
+        batch_size = None  # in the rows' batches
+        if validation_split:
+            raise ConfigError(
+                "validation_split",
+                "works with NumPy arrays, not ragged or sparse tensors",
+                value=validation_split,
+                hint="pass validation_data",
+            )
+        x, y, sample_weight = rows, None, None
     given_kind = kind_of(x)
     if given_kind != "arrays":
         what = "tf.data.Dataset" if given_kind == "dataset" else given_kind
@@ -225,6 +236,29 @@ def _validation(validation_data: Any) -> tuple[Any, ...] | tf.data.Dataset | Non
     return tuple(as_arrays(part, f"validation_data[{i}]") for i, part in enumerate(validation_data))
 
 
+def tensor_rows(
+    x: Any,
+    y: Any = None,
+    sample_weight: Any = None,
+    *,
+    batch_size: int | None,
+    shuffle: bool,
+) -> tf.data.Dataset | None:
+    """The batches of data holding `tf.RaggedTensor`s or `tf.SparseTensor`s, read by
+    rows as Keras's array adapter slices them (NumPy cannot hold them): shuffled each
+    epoch when `shuffle`, `batch_size` rows a batch (32 by default). `None` for other
+    data."""
+    parts = tuple(p for p in (x, y, sample_weight) if p is not None)
+    composite = (tf.RaggedTensor, tf.SparseTensor)
+    if not any(isinstance(leaf, composite) for leaf in tf.nest.flatten(parts)):
+        return None
+    rows = tf.data.Dataset.from_tensor_slices(parts if len(parts) > 1 else parts[0])
+    if shuffle:
+        count = int(rows.cardinality())
+        rows = rows.shuffle(max(count, 1), reshuffle_each_iteration=True)
+    return rows.batch(batch_size or DEFAULT_BATCH)
+
+
 def given_batches(
     x: Any,
     y: Any = None,
@@ -256,6 +290,9 @@ def given_batches(
             isinstance(value, bool) or not isinstance(value, int) or value < 1
         ):
             raise ConfigError(name, "must be a positive integer", value=value)
+    rows = tensor_rows(x, y, sample_weight, batch_size=batch_size, shuffle=False)
+    if rows is not None:
+        x, y, sample_weight, batch_size = rows, None, None, None
     made = isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)) or is_stream(x)
     if made:
         for name, value in (("y", y), ("sample_weight", sample_weight)):
