@@ -30,8 +30,20 @@ __all__ = ["from_generator", "stream_dataset", "structured"]
 log = logging.getLogger(__name__)
 
 
+def as_tf_sparse(value: Any) -> Any:
+    """A SciPy sparse matrix as a `tf.SparseTensor` (as Keras's data adapters read it);
+    anything else as it is."""
+    if not hasattr(value, "tocoo") or isinstance(value, (np.ndarray, tf.Tensor)):
+        return value
+    coo = value.tocoo()
+    indices = np.stack([coo.row, coo.col], axis=1).astype(np.int64)
+    return tf.sparse.reorder(tf.SparseTensor(indices, coo.data, coo.shape))
+
+
 def signature_of(batch: tuple[Any, ...]) -> Any:
-    def spec(value: Any) -> tf.TensorSpec:
+    def spec(value: Any) -> Any:
+        if isinstance(value, tf.SparseTensor):  # kept sparse, as Keras's fit keeps it
+            return tf.SparseTensorSpec((None, *value.shape[1:]), value.dtype)
         array = np.asarray(value)
         dtype = tf.float32 if np.issubdtype(array.dtype, np.floating) else array.dtype
         return tf.TensorSpec((None, *array.shape[1:]), tf.as_dtype(dtype))
@@ -40,8 +52,10 @@ def signature_of(batch: tuple[Any, ...]) -> Any:
 
 
 def structured(batch: Any) -> tuple[Any, ...]:
-    """A batch as `from_generator` yields it: a tuple, dicts kept, lists made tuples."""
-    return tuple(tuple(p) if isinstance(p, list) else p for p in as_tuple(batch))
+    """A batch as `from_generator` yields it: a tuple, dicts kept, lists made tuples,
+    SciPy sparse matrices as `tf.SparseTensor`s."""
+    parts = tuple(tuple(p) if isinstance(p, list) else p for p in as_tuple(batch))
+    return tf.nest.map_structure(as_tf_sparse, parts)
 
 
 def stream_dataset(
@@ -56,7 +70,13 @@ def stream_dataset(
         try:
             for batch in make(*given):
                 yield tf.nest.map_structure(
-                    lambda v, s: np.asarray(v, s.dtype.as_numpy_dtype), structured(batch), signature
+                    lambda v, s: (
+                        v
+                        if isinstance(s, tf.SparseTensorSpec)
+                        else np.asarray(v, s.dtype.as_numpy_dtype)
+                    ),
+                    structured(batch),
+                    signature,
                 )
                 index += 1
         # TensorFlow wraps what a generator raises: `data_errors` says it once instead.
