@@ -718,3 +718,27 @@ def test_a_generator_of_sparse_batches_trains_as_in_fit(tmp_path, kind):
     exp.build_model(model=ours)
     assert exp.fit(batches(), epochs=1).history == expected
     assert _max_diff(theirs, ours) == 0
+
+
+def test_a_model_made_in_another_single_host_strategy_trains_under_it_as_fit(tmp_path, caplog):
+    # keras/src/callbacks/swap_ema_weights_test.py's ..._with_tf_distribute: a model made
+    # in a MirroredStrategy's scope, routed with strategy=one_device ("Mixing different
+    # tf.distribute.Strategy objects").
+    exp = _experiment(tmp_path)
+    strategy = tf.distribute.MirroredStrategy([exp.strategy.extended.worker_devices[0]])
+
+    def make() -> keras.Model:
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+            model.compile(optimizer="sgd", loss="mse")
+        return model
+
+    x = RNG.normal(size=(16, 4)).astype("float32")
+    y = RNG.normal(size=(16, 3)).astype("float32")
+    theirs, ours = _pair(make)
+    expected = theirs.fit(x, y, epochs=2, batch_size=4, shuffle=False, verbose=0).history
+    exp.build_model(model=ours)
+    assert exp.strategy is strategy
+    assert "trained under it, as Keras's fit trains it" in caplog.text
+    assert exp.fit(x, y, epochs=2, batch_size=4, shuffle=False).history == expected
+    assert _max_diff(theirs, ours) == 0

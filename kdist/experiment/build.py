@@ -76,25 +76,37 @@ def check_is_model(model: Any, strategy: tf.distribute.Strategy) -> None:
 
 
 def strategy_for(model: Any, strategy: tf.distribute.Strategy) -> tf.distribute.Strategy:
-    """The strategy to train `model` under: the one it was made in, where that is a
-    strategy of the config's kind on the same devices (as Keras's `fit` trains a model
-    under the strategy it was made in), else `strategy`.
+    """The strategy to train `model` under: the one it was made in, where both that one
+    and the config's are single-host strategies (`MirroredStrategy`,
+    `OneDeviceStrategy`), as Keras's `fit` trains a model under the strategy it was made
+    in; else `strategy`.
 
     A notebook (or a test) that made its model in its own `MirroredStrategy` scope
-    trains it as it is, with no rebuild from its config.
+    trains it as it is, with no rebuild from its config; a warning says so where that
+    strategy is not the config's kind or devices.
     """
     own = distribute_strategy(model)
-    if own is None or own is strategy or type(own) is not type(strategy):
-        return strategy
-    if not isinstance(own, (tf.distribute.MirroredStrategy, tf.distribute.OneDeviceStrategy)):
+    local = (tf.distribute.MirroredStrategy, tf.distribute.OneDeviceStrategy)
+    if own is None or own is strategy or type(own) not in local or type(strategy) not in local:
         return strategy  # a cluster's strategy holds its own cluster's connections
-    if tuple(own.extended.worker_devices) != tuple(strategy.extended.worker_devices):
-        return strategy
-    log.info(
-        "%s was made in the scope of a %s on the same devices: trained under that one",
-        getattr(model, "name", type(model).__name__),
-        type(own).__name__,
-    )
+    name = getattr(model, "name", type(model).__name__)
+    devices = tuple(own.extended.worker_devices)
+    if type(own) is type(strategy) and devices == tuple(strategy.extended.worker_devices):
+        log.info(
+            "%s was made in the scope of a %s on the same devices: trained under it",
+            name,
+            type(own).__name__,
+        )
+    else:
+        log.warning(
+            "%s was made in the scope of a %s over %d device(s): trained under it, as "
+            "Keras's fit trains it, not under the config's %s (make it outside any scope, "
+            "or in exp.strategy.scope(), to train under the config's)",
+            name,
+            type(own).__name__,
+            len(devices),
+            type(strategy).__name__,
+        )
     return own
 
 

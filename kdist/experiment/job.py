@@ -162,8 +162,8 @@ class Experiment(Binding, Results, Resuming):
                 replace `trainer.loss`, `trainer.metrics` and `optimizer`. On one
                 device a model made outside `strategy.scope()` trains as it is, as
                 `model.fit` trains it (a `keras.Layer` with Keras's `Trainer` too, with
-                no `model.keras`). One made in the scope of a strategy of the config's
-                kind on the same devices trains under that strategy. Under another
+                no `model.keras`). One made in the scope of a single-host strategy
+                trains under that strategy, as `fit` trains it. Under another
                 distributed strategy it is rebuilt in the scope from its config, with
                 its weights and compile configuration (the optimizer restarts from its
                 configuration, without slots): train `exp.model` then. A model whose
@@ -180,7 +180,9 @@ class Experiment(Binding, Results, Resuming):
         """
         cfg = self.cfg
         if model is not None:
+            # The strategy the model was made in, as Keras's `fit` (`strategy_for`).
             self.strategy = strategy_for(model, self.strategy)
+            self.num_replicas = int(self.strategy.num_replicas_in_sync)
         check_is_model(model, self.strategy)
         from_config = model is None
         if from_config:
