@@ -742,3 +742,37 @@ def test_a_model_made_in_another_single_host_strategy_trains_under_it_as_fit(tmp
     assert "trained under it, as Keras's fit trains it" in caplog.text
     assert exp.fit(x, y, epochs=2, batch_size=4, shuffle=False).history == expected
     assert _max_diff(theirs, ours) == 0
+
+
+@pytest.mark.parametrize("method", ["evaluate", "predict"])
+def test_a_callback_stops_evaluate_or_predict_on_an_endless_generator_as_in_keras(tmp_path, method):
+    # keras/src/trainers/trainer_test.py's test_stop_loop (evaluate, predict)
+    gerund, hook = {"evaluate": ("evaluating", "test"), "predict": ("predicting", "predict")}[
+        method
+    ]
+
+    class Stopper(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.counter = 0
+            setattr(self, f"on_{hook}_batch_end", self.batch_end)
+
+        def batch_end(self, *args: object, **kwargs: object) -> None:
+            self.counter += 1
+            if self.counter == 5:
+                setattr(self.model, f"stop_{gerund}", True)
+
+    def endless() -> object:
+        while True:
+            x = np.ones((2, 2), "float32")
+            yield (x,) if method == "predict" else (x, np.ones((2, 3), "float32"))
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3)])
+    model.compile(optimizer="sgd", loss="mse", metrics=["mse"])
+    expected = Stopper()
+    getattr(model, method)(endless(), callbacks=[expected], verbose=0)
+    got = Stopper()
+    exp = _experiment(tmp_path)
+    exp.build_model(model=model)
+    getattr(exp, method)(endless(), callbacks=[got])
+    assert got.counter == expected.counter == 5

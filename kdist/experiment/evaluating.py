@@ -134,12 +134,15 @@ def _batch_by_batch(
 
     last: Any = None
     index = -1
+    model.stop_evaluating = False
     for index, batch in enumerate(distributed):
         if callbacks is not None and index % steps_per_call == 0:
             callbacks.on_test_batch_begin(index)
         last = one(batch)
         if callbacks is not None and index % steps_per_call == steps_per_call - 1:
             callbacks.on_test_batch_end(index, to_floats(last))
+            if model.stop_evaluating:  # a callback stopped it, as in Keras
+                break
     if callbacks is not None and index >= 0 and index % steps_per_call != steps_per_call - 1:
         # Keras's last, partial group ends at its nominal last step.
         callbacks.on_test_batch_end(

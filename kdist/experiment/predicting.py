@@ -54,15 +54,19 @@ def predict_dataset(
             outputs = strategy.run(model.predict_step, args=(batch,))
             return tf.nest.map_structure(lambda v: strategy.gather(v, axis=0), outputs)
 
-        batches = _hooked(step, distributed, callbacks, steps_per_call)
+        batches = _hooked(step, distributed, callbacks, steps_per_call, model)
     else:
-        batches = _hooked(tf.function(model.predict_step), dataset, callbacks, steps_per_call)
+        batches = _hooked(
+            tf.function(model.predict_step), dataset, callbacks, steps_per_call, model
+        )
     if not batches:
         raise ValueError("`dataset` has no examples to predict on.")
     return tf.nest.map_structure(_concatenate, *batches)
 
 
-def _hooked(step: Any, batches: Any, callbacks: Any, per_call: int = 1) -> list[Any]:
+def _hooked(
+    step: Any, batches: Any, callbacks: Any, per_call: int = 1, model: Any = None
+) -> list[Any]:
     """`step` of each batch, between the callbacks' predict-batch hooks (if any): as
     Keras's `predict`, `on_predict_batch_begin(first)` and `on_predict_batch_end(last,
     {"outputs": ...})` around each group of `per_call` batches (the model's
@@ -70,6 +74,8 @@ def _hooked(step: Any, batches: Any, callbacks: Any, per_call: int = 1) -> list[
     group's outputs concatenated."""
     outputs: list[Any] = []
     first = 0
+    if model is not None:
+        model.stop_predicting = False
     for index, batch in enumerate(batches):
         if callbacks is not None and index % per_call == 0:
             callbacks.on_predict_batch_begin(index)
@@ -77,6 +83,8 @@ def _hooked(step: Any, batches: Any, callbacks: Any, per_call: int = 1) -> list[
         outputs.append(step(batch))
         if callbacks is not None and index % per_call == per_call - 1:
             callbacks.on_predict_batch_end(index, {"outputs": _group(outputs[first:])})
+            if getattr(model, "stop_predicting", False):  # a callback stopped it
+                break
     if callbacks is not None and outputs and len(outputs) % per_call:
         callbacks.on_predict_batch_end(first + per_call - 1, {"outputs": _group(outputs[first:])})
     return outputs

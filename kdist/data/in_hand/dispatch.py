@@ -23,7 +23,12 @@ import tensorflow as tf
 from kdist.config.errors import ConfigError
 from kdist.data.in_hand.arrays import as_arrays, as_tuple, from_arrays, length
 from kdist.data.in_hand.datasets import from_dataset, is_batched
-from kdist.data.in_hand.generators import MAX_READ_BATCHES, from_generator, structured
+from kdist.data.in_hand.generators import (
+    MAX_READ_BATCHES,
+    from_generator,
+    stream_dataset,
+    structured,
+)
 from kdist.data.in_hand.py_dataset import batch_count, from_pydataset, item
 from kdist.data.in_hand.source import Given
 
@@ -314,12 +319,12 @@ def given_batches(
         # Without `steps`, to its end, as Keras's `evaluate` and `predict` read it.
         read = list(itertools.islice(x, MAX_READ_BATCHES + 1 if steps is None else steps))
         if len(read) > MAX_READ_BATCHES:
-            raise ConfigError(
-                "steps",
-                f"is needed with a generator of more than {MAX_READ_BATCHES} batches "
-                "(or without end)",
-            )
-        ds = _from_batches([structured(batch) for batch in read])
+            # Longer (or without end): streamed, until it ends or a callback stops the
+            # loop (`model.stop_evaluating`, `model.stop_predicting`), as in Keras.
+            rest = x
+            ds = stream_dataset(lambda: itertools.chain(read, rest), structured(read[0]))
+        else:
+            ds = _from_batches([structured(batch) for batch in read])
     else:
         if x is None:
             raise ConfigError("x", "is missing: give the data to evaluate or predict on")
