@@ -4,7 +4,8 @@ Runs Keras's test files (`suite.FILES`, from the installed Keras's source distri
 downloaded once into `~/.cache/kdist/keras-sdist`) as Keras ships them and routed through
 kdist under `one_device`, and checks that no test routed through kdist in the committed
 report (`benchmarks/results/keras-suite.json`) fails now. Skipped, with the reason, when
-the source distribution cannot be downloaded. Cost: ~15-40 min on 2 cores (`slow`).
+the source distribution cannot be downloaded. Cost: ~15-40 min on 2 cores (`slow`); the
+callback test files alone, in `make test`, a few minutes.
 """
 
 from __future__ import annotations
@@ -20,15 +21,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import suite
 
 
-def test_keras_tests_routed_through_kdist_pass_as_in_the_report(tmp_path):
+def _no_regression(tmp_path, files: list[str]) -> None:
+    """Run `files` as Keras ships them and routed through kdist (one_device); fail for a
+    test that passed routed in the committed report and fails now."""
     version = suite.keras_version()
     try:
         archive = suite.sdist(version)
     except suite.Unavailable as error:
         pytest.skip(f"Keras's source distribution cannot be had: {error}")
-    work = suite.unpack(archive, version, suite.FILES)
-    baseline = suite.run(work, suite.FILES, route="", out=tmp_path / "baseline.json")
-    routed = suite.run(work, suite.FILES, route="one_device", out=tmp_path / "routed.json")
+    work = suite.unpack(archive, version, files)
+    baseline = suite.run(work, files, route="", out=tmp_path / "baseline.json")
+    routed = suite.run(work, files, route="one_device", out=tmp_path / "routed.json")
     comparison = suite.compare(baseline, routed)
     assert comparison["total"].get("pass on keras", 0) > 0, "Keras's own tests did not run"
     committed = json.loads((suite.RESULTS / "keras-suite.json").read_text())
@@ -38,3 +41,12 @@ def test_keras_tests_routed_through_kdist_pass_as_in_the_report(tmp_path):
     assert not regressions, "routed through kdist, these passed before: " + ", ".join(
         f"{nodeid} ({comparison['failures'][nodeid]})" for nodeid in regressions
     )
+
+
+def test_keras_tests_routed_through_kdist_pass_as_in_the_report(tmp_path):
+    _no_regression(tmp_path, suite.FILES)
+
+
+def test_keras_callback_tests_routed_through_kdist_pass_as_in_the_report(tmp_path):
+    # The fast part, in `make test`: Keras's callback test files (~2-4 min on 2 cores).
+    _no_regression(tmp_path, [f for f in suite.FILES if f.startswith("callbacks/")])
