@@ -116,19 +116,17 @@ _scope: dict[str, Any] = {}
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
     _calls.clear()
-    case = getattr(item, "_testcase", None)
-    if "strategy" in _scope and case is not None:
-        # Inside the test method: Keras's `TestCase.setUp` clears the session, which
-        # drops a scope entered before it.
-        name = case._testMethodName
-        method = getattr(case, name)
+    if "strategy" in _scope:
+        # Inside the test method (pytest calls `item.obj` as the method): Keras's
+        # `TestCase.setUp` clears the session, which drops a scope entered before it.
+        method = item.obj  # type: ignore[attr-defined]
 
         @functools.wraps(method)
         def in_scope(*args: Any, **kwargs: Any) -> Any:
             with _scope["strategy"].scope():
                 return method(*args, **kwargs)
 
-        setattr(case, name, in_scope)
+        item.obj = in_scope  # type: ignore[attr-defined]
     yield
     _records.setdefault(item.nodeid, {})["calls"] = sorted(_calls)
 
