@@ -776,3 +776,23 @@ def test_a_callback_stops_evaluate_or_predict_on_an_endless_generator_as_in_kera
     exp.build_model(model=model)
     getattr(exp, method)(endless(), callbacks=[got])
     assert got.counter == expected.counter == 5
+
+
+def test_a_generator_with_an_optional_input_left_out_trains_as_in_fit(tmp_path):
+    # keras/src/models/model_test.py's test_functional_optional_inputs_generator
+    def batches(with_y: bool = True) -> object:
+        for i in range(4):
+            x = {"x": np.full((2, 2), i, "float32"), "o": None}
+            yield (x, np.ones((2, 2), "float32")) if with_y else (x,)
+
+    theirs, ours = _pair(_optional_input_model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # Keras: shuffle ignored
+        expected = theirs.fit(batches(), verbose=0).history
+        want_evaluate = theirs.evaluate(batches(), verbose=0)
+        want_predict = theirs.predict(batches(False), verbose=0)
+    exp = _experiment(tmp_path)
+    exp.build_model(model=ours)
+    assert exp.fit(batches(), epochs=1).history == expected
+    assert exp.evaluate(batches()) == want_evaluate
+    np.testing.assert_array_equal(exp.predict(batches(False)), want_predict)

@@ -113,7 +113,7 @@ def static_batch_size(ds: tf.data.Dataset) -> int | None:
 
 
 def batch_size_of(first: Any, name: str) -> int:
-    leaves = [np.shape(a) for a in tf.nest.flatten(first)]
+    leaves = [np.shape(a) for a in tf.nest.flatten(first) if a is not None]  # None: left out
     if not leaves or not leaves[0]:
         raise ConfigError(name, "yields elements without a batch axis")
     return int(leaves[0][0])

@@ -11,6 +11,7 @@ build their own input pipeline (multi-worker, parameter servers) cannot read it
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 from collections.abc import Callable, Iterator
@@ -30,6 +31,12 @@ __all__ = ["from_generator", "stream_dataset", "structured"]
 log = logging.getLogger(__name__)
 
 
+@functools.cache
+def none_spec() -> Any:
+    """tf.data's spec of a `None` in an element (an optional input left out)."""
+    return tf.data.Dataset.from_tensors((0, None)).element_spec[1]
+
+
 def as_tf_sparse(value: Any) -> Any:
     """A SciPy sparse matrix as a `tf.SparseTensor` (as Keras's data adapters read it);
     anything else as it is."""
@@ -42,6 +49,8 @@ def as_tf_sparse(value: Any) -> Any:
 
 def signature_of(batch: tuple[Any, ...]) -> Any:
     def spec(value: Any) -> Any:
+        if value is None:  # an optional input left out: tf.data carries it
+            return none_spec()
         if isinstance(value, tf.SparseTensor):  # kept sparse, as Keras's fit keeps it
             return tf.SparseTensorSpec((None, *value.shape[1:]), value.dtype)
         array = np.asarray(value)
@@ -72,7 +81,7 @@ def stream_dataset(
                 yield tf.nest.map_structure(
                     lambda v, s: (
                         v
-                        if isinstance(s, tf.SparseTensorSpec)
+                        if isinstance(s, (tf.SparseTensorSpec, type(none_spec())))
                         else np.asarray(v, s.dtype.as_numpy_dtype)
                     ),
                     structured(batch),
