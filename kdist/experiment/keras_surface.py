@@ -48,6 +48,7 @@ _COMPILE = "tests/test_fit_compile_state.py"
 _SURFACE = "tests/test_keras_surface.py"
 _ENGINE = "tests/test_engine.py"
 _LOOP = "tests/test_fit_loop_keras.py"
+_SUITE = "tests/test_keras_suite_cases.py"
 
 
 def _h(name: str, test: str, note: str) -> Entry:
@@ -140,8 +141,8 @@ SURFACE: tuple[Entry, ...] = (
     _h("evaluate.steps", f"{_FIT}::test_evaluate_and_predict_take_data_as_keras_does", ""),
     _h(
         "evaluate.callbacks",
-        f"{_SURFACE}::test_display_only_parameters_change_no_result",
-        "on_test_begin/on_test_end",
+        f"{_SUITE}::test_evaluate_and_predict_call_the_batch_hooks_per_steps_per_execution_as_keras",
+        "their test hooks, as Keras's evaluate calls them",
     ),
     _h("evaluate.return_dict", f"{_FIT}::test_evaluate_and_predict_take_data_as_keras_does", ""),
     _r(
@@ -165,8 +166,8 @@ SURFACE: tuple[Entry, ...] = (
     _h("predict.steps", f"{_FIT}::test_evaluate_and_predict_take_data_as_keras_does", ""),
     _h(
         "predict.callbacks",
-        f"{_SURFACE}::test_display_only_parameters_change_no_result",
-        "on_predict_begin/on_predict_end",
+        f"{_SUITE}::test_evaluate_and_predict_call_the_batch_hooks_per_steps_per_execution_as_keras",
+        "their predict hooks, as Keras's predict calls them",
     ),
     # -- Model.compile -------------------------------------------------------------------
     _h(
@@ -259,15 +260,15 @@ SURFACE: tuple[Entry, ...] = (
         "Callback.on_test_batch_begin",
         f"{_LOOP}::test_validation_calls_the_test_batch_hooks_as_fit",
         "as Keras's evaluate calls it (one call a steps_per_execution batches) in fit's "
-        "validation and evaluate() of the split; not under parameter servers nor by "
-        "evaluate(x), which say so in one log line",
+        "validation, evaluate() of the split and evaluate(x); not under parameter "
+        "servers, which say so in one log line",
     ),
     _h(
         "Callback.on_test_batch_end",
         f"{_LOOP}::test_validation_calls_the_test_batch_hooks_as_fit",
         "as Keras's evaluate calls it (one call a steps_per_execution batches) in fit's "
-        "validation and evaluate() of the split; not under parameter servers nor by "
-        "evaluate(x), which say so in one log line",
+        "validation, evaluate() of the split and evaluate(x); not under parameter "
+        "servers, which say so in one log line",
     ),
     _h(
         "Callback.on_predict_begin",
@@ -278,14 +279,14 @@ SURFACE: tuple[Entry, ...] = (
     _h(
         "Callback.on_predict_batch_begin",
         f"{_SURFACE}::test_display_only_parameters_change_no_result",
-        "as Keras's predict calls it, for predict(x); predict() of a split says in one "
-        "log line that it does not",
+        "as Keras's predict calls it (one call a steps_per_execution batches), for "
+        "predict(x); predict() of a split says in one log line that it does not",
     ),
     _h(
         "Callback.on_predict_batch_end",
         f"{_SURFACE}::test_display_only_parameters_change_no_result",
-        "as Keras's predict calls it, for predict(x); predict() of a split says in one "
-        "log line that it does not",
+        "as Keras's predict calls it (one call a steps_per_execution batches), for "
+        "predict(x); predict() of a split says in one log line that it does not",
     ),
 )
 

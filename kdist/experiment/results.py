@@ -138,6 +138,9 @@ class Results:
                 )
                 check_inputs(model, _unbatched_spec(batches), key="x")
                 hooked = any(overridden_hooks(c, TEST_HOOKS) for c in callbacks or ())
+                if hooked and isinstance(self.strategy, tf.distribute.ParameterServerStrategy):
+                    say_unbatched_hooks(list(callbacks or ()), TEST_HOOKS, "evaluate")
+                    hooked = False
                 logs = evaluate_batches(
                     self.strategy,
                     runner,
