@@ -796,3 +796,46 @@ def test_a_generator_with_an_optional_input_left_out_trains_as_in_fit(tmp_path):
     assert exp.fit(batches(), epochs=1).history == expected
     assert exp.evaluate(batches()) == want_evaluate
     np.testing.assert_array_equal(exp.predict(batches(False)), want_predict)
+
+
+class _Calls(keras.callbacks.Callback):
+    """Records each epoch's train-batch hooks: (epoch, begin batch, end batch)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[int, str, int]] = []
+        self.epoch = 0
+
+    def on_epoch_begin(self, epoch: int, logs: object = None) -> None:
+        self.epoch = epoch
+
+    def on_train_batch_begin(self, batch: int, logs: object = None) -> None:
+        self.seen.append((self.epoch, "begin", batch))
+
+    def on_train_batch_end(self, batch: int, logs: object = None) -> None:
+        self.seen.append((self.epoch, "end", batch))
+
+
+@pytest.mark.parametrize("per_epoch, per_call", [(8, 2), (5, 2), (8, 1)])
+def test_steps_per_epoch_below_the_data_makes_keras_epochs(tmp_path, per_epoch, per_call):
+    # keras/src/trainers/trainer_test.py's test_steps_per_execution_steps_per_epoch: 10
+    # batches; an epoch stops where a pass of the data ends, the next reads it afresh.
+    def make() -> keras.Model:
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse", steps_per_execution=per_call)
+        return model
+
+    x = RNG.normal(size=(80, 4)).astype("float32")
+    y = RNG.normal(size=(80, 1)).astype("float32")
+    args = dict(batch_size=8, epochs=3, steps_per_epoch=per_epoch, shuffle=False)
+    theirs, ours = _pair(make)
+    expected = _Calls()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # Keras: "ran out of data"
+        history = theirs.fit(x, y, callbacks=[expected], verbose=0, **args).history
+    got = _Calls()
+    exp = _experiment(tmp_path)
+    exp.build_model(model=ours)
+    assert exp.fit(x, y, callbacks=[got], **args).history == history
+    assert got.seen == expected.seen
+    assert _max_diff(theirs, ours) == 0

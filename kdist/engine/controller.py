@@ -29,6 +29,7 @@ from kdist.compat.keras_loop import initial_epoch_of, should_eval
 from kdist.data.pipeline import DatasetFn
 from kdist.engine.after_failure import close_files, finish_writes
 from kdist.engine.call_gate import TRAIN_CALLS
+from kdist.engine.epoch_clock import Schedule
 from kdist.engine.restoring import restore_run
 from kdist.engine.runner import Runner, non_finite_loss, wants_test_hooks
 from kdist.engine.state import (
@@ -45,36 +46,6 @@ from kdist.strategies.compression import error_feedback_of
 __all__ = ["Controller", "FitResult", "Saver", "Schedule"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """How long a run trains and how its steps are grouped.
-
-    Args:
-        epochs: epoch to stop at.
-        steps_per_epoch: optimizer steps per epoch.
-        steps_per_execution: most steps per runner call.
-        global_batch_size: examples per optimizer step over all replicas.
-        validation_freq: `fit`'s `validation_freq`: validate after the epochs whose
-            1-based number it divides, or (a list) that it holds
-            (`Trainer._should_eval`).
-        validate_last: validate after the last epoch too (`trainer.validation_freq`'s
-            documented meaning on the command line, so that `metrics.json` and a
-            sweep's objective have validation metrics); `fit(validation_freq=...)` in a
-            notebook sets it false, as Keras has no such rule.
-    """
-
-    epochs: int
-    steps_per_epoch: int
-    steps_per_execution: int
-    global_batch_size: int
-    validation_freq: int | list[int] = 1
-    validate_last: bool = True
-
-    @property
-    def total_steps(self) -> int:
-        return self.epochs * self.steps_per_epoch
 
 
 class Saver(Protocol):
@@ -242,7 +213,7 @@ class Controller:
         a later `fit` after an interrupted one starts its data anew, as Keras's does.
         """
         origin_epoch, origin_step = self.epoch_origin
-        steps_in = (epoch - origin_epoch) * self.schedule.steps_per_epoch
+        steps_in = self.schedule.clock.steps_before(epoch - origin_epoch)
         self.global_step = origin_step + steps_in
         self.state.steps.assign(self.global_step)
         examples = steps_in * self.schedule.global_batch_size
@@ -265,7 +236,9 @@ class Controller:
         that epoch counts as done.
         """
         origin_epoch, origin_step = self.epoch_origin
-        done = -(-(self.global_step - origin_step) // self.schedule.steps_per_epoch)
+        steps, clock = self.global_step - origin_step, self.schedule.clock
+        done = clock.epochs_done(steps)
+        done += steps > clock.steps_before(done)  # a partly trained epoch counts as done
         self.epoch_origin = (origin_epoch + done, self.global_step)
         self.runner = runner
         self._train_data = train_data
@@ -286,13 +259,13 @@ class Controller:
     def epoch(self) -> int:
         """The epoch the next step belongs to (epochs done, a partial one not counted)."""
         origin_epoch, origin_step = self.epoch_origin
-        return origin_epoch + (self.global_step - origin_step) // self.schedule.steps_per_epoch
+        return origin_epoch + self.schedule.clock.epochs_done(self.global_step - origin_step)
 
     def end_step(self, schedule: Schedule | None = None) -> int:
         """The global step at which `schedule` (the controller's own by default) ends."""
         schedule = schedule or self.schedule
         origin_epoch, origin_step = self.epoch_origin
-        return origin_step + (schedule.epochs - origin_epoch) * schedule.steps_per_epoch
+        return origin_step + schedule.clock.steps_before(schedule.epochs - origin_epoch)
 
     def save_now(self, saver: Saver) -> None:
         """Save with `saver` at the current step, complete on return (a preemption)."""
@@ -355,7 +328,7 @@ class Controller:
 
     def _train(self, callbacks: keras.callbacks.CallbackList, savers: Sequence[Saver]) -> FitResult:
         schedule, runner, model = self.schedule, self.runner, self.model
-        per_epoch = schedule.steps_per_epoch
+        clock = schedule.clock
         intervals = [saver.every_n_steps for saver in savers]
         model.stop_training = False
         runner.fit_begin()  # Keras: `self._maybe_symbolic_build(iterator=epoch_iterator)`
@@ -369,13 +342,15 @@ class Controller:
             self._skip_to_epoch(restored)
         test_hooks = wants_test_hooks(callbacks.callbacks)
         origin_epoch, origin_step = self.epoch_origin
-        done, first_step = divmod(self.global_step - origin_step, per_epoch)
+        done = clock.epochs_done(self.global_step - origin_step)
+        first_step = self.global_step - origin_step - clock.steps_before(done)
         initial_epoch = origin_epoch + done
         logs: dict[str, float] = {}
         epochs_run = steps_run = 0
         started = time.perf_counter()
         for epoch in range(initial_epoch, schedule.epochs):
             step = first_step if epoch == initial_epoch else 0
+            per_epoch = clock.length(epoch - origin_epoch)
             # Keras: `self.reset_metrics()`. kdist: the runner resets them in the epoch's
             # first call (`Runner.train_loop_begin`); a resumed epoch keeps the running
             # metrics restored with the checkpoint.

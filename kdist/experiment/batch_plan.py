@@ -66,11 +66,16 @@ def global_batch_size(cfg: Any, num_replicas: int) -> int:
 
 
 def schedule(
-    trainer: Any, steps_per_epoch: int, *, steps_per_execution: int | None = None
+    trainer: Any,
+    steps_per_epoch: int,
+    *,
+    steps_per_execution: int | None = None,
+    epoch_lengths: tuple[int, ...] | None = None,
 ) -> Schedule:
     """The controller's `Schedule` for a `trainer` node (after `global_batch_size`).
 
-    `steps_per_execution` overrides `trainer.steps_per_execution` (a model's own compile).
+    `steps_per_execution` overrides `trainer.steps_per_execution` (a model's own compile);
+    `epoch_lengths`, Keras's uneven epochs (`kdist.engine.epoch_clock`).
     """
     return Schedule(
         epochs=int(trainer.epochs),
@@ -78,6 +83,7 @@ def schedule(
         steps_per_execution=int(steps_per_execution or trainer.steps_per_execution),
         global_batch_size=int(trainer.global_batch_size),
         validation_freq=int(trainer.validation_freq),
+        epoch_lengths=epoch_lengths,
     )
 
 

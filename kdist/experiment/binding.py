@@ -21,8 +21,10 @@ from kdist.config.errors import ConfigError
 from kdist.config.objective import check_monitors, check_objective, metric_directions
 from kdist.data.in_hand import Given, check_inputs
 from kdist.data.pipeline import run_dataset_fn
+from kdist.data.pipeline import steps_per_epoch as steps_per_epoch_of
 from kdist.data.source import Source
 from kdist.engine import Controller, Runner, Schedule
+from kdist.engine.epoch_clock import keras_epoch_lengths
 from kdist.experiment import batch_plan, outputs
 from kdist.experiment.build import check_targets, compiled_losses, output_classes, runner_for
 from kdist.experiment.compile_state import (
@@ -111,7 +113,15 @@ class Binding:
                 rounded,
             )
             per_epoch = rounded
-        return batch_plan.schedule(self.cfg.trainer, per_epoch, steps_per_execution=per_call)
+        lengths = None
+        if given is not None and not given.endless:
+            # Keras's epochs over data with an end (`kdist.engine.epoch_clock`).
+            batches = steps_per_epoch_of(self.source, int(self.cfg.trainer.global_batch_size), None)
+            if per_epoch < batches:
+                lengths = keras_epoch_lengths(batches, per_epoch, per_call)
+        return batch_plan.schedule(
+            self.cfg.trainer, per_epoch, steps_per_execution=per_call, epoch_lengths=lengths
+        )
 
     def _bind(self, *, recompiled: bool = False) -> None:
         """Build the runner (and controller) that trains `self.model` on `self.source`.
