@@ -226,14 +226,17 @@ def notes(baseline: dict[str, Any], route: str) -> list[str]:
     """The report's notes: Keras's own run, counted from its results."""
     outcomes = collections.Counter(r.get("outcome", "not run") for r in baseline.values())
     counted = ", ".join(f"{n} {outcome}" for outcome, n in sorted(outcomes.items()))
-    where = " inside one MirroredStrategy scope (2 logical CPUs)" if route == "mirrored" else ""
+    mirrored = route == "mirrored"
+    where = " inside one MirroredStrategy scope (2 logical CPUs)" if mirrored else ""
+    fails = "the jax and torch cases (not installed)" + (
+        " and what Keras's own fit cannot run under that scope" if mirrored else ""
+    )
     return [
-        f"- Keras's own run{where}: {counted} (its failures are the jax and torch cases, "
-        "not installed, and what fails under its own strategy scope); only the tests "
+        f"- Keras's own run{where}: {counted} (its failures: {fails}); only the tests "
         "that pass on Keras are counted.",
         "- A model made outside any strategy scope trains as it is on one device (the "
-        "user's own object, as `fit`); one made in the scope of a strategy of the "
-        "config's kind on the same devices trains under that strategy; any other is "
+        "user's own object, as `fit`); one made in the scope of a single-host "
+        "strategy trains under that strategy, as `fit` does; any other is "
         "rebuilt in kdist's scope from its config (`kdist.engine.building.rebuild_in_scope`).",
     ]
 
@@ -320,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--reuse-routed", action="store_true", help="read the routed results of an earlier run"
     )
+    parser.add_argument("--note", action="append", default=[], help="a line for the notes")
     args = parser.parse_args(argv)
     version = keras_version()
     work = unpack(sdist(version), version, args.files)
@@ -362,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
                 else ""
             )
         ),
-        "notes": notes(baseline, args.route),
+        "notes": notes(baseline, args.route) + [f"- {note}" for note in args.note],
         "comparison": compare(baseline, routed),
     }
     before = json.loads(Path(args.before).read_text()) if args.before else None
