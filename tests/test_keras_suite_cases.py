@@ -839,3 +839,25 @@ def test_steps_per_epoch_below_the_data_makes_keras_epochs(tmp_path, per_epoch, 
     assert exp.fit(x, y, callbacks=[got], **args).history == history
     assert got.seen == expected.seen
     assert _max_diff(theirs, ours) == 0
+
+
+def test_evaluate_flattens_a_custom_test_steps_nested_logs_as_evaluate(tmp_path):
+    # tests/corpus' custom_train_step: a test_step returning `compile_metrics` nested;
+    # Keras's evaluate flattens the logs (`pythonify_logs`).
+    class NestedLogs(keras.Sequential):
+        def test_step(self, data: object) -> dict[str, object]:
+            super().test_step(data)
+            return {m.name: m.result() for m in self.metrics}
+
+    def make() -> keras.Model:
+        model = NestedLogs([keras.Input((4,)), keras.layers.Dense(3)])
+        model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
+        return model
+
+    x = RNG.normal(size=(40, 4)).astype("float32")
+    y = RNG.normal(size=(40, 3)).astype("float32")
+    theirs, ours = _pair(make)
+    expected = theirs.evaluate(x, y, batch_size=16, return_dict=True, verbose=0)
+    exp = _experiment(tmp_path)
+    exp.build_model(model=ours)
+    assert exp.evaluate(x, y, batch_size=16, return_dict=True) == expected

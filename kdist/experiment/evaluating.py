@@ -12,7 +12,7 @@ from kdist.compat.keras_private import flatten_metrics_in_order
 from kdist.data.pipeline import replica_parts
 from kdist.engine.building import build_for_evaluation, building_scope
 from kdist.engine.left_out import NonesLeftOut, holds_nones
-from kdist.engine.runner import Runner, to_floats
+from kdist.engine.runner import Runner, flat_logs, to_floats
 from kdist.engine.step import as_fit_packs, overrides
 
 __all__ = ["evaluate_batches", "keras_return"]
@@ -151,7 +151,7 @@ def _batch_by_batch(
     metrics = model.get_metrics_result()
     if not isinstance(last, dict) or set(last) == set(metrics):
         return to_floats(metrics)
-    return to_floats(last)
+    return to_floats(flat_logs(last))  # Keras's `pythonify_logs` flattens nested logs
 
 
 def _own_test_step(model: keras.Model, data: Any) -> None:
