@@ -12,7 +12,13 @@ from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["NonesLeftOut", "holds_nones"]
+__all__ = ["NonesLeftOut", "first_given", "holds_nones"]
+
+
+def first_given(x: Any) -> Any:
+    """The first input of `x` that is not `None` (an optional input left out), as
+    Keras's `train_step` sizes the loss tracker's batch."""
+    return next(leaf for leaf in tf.nest.flatten(x) if leaf is not None)
 
 
 def holds_nones(element_spec: Any) -> bool:

@@ -21,6 +21,7 @@ from kdist.compat.keras_private import (
 )
 from kdist.config.errors import ConfigError
 from kdist.data.pipeline import DatasetFn
+from kdist.engine.left_out import first_given
 from kdist.engine.runner import Logs, Runner, flat_logs
 from kdist.engine.sharded import has_sharded_variables, training_variables
 from kdist.strategies.compression import ErrorFeedback, compress_all_reduce, error_feedback_of
@@ -43,12 +44,6 @@ def as_fit_packs(data: Any) -> Any:
 def overrides(model: keras.Model, method: str) -> bool:
     """Whether `model`'s class defines its own `method` (e.g. `train_step`)."""
     return getattr(type(model), method) is not getattr(keras.Model, method)
-
-
-def first_given(x: Any) -> Any:
-    """The first input of `x` that is not `None` (an optional input left out), as
-    Keras's `train_step` sizes the loss tracker's batch."""
-    return next(leaf for leaf in tf.nest.flatten(x) if leaf is not None)
 
 
 class StepRunner(Runner):
@@ -203,11 +198,8 @@ class StepRunner(Runner):
                 loss = compute_loss(
                     model, x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True
                 )
-                loss_tracker(model).update_state(
-                    unscale_loss_for_distribution(loss),
-                    # Keras's: the batch size of the first input that is not `None`.
-                    sample_weight=tf.shape(first_given(x))[0],
-                )
+                batch = tf.shape(first_given(x))[0]
+                loss_tracker(model).update_state(unscale_loss_for_distribution(loss), batch)
                 loss = optimizer.scale_loss(loss)
             gradients = tape.gradient(loss, variables)
             if own_metrics:
