@@ -326,11 +326,11 @@ def test_other_bad_data_arguments(tmp_path: Path):
         (dict(x=X, y=Y[:10]), r"^y: has 10 examples, x has 192"),
         (dict(x=X, y=Y, validation_split=1.5), r"^validation_split=1.5: must be in \[0, 1\)"),
         (dict(x=dataset.batch(8), batch_size=16), r"^batch_size=16: must not be given"),
-        # A generator without end and without steps_per_epoch (one with an end is read
-        # to its end, as Keras's fit runs it).
+        # A validation generator without end and without validation_steps: Keras's
+        # validation would run forever.
         (
-            dict(x=(b for b in itertools.repeat((X[:4], Y[:4])))),
-            r"^steps_per_epoch: is needed with a generator of more than",
+            dict(x=X, y=Y, validation_data=(b for b in itertools.repeat((XV[:4], YV[:4])))),
+            r"^validation_data: is a generator of more than 10000 batches",
         ),
         (dict(x=X, y=Y, validation_data=(XV,)), r"^validation_data=.*must be \(x_val, y_val\)"),
         (

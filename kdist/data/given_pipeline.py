@@ -21,6 +21,7 @@ from kdist.data.source import Source
 
 __all__ = [
     "ENDLESS",
+    "OPEN_EPOCH",
     "own_batches",
     "partial_batches",
     "partial_dataset_fn",
@@ -34,6 +35,13 @@ _DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
 # The size of a split given as a dataset without end (`repeat()`): validation reads it
 # only with `validation_steps` (`kdist.data.pipeline.run_dataset_fn`).
 ENDLESS = 2**62
+
+# The steps of an epoch of unknown length: a generator given to `fit` without
+# `steps_per_epoch` that kdist does not read ahead (longer than it reads, or without end),
+# which Keras's `fit` reads until it ends. Its epoch ends at the data's end
+# (`Runner.data_ended`), never at this count (a million years at a step a microsecond);
+# small enough that `epochs` of them stay within a 64-bit step count.
+OPEN_EPOCH = 2**45
 
 
 def partial_batches(source: Source) -> bool:
@@ -135,6 +143,8 @@ def partial_dataset_fn(
     # Each pipeline reads every global batch and hands each of its replicas a part (maybe
     # empty) of every one: the passes end at the same step on every worker.
     dataset_fn.every_replica_every_step = True  # type: ignore[attr-defined]
+    # Read until the data ends (`OPEN_EPOCH`): the runner watches for the end.
+    dataset_fn.open_ended = bool(getattr(source, "open_ended", False))  # type: ignore[attr-defined]
     if epoch_passes and hasattr(source, "epoch_batches"):
 
         def epoch_pass(context: tf.distribute.InputContext) -> tf.data.Dataset:

@@ -302,7 +302,7 @@ class Controller:
             model=self.model,
             verbose=verbose,
             epochs=schedule.epochs,
-            steps=schedule.steps_per_epoch,
+            steps=None if schedule.open_ended else schedule.steps_per_epoch,
         )
         if self.global_step >= self.end_step():
             log.info(
@@ -361,7 +361,9 @@ class Controller:
             # kdist: a call also ends on each saver's step multiple, and runs under the
             # call gate (background writes wait for the call to start).
             while step < per_epoch and not model.stop_training:
-                limit = min(schedule.steps_per_execution, per_epoch - step)
+                # kdist: data that may end inside an epoch (`Runner.open_ended`), a step a call.
+                per_call = 1 if runner.open_ended else schedule.steps_per_execution
+                limit = min(per_call, per_epoch - step)
                 count = _next_count(step, self.global_step, limit, intervals)
                 callbacks.on_train_batch_begin(step)
                 TRAIN_CALLS.open()  # background writes may start (`CallGate`)
@@ -369,12 +371,12 @@ class Controller:
                     batch_logs = runner.train_steps(count)
                 finally:
                     TRAIN_CALLS.close()
+                if runner.data_ended:  # Keras: the call finding the data ended has no end hook
+                    break
                 # Keras: `end_step = begin_step + steps_per_execution - 1`, past the
                 # epoch's last batch for its last call. kdist: a call cut short at a
                 # saver's step ends at its own last step.
-                end = (
-                    step + schedule.steps_per_execution - 1 if count == limit else step + count - 1
-                )
+                end = step + per_call - 1 if count == limit else step + count - 1
                 step += count
                 steps_run += count
                 self.global_step += count
@@ -385,11 +387,11 @@ class Controller:
                     saver.after_steps(self.global_step)
             # Keras: `epoch_logs = dict(self._get_metrics_result_or_logs(logs))`: the
             # runner returns the model's metrics as floats.
-            logs = runner.train_loop_end(complete=step >= per_epoch)
+            logs = runner.train_loop_end(complete=step >= per_epoch or runner.data_ended)
             # Keras: `if validation_data is not None and self._should_eval(epoch,
             # validation_freq)`. kdist: the command line also validates the last epoch
             # (`Schedule.validate_last`).
-            last = epoch + 1 == schedule.epochs or model.stop_training
+            last = epoch + 1 == schedule.epochs or model.stop_training or runner.data_ended
             due = should_eval(epoch, schedule.validation_freq) or (schedule.validate_last and last)
             if due and runner.validates:
                 # Keras: `self.evaluate(..., callbacks=callbacks)`. kdist: its calls and
@@ -402,6 +404,11 @@ class Controller:
             for saver in savers:  # kdist: checkpoints and backups at the epoch's end
                 saver.after_epoch(self.global_step)
             epochs_run += 1
+            if runner.data_ended:
+                # Keras's next epoch would find no data ("Your input ran out of data"):
+                # kdist's training ends with the data.
+                log.warning("the data given to fit ended in epoch %d: training ends", epoch + 1)
+                break
             if model.stop_training:
                 break
         train_seconds = time.perf_counter() - started

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kdist.data.given_pipeline import OPEN_EPOCH
+
 __all__ = ["EpochClock", "Schedule", "keras_epoch_lengths"]
 
 
@@ -97,6 +99,11 @@ class Schedule:
     validation_freq: int | list[int] = 1
     validate_last: bool = True
     epoch_lengths: tuple[int, ...] | None = None  # Keras's uneven epochs (epoch_clock)
+
+    @property
+    def open_ended(self) -> bool:
+        """Its epochs end where the data ends (`kdist.data.given_pipeline.OPEN_EPOCH`)."""
+        return self.steps_per_epoch >= OPEN_EPOCH
 
     @property
     def clock(self) -> EpochClock:

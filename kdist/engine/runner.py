@@ -35,6 +35,12 @@ class Runner(SnapshotTaker, abc.ABC):
     saves, callbacks and validation timing; a runner owns how steps run.
     """
 
+    # The training data may end inside an epoch (one of unknown length,
+    # `kdist.data.given_pipeline.OPEN_EPOCH`): the controller makes calls of one step,
+    # and the call that finds the data ended runs none and sets `data_ended`.
+    open_ended = False
+    data_ended = False
+
     def fit_begin(self) -> None:
         """Start a `fit` call, before `on_train_begin` (nothing by default)."""
 

@@ -187,6 +187,7 @@ class StandardRunner(StepRunner):
         self._train_data = self._distribute_train(epoch_pass or dataset_fn)
         self._epoch_end: Callable[[], None] | None = getattr(dataset_fn, "on_epoch_end", None)
         self._iterator_ahead = bool(getattr(epoch_pass, "iterator_ahead", False))
+        self.open_ended = bool(getattr(dataset_fn, "open_ended", False))
 
     def _distribute_train(self, dataset_fn: DatasetFn) -> Any:
         """The training input: the distributed dataset of `dataset_fn`, lighter on CPUs.
@@ -251,6 +252,7 @@ class StandardRunner(StepRunner):
         # per epoch on the training thread), or by `train_loop_end` if no call comes.
         self._reset_next = reset_metrics
         self._last_logs = None
+        self.data_ended = False
         if self._per_epoch and (reset_metrics or self._iterator is None):
             # Keras: `EpochIterator._enumerate_iterator`'s `iter(self._get_iterator())`
             # each epoch. kdist: a resumed epoch skips the steps it had taken.
@@ -264,12 +266,20 @@ class StandardRunner(StepRunner):
         if self._iterator is None:
             self._iterator = iter(self._train_data)
         request, self._snapshot_request = self._snapshot_request, None
-        batch_logs, logs, finite = self._train_fn(
-            self._iterator,
-            tf.constant(num_steps, dtype=tf.int32),
-            *(request or self._no_snapshot),
-            self._flags[self._reset_next],
-        )
+        try:
+            batch_logs, logs, finite = self._train_fn(
+                self._iterator,
+                tf.constant(num_steps, dtype=tf.int32),
+                *(request or self._no_snapshot),
+                self._flags[self._reset_next],
+            )
+        except tf.errors.OutOfRangeError:
+            if not self.open_ended:
+                raise
+            # A call of one step found the data ended: it ran none (Keras's
+            # `EpochIterator` ends the epoch there).
+            self.data_ended, self._snapshot_request = True, request
+            return {}
         self._reset_next = False
         if request is not None:
             self._snapshot_result = finite

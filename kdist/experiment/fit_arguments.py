@@ -165,6 +165,7 @@ def read_fit_data(
             steps_per_epoch=steps_per_epoch,
             shuffle=shuffle,
             class_weight=class_weight,
+            validation_steps=validation_steps,
             strategy=strategy,
         )
     keys = fit_keys(

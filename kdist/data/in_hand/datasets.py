@@ -10,6 +10,7 @@ batched per replica and shuffled like config data, full batches only.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from kdist.data.in_hand.source import DatasetSource, Given
 
 __all__ = [
     "BatchedSource",
+    "StreamedValidation",
     "batch_size_of",
     "count_examples",
     "from_dataset",
@@ -119,11 +121,26 @@ def batch_size_of(first: Any, name: str) -> int:
     return int(leaves[0][0])
 
 
+@dataclass(frozen=True)
+class StreamedValidation:
+    """A generator given as `validation_data` with `validation_steps`: each validation
+    reads its next `validation_steps` batches, as Keras's `fit` reads it (its iterator
+    goes on where the last validation stopped).
+
+    Args:
+        batches: the generator's batches, as a dataset every iteration of which reads on.
+    """
+
+    batches: tf.data.Dataset
+
+
 def validation_dataset(validation: Any) -> tuple[tf.data.Dataset | None, int]:
     """The validation examples and how many: `ENDLESS` for a dataset without end, which
     is read only with `validation_steps` (refused without, before training)."""
     if validation is None:
         return None, 0
+    if isinstance(validation, StreamedValidation):
+        return validation.batches.unbatch(), ENDLESS
     if isinstance(validation, tf.data.Dataset):
         if int(validation.cardinality()) == tf.data.INFINITE_CARDINALITY:
             return validation, ENDLESS
@@ -150,6 +167,8 @@ class BatchedSource(DatasetSource):
     # The next pass's iterator is made as soon as a pass is read, as Keras's
     # `EpochIterator` does (`kdist.data.given_pipeline.partial_dataset_fn`).
     iterator_ahead = True
+    # An epoch of unknown length (`OPEN_EPOCH`): a generator read until it ends.
+    open_ended = False
 
     def __init__(self, *, batches: tf.data.Dataset, steps: int | None, **kwargs: Any):
         super().__init__(**kwargs)

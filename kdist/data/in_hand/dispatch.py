@@ -22,14 +22,20 @@ import tensorflow as tf
 
 from kdist.config.errors import ConfigError
 from kdist.data.in_hand.arrays import as_arrays, as_tuple, from_arrays, length
-from kdist.data.in_hand.datasets import from_dataset, is_batched
+from kdist.data.in_hand.datasets import StreamedValidation, from_dataset, is_batched
 from kdist.data.in_hand.generators import (
     MAX_READ_BATCHES,
     from_generator,
     stream_dataset,
     structured,
 )
-from kdist.data.in_hand.py_dataset import batch_count, from_pydataset, item
+from kdist.data.in_hand.py_dataset import (
+    batch_count,
+    endless_items,
+    from_pydataset,
+    is_endless,
+    item,
+)
 from kdist.data.in_hand.source import Given
 
 __all__ = ["given_batches", "given_data", "is_stream", "kind_of"]
@@ -79,6 +85,7 @@ def given_data(
     steps_per_epoch: int | None = None,
     shuffle: bool | None = None,
     class_weight: dict[int, float] | None = None,
+    validation_steps: int | None = None,
     strategy: tf.distribute.Strategy,
 ) -> Given:
     """The source for `fit(x, y, ...)`'s data, checked against the strategy.
@@ -88,7 +95,8 @@ def given_data(
             `keras.utils.PyDataset` or a Python generator of batches.
         y: targets, with arrays only. Defaults to `None`.
         validation_data: `(x_val, y_val[, sample_weight_val])` arrays, a
-            `tf.data.Dataset` or a `PyDataset` (read once into arrays). Defaults to `None`.
+            `tf.data.Dataset`, a `PyDataset` (read once into arrays) or a generator
+            (`_validation`). Defaults to `None`.
         validation_split: the last fraction of the arrays kept for validation (before
             any shuffle), as in Keras. Defaults to `0.0`.
         sample_weight: per-example weights, with arrays only. Defaults to `None`.
@@ -99,6 +107,7 @@ def given_data(
         class_weight: `{class id: weight}`; for arrays it becomes per-example sample
             weights here (Keras's rule), for other data the pipeline weighs each batch
             (`Given.class_weight`). Defaults to `None`.
+        validation_steps: the batches each validation reads. Defaults to `None`: all.
         strategy: the run's strategy.
 
     Returns:
@@ -159,7 +168,7 @@ def given_data(
             "validation_split", "must be in [0, 1)", value=validation_split, hint="e.g. 0.2"
         )
     _check_batch_size(batch_size)
-    validation = _validation(validation_data)
+    validation = _validation(validation_data, validation_steps)
     # Parameter servers take steps in any order on any worker: full batches only.
     partial = not isinstance(strategy, tf.distribute.ParameterServerStrategy)
 
@@ -191,7 +200,13 @@ def given_data(
             f"must not be given with a {given_kind}: its batches are the global batch",
             value=batch_size,
         )
-    if given_kind == "PyDataset":
+    if given_kind == "PyDataset" and is_endless(x):
+        # Keras reads one without end by index, never shuffled, as a generator.
+        found = from_generator(
+            endless_items(x), validation=validation, steps_per_epoch=steps_per_epoch
+        )
+        found = dataclasses.replace(found, kind="PyDataset")
+    elif given_kind == "PyDataset":
         # Keras shuffles a PyDataset's batches every epoch unless told not to.
         found = from_pydataset(x, validation=validation, shuffle=shuffle is not False)
     else:
@@ -212,8 +227,17 @@ def _check_batch_size(batch_size: Any) -> None:
         )
 
 
-def _validation(validation_data: Any) -> tuple[Any, ...] | tf.data.Dataset | None:
-    """`validation_data` as arrays `(x, y[, w])`, or an unbatched `tf.data.Dataset`."""
+def _validation(
+    validation_data: Any, validation_steps: int | None = None
+) -> tuple[Any, ...] | tf.data.Dataset | StreamedValidation | None:
+    """`validation_data` as arrays `(x, y[, w])`, an unbatched `tf.data.Dataset`, or a
+    generator's stream (`StreamedValidation`).
+
+    A generator with `validation_steps` is read on from one validation to the next, as
+    Keras's `fit` reads it. Without, it is read to its end before training (at most
+    `MAX_READ_BATCHES` batches) and each validation reads those batches: Keras's first
+    validation reads it to its end, and its later ones find it empty.
+    """
     if validation_data is None:
         return None
     if isinstance(validation_data, tf.data.Dataset):
@@ -226,11 +250,22 @@ def _validation(validation_data: Any) -> tuple[Any, ...] | tf.data.Dataset | Non
             for parts in zip(*batches, strict=True)
         )
     if is_stream(validation_data):
-        raise ConfigError(
-            "validation_data",
-            "is a generator, which validation would read once and then find empty",
-            hint="pass arrays, a tf.data.Dataset or a keras.utils.PyDataset",
-        )
+        try:
+            first = structured(next(validation_data))
+        except StopIteration:
+            raise ConfigError("validation_data", "is a generator that yields nothing") from None
+        rest = itertools.chain([first], validation_data)
+        if validation_steps:
+            return StreamedValidation(stream_dataset(lambda: rest, first))
+        read = list(itertools.islice(rest, MAX_READ_BATCHES + 1))
+        if len(read) > MAX_READ_BATCHES:
+            raise ConfigError(
+                "validation_data",
+                f"is a generator of more than {MAX_READ_BATCHES} batches (or without end): "
+                "each validation would read it all",
+                hint="pass validation_steps=N (the batches each validation reads), as in Keras",
+            )
+        return stream_dataset(lambda: iter(read), first).unbatch()
     if not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3):
         raise ConfigError(
             "validation_data",
@@ -307,6 +342,8 @@ def given_batches(
                     f"must not be given with a {type(x).__name__}: its elements carry "
                     "(x, y[, sample_weight]), as in Keras",
                 )
+    if isinstance(x, keras.utils.PyDataset) and is_endless(x):
+        x = endless_items(x)  # read as a generator is, as Keras reads it
     if isinstance(x, tf.data.Dataset):
         ds = x if is_batched(x) else x.batch(batch_size or DEFAULT_BATCH)
     elif isinstance(x, keras.utils.PyDataset):

@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from kdist.config.errors import ConfigError
+from kdist.data.given_pipeline import OPEN_EPOCH
 from kdist.data.in_hand.arrays import as_tuple
 from kdist.data.in_hand.datasets import BatchedSource, batch_size_of, validation_dataset
 from kdist.data.in_hand.raised import remember
@@ -124,14 +125,29 @@ def from_generator(stream: Iterator[Any], *, validation: Any, steps_per_epoch: i
         # them all first.
         read = [first, *itertools.islice(stream, MAX_READ_BATCHES)]
         if len(read) > MAX_READ_BATCHES:
-            raise ConfigError(
-                "steps_per_epoch",
-                f"is needed with a generator of more than {MAX_READ_BATCHES} batches "
-                "(or without end): kdist reads one without it to its end before training",
-                hint="pass steps_per_epoch=N (the generator must yield epochs x N batches)",
+            # Longer, or without end: one epoch of unknown length, as Keras's `fit`
+            # reads it, until it ends or a callback stops training.
+            log.info(
+                "x: a generator of more than %d batches and no steps_per_epoch: streamed, "
+                "one epoch until it ends (or a callback stops training)",
+                MAX_READ_BATCHES,
             )
+            return _streamed(itertools.chain(read, stream), read[0], batch, validation)
         log.info("x: a generator of %d batches, read to its end (no steps_per_epoch)", len(read))
         return _read_to_its_end(read, batch, validation)
+    return _streamed(rest, first, batch, validation, steps_per_epoch=int(steps_per_epoch))
+
+
+def _streamed(
+    rest: Iterator[Any],
+    first: tuple[Any, ...],
+    batch: int,
+    validation: Any,
+    *,
+    steps_per_epoch: int | None = None,
+) -> Given:
+    """A generator's batches read as they come: `steps_per_epoch` an epoch, or (`None`)
+    one epoch of unknown length (`OPEN_EPOCH` steps, ended by the data's end)."""
     taken: list[bool] = []
 
     def once() -> Iterator[Any]:
@@ -149,15 +165,19 @@ def from_generator(stream: Iterator[Any], *, validation: Any, steps_per_epoch: i
 
     val_ds, val_size = validation_dataset(validation)
     batches = stream_dataset(once, first)
+    steps = OPEN_EPOCH if steps_per_epoch is None else steps_per_epoch
     source = BatchedSource(
         batches=batches,
-        steps=int(steps_per_epoch),
+        steps=steps,
         train=batches.unbatch(),
-        train_size=int(steps_per_epoch) * batch,
+        train_size=steps * batch,
         validation=val_ds,
         validation_size=val_size,
         classes=classes,
     )
+    if steps_per_epoch is None:
+        source.open_ended = True
+        source.iterator_ahead = False  # a stream has no second pass to make ahead
     return Given(source, "generator", batch, False, one_pipeline=True, endless=True)
 
 

@@ -10,6 +10,7 @@ raises is one line naming `x` and the index.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,7 +24,14 @@ from kdist.data.in_hand.datasets import BatchedSource, batch_size_of, validation
 from kdist.data.in_hand.generators import stream_dataset, structured
 from kdist.data.in_hand.source import Given, count_classes
 
-__all__ = ["PyDatasetSource", "batch_count", "from_pydataset", "item"]
+__all__ = [
+    "PyDatasetSource",
+    "batch_count",
+    "endless_items",
+    "from_pydataset",
+    "is_endless",
+    "item",
+]
 
 
 def batch_count(data: keras.utils.PyDataset) -> int:
@@ -44,11 +52,26 @@ def batch_count(data: keras.utils.PyDataset) -> int:
     if count is None:
         raise ConfigError(
             "x",
-            f"{type(data).__name__} has no end (num_batches is None), which kdist does not "
-            "read yet",
-            hint="give num_batches a count, or pass a generator with steps_per_epoch",
+            f"{type(data).__name__} has no end (num_batches is None)",
+            hint="give num_batches a count",
         )
     return int(count)
+
+
+def is_endless(data: keras.utils.PyDataset) -> bool:
+    """Whether `data` has no end (`num_batches` is `None`): Keras reads `data[0]`,
+    `data[1]`, ... until a callback or `steps_per_epoch` stops it."""
+    try:
+        return data.num_batches is None
+    except NotImplementedError:
+        return False
+
+
+def endless_items(data: keras.utils.PyDataset) -> Iterator[Any]:
+    """The items of a `PyDataset` without end, in index order (Keras's
+    `PyDatasetAdapter._infinite_generator`), read as a generator is."""
+    for index in itertools.count():
+        yield item(data, index)
 
 
 def item(data: keras.utils.PyDataset, index: int) -> Any:
