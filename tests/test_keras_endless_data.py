@@ -1,8 +1,9 @@
-"""Data without end given to `fit` (issue 50; Keras's `trainer_test.py` found them), each
-against Keras's own `fit` on an equal model: an endless generator with no
+"""Data without end given to `fit`, and two cases under mirrored (issue 50: Keras's own
+tests found them), each against Keras's own `fit` on an equal model: an endless generator with no
 `steps_per_epoch` stopped by a callback, a `PyDataset` without end (`num_batches` is
 `None`), an endless validation generator with `validation_steps`, and a generator longer
-than kdist reads ahead, which ends its one epoch. Cost: ~2-5 s a case on one device.
+than kdist reads ahead, which ends its one epoch; under a `MirroredStrategy` scope,
+`predict` of an unbuilt model and a model made outside the scope. Cost: ~2-5 s a case on one device.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
+from keras.src.backend.tensorflow.trainer import TensorFlowTrainer as Trainer
 
 import kdist
 
@@ -156,3 +159,52 @@ def test_a_validation_generator_with_validation_steps_reads_on_each_validation(t
     _assert_same(theirs, ours)
     assert ours_history.history["val_loss"] == as_read.losses  # measured: equal to the bit
     assert len(set(as_read.losses)) == 3
+
+
+# -- under mirrored (Keras's suite inside one MirroredStrategy scope found these) ---------
+
+
+class DenseTrainer(Trainer, keras.layers.Dense):  # type: ignore[misc]
+    """trainer_test.py's ExampleModel: a Keras `Trainer` on a `Dense` layer, unbuilt."""
+
+    def __init__(self) -> None:
+        keras.layers.Dense.__init__(self, 3, use_bias=False, kernel_initializer="ones")
+        Trainer.__init__(self)
+
+
+def _in_scope_experiment(tmp_path: Path, model: keras.Model) -> kdist.Experiment:
+    overrides = ["trainer.verbose=0", "callbacks=minimal", "strategy=mirrored"]
+    exp = kdist.Experiment(
+        kdist.compose([*overrides, "runtime.logical_devices=2"]), run_dir=tmp_path
+    )
+    exp.build_model(model=model)
+    return exp
+
+
+def test_predict_under_mirrored_builds_an_unbuilt_model_before_the_replicas_step(tmp_path):
+    # trainer_test.py's test_predict_flow under a MirroredStrategy scope: the layer's
+    # kernel made inside the replicas' step failed ("cond/Placeholder").
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    x = np.ones((100, 4), "float32")
+    with strategy.scope():
+        expected = DenseTrainer().predict(x, batch_size=16, verbose=0)
+        got = _in_scope_experiment(tmp_path, DenseTrainer()).predict(x, batch_size=16)
+    np.testing.assert_array_equal(got, expected)  # 4.0 everywhere
+
+
+def test_a_model_made_outside_a_scope_trains_under_the_scope_it_is_handed_in(tmp_path):
+    # learning_rate_scheduler_test.py under a MirroredStrategy scope: a model made (and
+    # compiled) outside it, compiled again inside with an optimizer made there. Keras's
+    # fit trains it under the strategy in scope; kdist's own mirrored strategy mixed
+    # the two ("Mixing different tf.distribute.Strategy objects").
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    model = keras.Sequential([keras.layers.Dense(5), keras.layers.Dense(2)])
+    model.compile(loss="mse", optimizer="sgd")
+    with strategy.scope():
+        schedule = keras.optimizers.schedules.PolynomialDecay(0.1, decay_steps=10)
+        model.compile(loss="mse", optimizer=keras.optimizers.Adam(schedule))
+        exp = _in_scope_experiment(tmp_path, model)
+        assert exp.strategy is strategy
+        scheduler = keras.callbacks.LearningRateScheduler(lambda step, lr: lr / 2)
+        with pytest.raises(TypeError, match="created with a `LearningRateSchedule`"):
+            exp.fit(X[:10, :2], Y[:10, :2], callbacks=[scheduler], epochs=2)

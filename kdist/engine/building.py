@@ -21,6 +21,7 @@ from kdist.modeling.lazy_optimizers import is_lazy, sparse_lookups
 __all__ = [
     "UnbuildableModel",
     "build_for_evaluation",
+    "build_for_prediction",
     "build_for_training",
     "building_scope",
     "distributed",
@@ -105,6 +106,13 @@ def build_for_evaluation(model: keras.Model, element_spec: Any) -> None:
     """
     if _build_model(model, element_spec):
         symbolic_build(model, _symbolic(element_spec))
+
+
+def build_for_prediction(model: keras.Model, element_spec: Any) -> None:
+    """Build the model's layers from the spec of `predict`'s batches (`x` or `(x,)`),
+    before a step that runs on several replicas: variables made inside it, in a replica
+    context, fail ("cond/Placeholder" graph errors). Call it inside `strategy.scope()`."""
+    _build_model(model, element_spec)
 
 
 def _build_model(model: keras.Model, element_spec: Any) -> bool:

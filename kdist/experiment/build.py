@@ -86,6 +86,10 @@ def strategy_for(model: Any, strategy: tf.distribute.Strategy) -> tf.distribute.
     strategy is not the config's kind or devices.
     """
     own = distribute_strategy(model)
+    if own is None and tf.distribute.has_strategy():
+        # A model made outside any scope, handed over inside one: Keras's `fit` trains
+        # it under the strategy in scope (`Trainer.distribute_strategy`).
+        own = tf.distribute.get_strategy()
     local = (tf.distribute.MirroredStrategy, tf.distribute.OneDeviceStrategy)
     if own is None or own is strategy or type(own) not in local or type(strategy) not in local:
         return strategy  # a cluster's strategy holds its own cluster's connections

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from kdist.config.errors import ConfigError
 from kdist.data.source import Source
+from kdist.engine.building import build_for_prediction
 
 __all__ = ["predict_dataset", "predict_split"]
 
@@ -48,6 +49,8 @@ def predict_dataset(
     if local and strategy.num_replicas_in_sync > 1:
         # Each global batch is split over the replicas, in order (one host: no sharding).
         distributed = strategy.experimental_distribute_dataset(dataset)
+        with strategy.scope():  # the layers' variables, before the replicas' step
+            build_for_prediction(model, dataset.element_spec)
 
         @tf.function
         def step(batch: Any) -> Any:
