@@ -123,8 +123,10 @@ def test_device_that_does_not_exist(tmp_path: Path):
 
 def test_batch_larger_than_the_data(tmp_path: Path):
     cfg = compose(["trainer.global_batch_size=4096", f"run_dir={tmp_path}"])
+    exp = kdist.Experiment(cfg)  # the config's data is read at its first use
     with pytest.raises(ConfigError, match="larger than the 1438 training examples"):
-        kdist.Experiment(cfg)
+        exp.fit()
+    assert not list(tmp_path.rglob("*.weights.h5")) and not list(tmp_path.rglob("*.index"))
 
 
 def test_model_target_returning_something_else(tmp_path: Path):

@@ -208,3 +208,24 @@ def test_a_model_made_outside_a_scope_trains_under_the_scope_it_is_handed_in(tmp
         scheduler = keras.callbacks.LearningRateScheduler(lambda step, lr: lr / 2)
         with pytest.raises(TypeError, match="created with a `LearningRateSchedule`"):
             exp.fit(X[:10, :2], Y[:10, :2], callbacks=[scheduler], epochs=2)
+
+
+def test_calls_on_data_in_hand_never_build_the_config_data(tmp_path, monkeypatch):
+    # Keras's model_test.py's evaluate/predict on a model fit has not trained: the
+    # config's digits were built and checked against the model ("data.source: does not
+    # have the shape of the model's inputs"). Neither evaluate, predict nor fit with
+    # their own data may build it.
+    def refuse(node: Any) -> None:
+        raise AssertionError("the config's data.source was built")
+
+    monkeypatch.setattr("kdist.experiment.run_data.build_source", refuse)
+    theirs, ours = _pair()
+    exp = _experiment(tmp_path, ours)
+    x, y = X[:10, :2], Y[:10]
+    assert exp.evaluate(x, y) == theirs.evaluate(x, y, verbose=0)
+    np.testing.assert_array_equal(exp.predict(x), theirs.predict(x, verbose=0))
+    history = exp.fit(x, y, epochs=2, batch_size=4, shuffle=False)
+    assert (
+        history.history
+        == theirs.fit(x, y, epochs=2, batch_size=4, shuffle=False, verbose=0).history
+    )

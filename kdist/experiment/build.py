@@ -283,9 +283,9 @@ def check_parameter_server(cfg: Any) -> None:
 def compiled_model(
     cfg: Any,
     strategy: tf.distribute.Strategy,
-    source: Source,
+    source: Source | None,
     *,
-    total_steps: int,
+    total_steps: int | None,
     model: keras.Model | None = None,
 ) -> keras.Model:
     """The model to train, made and compiled inside `strategy.scope()`.
@@ -293,8 +293,10 @@ def compiled_model(
     Args:
         cfg: the train config.
         strategy: the run's strategy.
-        source: the data (input shape and classes for a model built from `cfg.model`).
-        total_steps: optimizer steps of the whole run (for learning-rate schedules).
+        source: the data (input shape and classes for a model built from `cfg.model`);
+            `None` with `model`.
+        total_steps: optimizer steps of the whole run (for learning-rate schedules), or
+            `None` where no schedule needs them (`kdist.experiment.run_data`).
         model: the user's model instead of `cfg.model`. Defaults to `None`. Its compile
             is kept when it has one; made outside the scope of a distributed strategy,
             it is rebuilt in the scope with its weights.
@@ -317,6 +319,7 @@ def compiled_model(
     as_it_is = made_outside and not spread
     with contextlib.nullcontext() if as_it_is else strategy.scope():
         if model is None:
+            assert source is not None
             model = models.from_config(
                 cfg.model, input_shape=source.input_shape, num_classes=source.num_classes
             )

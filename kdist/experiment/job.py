@@ -26,7 +26,6 @@ from kdist import strategies
 from kdist.callbacks.best_model import BestModelExport
 from kdist.callbacks.factory import build_run
 from kdist.cluster import chief
-from kdist.compat.keras_private import flatten_layers
 from kdist.config.objective import (
     metric_directions,
     resolve_objective,
@@ -36,11 +35,10 @@ from kdist.data.in_hand import Given, check_inputs
 from kdist.data.in_hand.arrays import non_finite_allowed
 from kdist.data.in_hand.dispatch import kind_of
 from kdist.data.in_hand.raised import data_errors
-from kdist.data.pipeline import build_source
 from kdist.data.pipeline import steps_per_epoch as steps_per_epoch_of
 from kdist.data.source import Source
 from kdist.engine import Controller, FitResult, Runner
-from kdist.experiment import batch_plan, outputs
+from kdist.experiment import batch_plan, outputs, run_data
 from kdist.experiment.binding import Binding
 from kdist.experiment.build import (
     check_is_model,
@@ -64,6 +62,7 @@ from kdist.experiment.fit_arguments import (
 )
 from kdist.experiment.results import Results
 from kdist.experiment.resuming import Resuming
+from kdist.experiment.run_data import BuiltAtFirstUse
 from kdist.process import runtime
 from kdist.runs import lock as run_lock
 from kdist.runs.layout import default_run_dir
@@ -80,8 +79,9 @@ class Experiment(Binding, Results, Resuming):
     """Set up devices, seeds, precision and the strategy for a config, then train it.
 
     Creating an `Experiment` validates the config, applies `runtime`, builds the strategy
-    and the data source, and checks that the global batch splits evenly over the replicas;
-    each problem raises `ConfigError` naming the key before any training.
+    and checks that the global batch splits evenly over the replicas; each problem raises
+    `ConfigError` naming the key before any training. The config's data source is built
+    at its first use (`kdist.experiment.run_data`): never when every call brings its data.
 
     Args:
         cfg: a composed train config (`kdist.compose(...)` or a Hydra app's).
@@ -99,6 +99,11 @@ class Experiment(Binding, Results, Resuming):
     ```
     """
 
+    # The config's data, made when first read unless data given to a call came first.
+    source = BuiltAtFirstUse(run_data.config_source)
+    steps_per_epoch = BuiltAtFirstUse(run_data.config_steps_per_epoch)
+    validates = BuiltAtFirstUse(run_data.config_validates)
+
     def __init__(self, cfg: DictConfig, *, run_dir: str | Path | None = None):
         objective = cfg.get("objective")
         self._objective_auto = objective is not None and objective.get("name") == "auto"
@@ -112,11 +117,7 @@ class Experiment(Binding, Results, Resuming):
         self.num_replicas = int(self.strategy.num_replicas_in_sync)
         self.is_chief = chief.is_chief(self.strategy)
         batch = batch_plan.global_batch_size(cfg, self.num_replicas)
-        self.source = build_source(cfg.data.source)
-        per_epoch = cfg.trainer.get("steps_per_epoch")
-        self.steps_per_epoch = steps_per_epoch_of(self.source, batch, per_epoch)
         self.output_dir = chief.writable_dir(self.run_dir, self.strategy)
-        self.validates = bool(cfg.trainer.validation) and self.source.size("validation") > 0
         # The objective and the monitors are checked against what the model logs once it
         # is built (`build_model`): a user's model (from a notebook or `model._target_`)
         # logs its own metrics, whatever the config's `trainer.metrics` say.
@@ -145,10 +146,9 @@ class Experiment(Binding, Results, Resuming):
         self._fitted = False
         self._resume_checked = False
         log.info(
-            "strategy %s with %d replica(s); %d steps per epoch of global batch %d",
+            "strategy %s with %d replica(s); global batch %d",
             type(self.strategy).__name__,
             self.num_replicas,
-            self.steps_per_epoch,
             batch,
         )
 
@@ -189,22 +189,21 @@ class Experiment(Binding, Results, Resuming):
             check_targets(cfg.trainer.get("loss"), self.source)
         # The user's own compile (kept by `compiled_model`): its loss is the one checked.
         self._own_compile = model is not None and bool(model.compiled and model.optimizer)
-        schedule = batch_plan.schedule(cfg.trainer, self.steps_per_epoch)
-        model = compiled_model(
-            cfg, self.strategy, self.source, total_steps=schedule.total_steps, model=model
-        )
+        # The config's data only where it is needed: a model to make from it, or the
+        # run's length for a schedule that ends with the run (`run_data`).
+        steps = None
+        if not self._own_compile and (from_config or run_data.needs_total_steps(cfg)):
+            steps = batch_plan.schedule(cfg.trainer, self.steps_per_epoch).total_steps
+        source = self.source if from_config else None
+        model = compiled_model(cfg, self.strategy, source, total_steps=steps, model=model)
         self.model, self.optimizer = model, model.optimizer
         self._watch.seen(model)
         self._model_from_config = from_config
         self.runner, self.controller, self._bound = None, None, None
         # A user's model is built as `fit` builds it: on the first batch of the data `fit`
-        # is given, in the strategy's scope. It meets the config's data now only when it is
-        # built already (every layer) and takes that data; else at `fit`.
-        if (
-            from_config
-            or self._given is not None
-            or (all(layer.built for layer in flatten_layers(model)) and self._takes_source(model))
-        ):
+        # is given, in the strategy's scope; it meets the config's data only at a call
+        # that trains or evaluates on it.
+        if from_config or self._given is not None:
             self._bind()
         return model
 
