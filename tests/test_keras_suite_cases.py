@@ -66,6 +66,18 @@ def _dense_model() -> keras.Model:
     return model
 
 
+def _evaluate_both(tmp_path: Path, make: object, *, return_dict: bool) -> tuple[object, object]:
+    """kdist's and Keras's `evaluate` of two equal models from `make`, on the same 40
+    rows in batches of 16."""
+    x = RNG.normal(size=(40, 4)).astype("float32")
+    y = RNG.normal(size=(40, 3)).astype("float32")
+    theirs, ours = _pair(make)
+    expected = theirs.evaluate(x, y, batch_size=16, return_dict=return_dict, verbose=0)
+    exp = _experiment(tmp_path)
+    exp.build_model(model=ours)
+    return exp.evaluate(x, y, batch_size=16, return_dict=return_dict), expected
+
+
 def _max_diff(a: keras.Model, b: keras.Model) -> float:
     pairs = zip(a.get_weights(), b.get_weights(), strict=True)
     return max(float(np.abs(i - j).max()) for i, j in pairs)
@@ -532,13 +544,7 @@ def test_evaluate_returns_a_custom_test_steps_logs_as_evaluate(tmp_path, return_
         model.compile(optimizer="sgd", loss="mse", metrics=[keras.metrics.MeanSquaredError()])
         return model
 
-    x = RNG.normal(size=(40, 4)).astype("float32")
-    y = RNG.normal(size=(40, 3)).astype("float32")
-    theirs, ours = _pair(make)
-    expected = theirs.evaluate(x, y, batch_size=16, return_dict=return_dict, verbose=0)
-    exp = _experiment(tmp_path)
-    exp.build_model(model=ours)
-    got = exp.evaluate(x, y, batch_size=16, return_dict=return_dict)
+    got, expected = _evaluate_both(tmp_path, make, return_dict=return_dict)
     assert got == expected
     assert len(got) == 3
 
@@ -854,10 +860,5 @@ def test_evaluate_flattens_a_custom_test_steps_nested_logs_as_evaluate(tmp_path)
         model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
         return model
 
-    x = RNG.normal(size=(40, 4)).astype("float32")
-    y = RNG.normal(size=(40, 3)).astype("float32")
-    theirs, ours = _pair(make)
-    expected = theirs.evaluate(x, y, batch_size=16, return_dict=True, verbose=0)
-    exp = _experiment(tmp_path)
-    exp.build_model(model=ours)
-    assert exp.evaluate(x, y, batch_size=16, return_dict=True) == expected
+    got, expected = _evaluate_both(tmp_path, make, return_dict=True)
+    assert got == expected
