@@ -464,6 +464,7 @@ def test_a_deferred_saves_write_runs_beside_the_steps_of_the_call_that_copies_it
             ]
         )
     exp.build_model(model)
+    exp._controller()  # bound to the config's data, as a `fit` binds it first
     assert exp.runner is not None
     saver = _saver(exp, tmp_path / "beside")
     saver.bind(exp.runner)  # as a `fit` does: the runner's calls make the copies

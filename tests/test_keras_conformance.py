@@ -337,8 +337,10 @@ def test_float_targets_with_a_classification_loss_are_refused(tmp_path: Path):
     case = Case("float_targets", regressor, data="regression")
     cfg = _config(case, tmp_path / "data.npz", tmp_path / "run", [])
     exp = kdist.Experiment(cfg)
+    exp.build_model(model=regressor())  # the config's data is checked at the call using it
     with pytest.raises(ConfigError, match=r"trainer.loss.*integer class ids.*mse"):
-        exp.build_model(model=regressor())
+        exp.fit()
+    assert exp.controller is None  # refused before any step
 
 
 def test_loss_keys_must_be_output_names(tmp_path: Path):

@@ -172,38 +172,41 @@ class DenseTrainer(Trainer, keras.layers.Dense):  # type: ignore[misc]
         Trainer.__init__(self)
 
 
-def _in_scope_experiment(tmp_path: Path, model: keras.Model) -> kdist.Experiment:
+def _mirrored_experiment(tmp_path: Path) -> kdist.Experiment:
     overrides = ["trainer.verbose=0", "callbacks=minimal", "strategy=mirrored"]
-    exp = kdist.Experiment(
+    return kdist.Experiment(
         kdist.compose([*overrides, "runtime.logical_devices=2"]), run_dir=tmp_path
     )
-    exp.build_model(model=model)
-    return exp
 
 
 def test_predict_under_mirrored_builds_an_unbuilt_model_before_the_replicas_step(tmp_path):
     # trainer_test.py's test_predict_flow under a MirroredStrategy scope: the layer's
-    # kernel made inside the replicas' step failed ("cond/Placeholder").
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    # kernel made inside the replicas' step failed ("cond/Placeholder"). Both models are
+    # made in kdist's own strategy (a second two-device MirroredStrategy in this process
+    # would reuse its collectives' keys).
+    exp = _mirrored_experiment(tmp_path)
     x = np.ones((100, 4), "float32")
-    with strategy.scope():
-        expected = DenseTrainer().predict(x, batch_size=16, verbose=0)
-        got = _in_scope_experiment(tmp_path, DenseTrainer()).predict(x, batch_size=16)
-    np.testing.assert_array_equal(got, expected)  # 4.0 everywhere
+    with exp.strategy.scope():
+        theirs, ours = DenseTrainer(), DenseTrainer()
+    expected = theirs.predict(x, batch_size=16, verbose=0)
+    exp.build_model(model=ours)
+    np.testing.assert_array_equal(exp.predict(x, batch_size=16), expected)  # 4.0 everywhere
 
 
 def test_a_model_made_outside_a_scope_trains_under_the_scope_it_is_handed_in(tmp_path):
     # learning_rate_scheduler_test.py under a MirroredStrategy scope: a model made (and
     # compiled) outside it, compiled again inside with an optimizer made there. Keras's
     # fit trains it under the strategy in scope; kdist's own mirrored strategy mixed
-    # the two ("Mixing different tf.distribute.Strategy objects").
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    # the two ("Mixing different tf.distribute.Strategy objects"). One device in the
+    # scope's strategy: no collectives.
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
     model = keras.Sequential([keras.layers.Dense(5), keras.layers.Dense(2)])
     model.compile(loss="mse", optimizer="sgd")
     with strategy.scope():
         schedule = keras.optimizers.schedules.PolynomialDecay(0.1, decay_steps=10)
         model.compile(loss="mse", optimizer=keras.optimizers.Adam(schedule))
-        exp = _in_scope_experiment(tmp_path, model)
+        exp = _mirrored_experiment(tmp_path)
+        exp.build_model(model=model)
         assert exp.strategy is strategy
         scheduler = keras.callbacks.LearningRateScheduler(lambda step, lr: lr / 2)
         with pytest.raises(TypeError, match="created with a `LearningRateSchedule`"):
