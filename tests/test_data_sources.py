@@ -252,8 +252,9 @@ def test_training_split_smaller_than_one_global_batch(tmp_path: Path):
     np.savez(tmp_path / "small.npz", x=x, y=y)
     base = ["data=npz", f"data.source.path={tmp_path / 'small.npz'}", "trainer.verbose=0"]
     cfg = compose([*base, "trainer.global_batch_size=32", f"run_dir={tmp_path}"])
+    exp = kdist.Experiment(cfg)  # the config's data is read at the call that uses it
     with pytest.raises(ConfigError, match=r"global_batch_size=32.*larger than the 16 training"):
-        kdist.Experiment(cfg)
+        exp.fit()
     # With a fixed number of steps the data repeats: a documented fallback.
     cfg = compose(
         [
