@@ -12,6 +12,7 @@ python -m kdist.train -cd recipes -cn mnist_cnn_mirrored
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import logging
 import re
@@ -33,8 +34,6 @@ from kdist.compat.tools_private import hydra_args_parser
 from kdist.config import ConfigError, exit_with, register
 from kdist.config.compose import compose, format_hydra_error
 from kdist.config.groups import check_choices
-from kdist.config.objective import resolve_objective
-from kdist.config.validate import validate
 from kdist.config.yaml_limits import config_folder
 from kdist.launcher.sweep_launchers import sweep_launcher_overrides
 from kdist.process.exit_codes import (
@@ -47,7 +46,15 @@ from kdist.process.exit_codes import (
 from kdist.process.interrupt import exit_on_ctrl_c
 from kdist.process.log_level import requested_log_level
 from kdist.process.runtime import quiet_tensorflow
-from kdist.runs import lock as run_lock
+from kdist.run_setup import (
+    RunSetup,
+    accept_run_dir,
+    hand_over,
+    known_cluster,
+    setup_run,
+    take_over,
+    take_run_dir,
+)
 from kdist.runs import resume_check
 from kdist.runs.fileio import write_text_atomic
 from kdist.runs.layout import (
@@ -58,8 +65,6 @@ from kdist.runs.layout import (
     SAVE_FOLDERS,
     check_run_dir,
     clean_leftovers,
-    foreign_entries,
-    linked_entries,
 )
 from kdist.runs.refusal import as_it_was_on_refusal
 from kdist.runs.sweep import set_chief
@@ -68,19 +73,31 @@ __all__ = ["accept_run_dir", "hydra_output_dir", "main", "non_chief_overrides", 
 
 log = logging.getLogger("kdist.train")
 
-FOREIGN_KEY = "trainer.allow_foreign_files"
 
-
-def precheck(argv: list[str], *, config_name: str = "train") -> DictConfig | None:
+def precheck(
+    argv: list[str],
+    *,
+    config_name: str = "train",
+    cluster: ClusterInfo | None = None,
+    held: contextlib.ExitStack | None = None,
+) -> DictConfig | None:
     """Compose and validate the command line's config before Hydra starts the job.
 
     Hydra reports composition errors with status 1 and a traceback hint; kdist wants
     status 2 and one line naming the key, before TensorFlow is imported. Multirun sweeps
     and Hydra's informational flags are left to Hydra.
 
+    With `held`, this is the run's setup, made once (`kdist.run_setup`): a named run
+    folder's lock is taken (held until `held` closes) and its resume checked under it,
+    and the setup is handed to the job Hydra starts next (`run`).
+
     Args:
         argv: the command-line arguments (without the program name).
         config_name: the app's default config. Defaults to `"train"`.
+        cluster: this process's cluster, resolved with `kdist.cluster.resolve`'s defaults.
+            Defaults to `None`: resolved here.
+        held: where the run folder's lock is held for the run. Defaults to `None`: the
+            checks alone, nothing held or handed on.
 
     Returns:
         The composed config, or `None` when the command is not a single run.
@@ -105,57 +122,20 @@ def precheck(argv: list[str], *, config_name: str = "train") -> DictConfig | Non
         exit_with(format_hydra_error(error))
     named = _run_dir_override(args.overrides)
     try:
-        validate(cfg)
-        resolve_objective(cfg)  # the run's config names what `auto` became
+        setup = setup_run(cfg, cluster=cluster)
         check_run_dir("hydra.run.dir", named or "outputs")
-        if named and resolve_cluster().is_chief:
+        if named and setup.cluster.is_chief:
             # Before Hydra opens the folder's train.log (a link there would be followed).
             accept_run_dir(named, cfg)
+            if held is None:
+                resume_check.check_resume(named, cfg)
+            else:
+                setup = take_run_dir(named, setup, held)
     except ConfigError as error:
         exit_with(error)
+    if held is not None:
+        hand_over(setup)
     return cfg
-
-
-def accept_run_dir(run_dir: str | Path, cfg: DictConfig) -> None:
-    """Refuse a run folder before anything in it changes; reads only.
-
-    In this order: another run holds its lock (`kdist.runs.lock.check_free`); a name kdist
-    writes there is a symbolic link (`kdist.runs.layout.linked_entries`); it holds files
-    kdist does not write (`kdist.runs.layout.foreign_entries`, unless
-    `trainer.allow_foreign_files=true`); its checkpoints were trained with other settings
-    (`kdist.runs.resume_check`). The run's `.hydra/` and the config beside the checkpoints are
-    written only once all of these have passed (and the lock is held).
-
-    Args:
-        run_dir: the run folder (it may not exist yet).
-        cfg: the run's composed config.
-
-    Raises:
-        ConfigError: naming `hydra.run.dir` (or the key at fault) and what to do.
-    """
-    run_lock.check_free(run_dir)
-    links = linked_entries(run_dir)
-    if links:
-        raise ConfigError(
-            "hydra.run.dir",
-            f"holds symbolic links where kdist writes ({', '.join(links[:5])}); kdist "
-            "does not write through links",
-            value=str(run_dir),
-            hint="remove them, or choose another hydra.run.dir",
-        )
-    foreign = foreign_entries(run_dir)
-    if foreign and not OmegaConf.select(cfg, FOREIGN_KEY, default=False):
-        shown = ", ".join(foreign[:5]) + (
-            f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
-        )
-        raise ConfigError(
-            "hydra.run.dir",
-            f"already holds files kdist does not write ({shown}); a run would mix its "
-            "outputs into them",
-            value=str(run_dir),
-            hint=f"choose a new or empty folder, or {FOREIGN_KEY}=true",
-        )
-    resume_check.check_resume(run_dir, cfg, record=False)
 
 
 def _write_run_config(run_dir: str, cfg: DictConfig) -> None:
@@ -204,24 +184,33 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     Returns:
         The run's `metrics.json` content.
     """
+    return _run(cfg)[0]
+
+
+def _run(cfg: DictConfig) -> tuple[dict[str, Any], RunSetup | None]:
+    """`run`, with the run's setup (`None` when it was refused before it was made)."""
     run_dir = hydra_output_dir()
+    setup = take_over()  # `precheck`'s, made before Hydra started this job
     try:
+        if setup is None:
+            setup = setup_run(cfg, cluster=known_cluster())  # a sweep's job
+        # Hydra composed its own config for this job (its folder, its logging): the run
+        # trains on the one `precheck` composed and checked, the same overrides.
+        cfg = setup.cfg
         if run_dir is None:
-            return _train(cfg, None)
-        is_chief = resolve_cluster().is_chief
+            return _train(setup, None), setup
+        is_chief = setup.cluster.is_chief
         set_chief(is_chief)  # the multirun summary's row is the chief's to write
         if not is_chief:
             _stop_file_logging(run_dir)
-        if is_chief:
-            accept_run_dir(run_dir, cfg)  # reads only: a refused run changes nothing
-        with run_lock.hold(run_dir, enabled=is_chief):
-            # Again under the lock (another run may have trained here since); records
-            # the allowed changes for the restore.
-            resume_check.check_resume(run_dir, cfg)
+        with contextlib.ExitStack() as held:
+            if is_chief and not setup.resumed_in(run_dir):
+                accept_run_dir(run_dir, cfg)  # reads only: a refused run changes nothing
+                setup = take_run_dir(run_dir, setup, held)
             # A check that needs the strategy, the model or the data refuses the run
             # after its config was written: the folder is put back, byte for byte.
             with as_it_was_on_refusal(run_dir, enabled=is_chief):
-                return _train(cfg, run_dir, write_config=is_chief)
+                return _train(setup, run_dir, write_config=is_chief), setup
     except ConfigError as error:
         # A run refused here never removes the train.log that Hydra opened: another run
         # that took the folder since the check before Hydra may have opened it too.
@@ -249,15 +238,15 @@ def _stop_file_logging(run_dir: str) -> None:
             handler.close()
 
 
-def _train(cfg: DictConfig, run_dir: str | None, *, write_config: bool = False) -> dict[str, Any]:
+def _train(setup: RunSetup, run_dir: str | None, *, write_config: bool = False) -> dict[str, Any]:
     from kdist.callbacks.preemption import save_on_ctrl_c
     from kdist.data.checks import check_batch_memory
     from kdist.experiment import Experiment, batch_plan
 
     save_on_ctrl_c(True)
-
+    cfg = setup.cfg
     try:
-        experiment = Experiment(cfg, run_dir=run_dir)
+        experiment = Experiment(cfg, run_dir=run_dir, setup=setup)
         # Config checks that need the data (not the model), before the folder changes.
         check_batch_memory(
             experiment.source, batch_plan.global_batch_size(cfg, experiment.num_replicas)
@@ -367,12 +356,13 @@ def _what_is_saved(run_dir: Path) -> str:
 
 @hydra.main(config_path="pkg://kdist.conf", config_name="train", version_base="1.3")
 def _app(cfg: DictConfig) -> float | None:
-    metrics = run(cfg)
+    metrics, setup = _run(cfg)
     accuracy = metrics["validation"].get("accuracy")
     if accuracy is not None:
         print(f"validation accuracy: {accuracy:.4f}", flush=True)
     hydra_cfg = HydraConfig.get()
-    if hydra_cfg.mode != RunMode.MULTIRUN and resolve_cluster().is_chief:
+    chief = setup is None or setup.cluster.is_chief
+    if hydra_cfg.mode != RunMode.MULTIRUN and chief:
         # As a multirun ends with where its summary is (kdist.runs.sweep.where_message).
         print(f"kdist: run done; its folder {hydra_cfg.runtime.output_dir}", flush=True)
     # The configured objective, so Hydra sweepers (Optuna, ...) can optimise it.
@@ -433,8 +423,10 @@ def _main() -> None:
         exit_with(error)
     multirun = any(arg in ("-m", "--multirun") for arg in sys.argv[1:])
     sys.argv.extend(non_chief_overrides(info, multirun=multirun))
-    precheck(sys.argv[1:])
-    _app()
+    hand_over(cluster=info)  # a sweep's jobs in this process share it
+    with contextlib.ExitStack() as held:  # a named run folder's lock, for the whole run
+        precheck(sys.argv[1:], cluster=info, held=held)
+        _app()
 
 
 if __name__ == "__main__":

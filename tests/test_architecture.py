@@ -36,7 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # 1. the config: schemas, checks, objective, trust (no TensorFlow)
     ("kdist.config",),
     # 2. what a run stands on: process set-up, the cluster, the run folder's files
-    ("kdist.process.runtime", "kdist.cluster", "kdist.runs"),
+    ("kdist.process.runtime", "kdist.cluster", "kdist.runs", "kdist.run_setup"),
     # 3. building blocks: data, models, strategies, loss/metrics/optimizer builders
     (
         "kdist.data",

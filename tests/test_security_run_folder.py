@@ -7,6 +7,7 @@ starts, in-process checks); the train-then-resume cases are `slow`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -19,10 +20,10 @@ from helpers import LOGICAL, compose, run_module
 from omegaconf import OmegaConf
 
 from kdist.config import ConfigError
+from kdist.run_setup import Resume, accept_run_dir, setup_run, take_run_dir
 from kdist.runs import lock as run_lock
 from kdist.runs import resume_check
 from kdist.runs.fileio import LinkError, open_nofollow
-from kdist.train import accept_run_dir
 
 
 def _errors(result: subprocess.CompletedProcess) -> list[str]:
@@ -94,14 +95,27 @@ def test_a_run_refused_by_the_lock_leaves_the_folder_unchanged(tmp_path: Path):
         assert _hashes(run_dir) == before
 
 
-def test_the_checks_read_only(tmp_path: Path):
+@pytest.mark.parametrize("had_lock", [True, False])
+def test_the_checks_read_only(tmp_path: Path, had_lock: bool):
     run_dir = _finished_folder(tmp_path / "run")
+    if not had_lock:  # checkpoints copied into a folder without kdist's lock file
+        (run_dir / ".lock").unlink()
     before = _hashes(run_dir)
-    with pytest.raises(ConfigError, match=r"changed: optimizer\.learning_rate"):
-        accept_run_dir(run_dir, compose(["optimizer.learning_rate=0.5"]))
-    accept_run_dir(run_dir, compose([]))  # the same settings: accepted
+    changed = compose(["optimizer.learning_rate=0.5"])
+    accept_run_dir(run_dir, changed)  # the folder's own checks: links, foreign files
+    with contextlib.ExitStack() as held:
+        with pytest.raises(ConfigError, match=r"changed: optimizer\.learning_rate"):
+            take_run_dir(run_dir, setup_run(changed), held)
+        assert not run_lock.held_here(run_dir)  # a refused run holds nothing
+    assert _hashes(run_dir) == before  # nor leaves a lock file it made
+    same = compose([])
+    with contextlib.ExitStack() as held:
+        setup = take_run_dir(run_dir, setup_run(same), held)  # the same settings: accepted
+        assert setup.resumed_in(run_dir) and setup.resume == Resume(run_dir, ())
+        assert run_lock.held_here(run_dir)  # until the run ends
+        with pytest.raises(ConfigError, match="in use"):
+            run_lock.check_free(run_dir)
     run_lock.check_free(run_dir)
-    assert _hashes(run_dir) == before
 
 
 # -- links and files that are not kdist's ------------------------------------------------
@@ -242,12 +256,15 @@ def test_an_allowed_learning_rate_is_set_again_after_the_restore(tmp_path: Path)
     assert configured == {"learning_rate": 0.5}
     optimizer.learning_rate.assign(0.001)  # what a restore does
     # Not accepted as a change: the restored rate stays (a callback may have lowered it).
-    assert resume_check.apply_allowed_changes(run_dir, optimizer, configured) == []
+    unchanged = resume_check.check_resume(run_dir, compose([]))
+    assert unchanged == []
+    assert resume_check.apply_allowed_changes(unchanged, optimizer, configured) == []
     assert float(optimizer.learning_rate) == pytest.approx(0.001)
-    resume_check.check_resume(
+    changed = resume_check.check_resume(
         run_dir, compose(["optimizer.learning_rate=0.5", "trainer.allow_resume_changes=true"])
     )
-    applied = resume_check.apply_allowed_changes(run_dir, optimizer, configured)
+    assert changed == ["optimizer.learning_rate"]
+    applied = resume_check.apply_allowed_changes(changed, optimizer, configured)
     assert applied == ["optimizer.learning_rate"]
     assert float(optimizer.learning_rate) == pytest.approx(0.5)
 

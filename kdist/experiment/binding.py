@@ -33,6 +33,7 @@ from kdist.experiment.compile_state import (
     check_optimizer,
     step_settings,
 )
+from kdist.run_setup import RunSetup
 from kdist.runs import resume_check
 
 log = logging.getLogger(__name__)
@@ -60,9 +61,7 @@ class Binding:
     _own_compile: bool
     _settings: StepSettings
     _watch: CompileWatch
-    _resume_checked: bool
-    _objective_auto: bool
-    _direction_auto: bool
+    setup: RunSetup
 
     def _check_objective(self, model: keras.Model) -> None:
         """`objective` and the callbacks' monitors against what `model` logs."""
@@ -71,8 +70,8 @@ class Binding:
             self.cfg.get("objective"),
             logged,
             validates=self.validates,
-            auto=self._objective_auto,
-            direction_auto=self._direction_auto,
+            auto=self.setup.objective_auto,
+            direction_auto=self.setup.direction_auto,
             directions=metric_directions(model),
         )
         check_monitors(self.cfg, logged)
@@ -166,7 +165,7 @@ class Binding:
         # The config as resolved (batch, objective), before training; over a folder
         # with checkpoints only once `restore` has checked it against theirs.
         if self.is_chief and (
-            self._resume_checked or not resume_check.holds_checkpoints(self.run_dir)
+            self.setup.resumed_in(self.run_dir) or not resume_check.holds_checkpoints(self.run_dir)
         ):
             outputs.write_config(self.output_dir, cfg)
         train_data = functools.partial(run_dataset_fn, cfg, self.source, "train")

@@ -26,11 +26,7 @@ from kdist import strategies
 from kdist.callbacks.best_model import BestModelExport
 from kdist.callbacks.factory import build_run
 from kdist.cluster import chief
-from kdist.config.objective import (
-    metric_directions,
-    resolve_objective,
-)
-from kdist.config.validate import validate
+from kdist.config.objective import metric_directions
 from kdist.data.in_hand import Given, check_inputs
 from kdist.data.in_hand.arrays import non_finite_allowed
 from kdist.data.in_hand.dispatch import kind_of
@@ -64,6 +60,7 @@ from kdist.experiment.results import Results
 from kdist.experiment.resuming import Resuming
 from kdist.experiment.run_data import BuiltAtFirstUse
 from kdist.process import runtime
+from kdist.run_setup import RunSetup, setup_run
 from kdist.runs import lock as run_lock
 from kdist.runs.layout import default_run_dir
 
@@ -87,6 +84,8 @@ class Experiment(Binding, Results, Resuming):
         cfg: a composed train config (`kdist.compose(...)` or a Hydra app's).
         run_dir: where outputs go. Defaults to `None`: `cfg.run_dir` if set, else a new
             `outputs/<date>/<time>` folder.
+        setup: `cfg`'s setup, made once (`kdist.run_setup.setup_run`; `kdist train`
+            makes it before Hydra starts the job). Defaults to `None`: made here.
 
     Example:
 
@@ -104,16 +103,18 @@ class Experiment(Binding, Results, Resuming):
     steps_per_epoch = BuiltAtFirstUse(run_data.config_steps_per_epoch)
     validates = BuiltAtFirstUse(run_data.config_validates)
 
-    def __init__(self, cfg: DictConfig, *, run_dir: str | Path | None = None):
-        objective = cfg.get("objective")
-        self._objective_auto = objective is not None and objective.get("name") == "auto"
-        self._direction_auto = objective is not None and objective.get("direction") == "auto"
-        validate(cfg)
-        resolve_objective(cfg)
+    def __init__(
+        self, cfg: DictConfig, *, run_dir: str | Path | None = None, setup: RunSetup | None = None
+    ):
+        if setup is None:
+            setup = setup_run(cfg)  # a notebook's: validated, objective and cluster resolved
+        elif setup.cfg is not cfg:
+            raise ValueError("Experiment(cfg, setup=...): setup.cfg must be cfg")
+        self.setup = setup
         self.cfg = cfg
         self.run_dir = Path(run_dir or cfg.get("run_dir") or default_run_dir(microseconds=True))
         runtime.setup(cfg.runtime)
-        self.strategy: tf.distribute.Strategy = strategies.build(cfg.strategy)
+        self.strategy: tf.distribute.Strategy = strategies.build(cfg.strategy, setup.cluster)
         self.num_replicas = int(self.strategy.num_replicas_in_sync)
         self.is_chief = chief.is_chief(self.strategy)
         batch = batch_plan.global_batch_size(cfg, self.num_replicas)
@@ -144,7 +145,6 @@ class Experiment(Binding, Results, Resuming):
             jit_compile=bool(cfg.runtime.jit_compile),
         )
         self._fitted = False
-        self._resume_checked = False
         log.info(
             "strategy %s with %d replica(s); global batch %d",
             type(self.strategy).__name__,

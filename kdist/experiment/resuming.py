@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 from kdist.engine import Controller
 from kdist.experiment import outputs
+from kdist.run_setup import RunSetup
 from kdist.runs import resume_check
 from kdist.runs.layout import SAVE_FOLDERS
 
@@ -25,7 +26,7 @@ class Resuming:
     output_dir: Path
     is_chief: bool
     steps_per_epoch: int
-    _resume_checked: bool
+    setup: RunSetup
 
     def _controller(self) -> Controller:
         raise NotImplementedError  # `Experiment._controller`
@@ -43,12 +44,14 @@ class Resuming:
             ConfigError: naming the changed keys when the checkpoints were trained with
                 other settings (unless `trainer.allow_resume_changes=true`).
         """
-        if not self._resume_checked:
-            # The command line's resume check, before this run's config is written over
-            # the folder's: a changed setting is refused in one line, one allowed by
+        if not self.setup.resumed_in(self.run_dir):
+            # The command line's resume check (made there before the job, under the
+            # folder's lock), before this run's config is written over the folder's: a
+            # changed setting is refused in one line, one allowed by
             # `trainer.allow_resume_changes` is applied after the restore (below).
-            resume_check.check_resume(self.run_dir, self.cfg)
-            self._resume_checked = True
+            self.setup = self.setup.checked_in(self.run_dir)
+        assert self.setup.resume is not None
+        changed = self.setup.resume.changed
         controller = self._controller()
         if self.is_chief:
             outputs.write_config(self.output_dir, self.cfg)
@@ -60,7 +63,7 @@ class Resuming:
             *(self.run_dir / folder for folder in SAVE_FOLDERS), clean=self.is_chief
         )
         if step:
-            resume_check.apply_allowed_changes(self.run_dir, controller.model.optimizer, configured)
+            resume_check.apply_allowed_changes(changed, controller.model.optimizer, configured)
         if step and self.is_chief:
             outputs.trim_history(self.output_dir, step // self.steps_per_epoch)
         return step

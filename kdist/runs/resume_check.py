@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,9 +76,6 @@ MAY_CHANGE = (
 )
 # Marks "the saved config is unknown" in the accepted changes.
 UNKNOWN = "*"
-# Accepted changes of a run folder (its real path), from `check_resume` to the restore,
-# with the config they were accepted for (flattened, resolved).
-_ACCEPTED: dict[str, tuple[list[str], dict[str, Any]]] = {}
 
 
 def _flatten(node: Any, key: str = "") -> dict[str, Any]:
@@ -190,17 +188,19 @@ def _saved_config(run_dir: Path) -> tuple[Path, DictConfig] | bool | None:
     return False
 
 
-def check_resume(run_dir: str | os.PathLike[str], cfg: DictConfig, *, record: bool = True) -> None:
+def check_resume(run_dir: str | os.PathLike[str], cfg: DictConfig) -> list[str]:
     """Refuse to resume `run_dir`'s checkpoints with a config that changes what is trained.
 
-    Reads only: nothing in the folder changes.
+    Reads only: nothing in the folder changes. A run checks once, under its folder's lock
+    (`kdist.run_setup.RunSetup.checked_in`); an allowed change is logged here.
 
     Args:
         run_dir: the run folder.
         cfg: the new run's composed config.
-        record: log an allowed change and keep it for `apply_allowed_changes` (the
-            check made under the run's lock); `False` for the check before it.
-            Defaults to `True`.
+
+    Returns:
+        The changed keys `trainer.allow_resume_changes=true` accepted (`UNKNOWN` when the
+        checkpoints have no saved config), for `apply_allowed_changes`; empty when none.
 
     Raises:
         ConfigError: listing the changed keys, unless `trainer.allow_resume_changes` is
@@ -209,24 +209,8 @@ def check_resume(run_dir: str | os.PathLike[str], cfg: DictConfig, *, record: bo
     """
     allowed = bool(OmegaConf.select(cfg, ALLOW_KEY, default=False))
     found = _saved_config(Path(run_dir))
-    key = str(Path(run_dir).resolve())
-    mine = _plain(cfg)
-    if record:
-        earlier = _ACCEPTED.pop(key, None)
-        if (
-            earlier is not None
-            and isinstance(found, tuple)
-            and not changed_keys(earlier[1], mine)
-            and not changed_keys(found[1], mine)
-        ):
-            # Checked again once this very config was saved over the folder's (the
-            # command line checks under the lock and writes `.hydra/` and the copies
-            # beside the checkpoints before the Experiment restores): the changes
-            # accepted for it still wait to be applied after the restore.
-            _ACCEPTED[key] = earlier
-            return
     if found is None:
-        return
+        return []
     if found is False:
         if not allowed:
             raise ConfigError(
@@ -236,15 +220,13 @@ def check_resume(run_dir: str | os.PathLike[str], cfg: DictConfig, *, record: bo
                 value=str(run_dir),
                 hint=f"another hydra.run.dir, or {ALLOW_KEY}=true to resume them as configured",
             )
-        if record:
-            log.warning("resuming checkpoints without a saved config (%s=true)", ALLOW_KEY)
-            _ACCEPTED[key] = ([UNKNOWN], mine)
-        return
+        log.warning("resuming checkpoints without a saved config (%s=true)", ALLOW_KEY)
+        return [UNKNOWN]
     assert not isinstance(found, bool)
     path, saved = found
     changed = changed_keys(saved, cfg)
     if not changed:
-        return
+        return []
     shown = ", ".join(changed[:12])
     if len(changed) > 12:
         shown += f" and {len(changed) - 12} more"
@@ -265,9 +247,8 @@ def check_resume(run_dir: str | os.PathLike[str], cfg: DictConfig, *, record: bo
                 value=OmegaConf.select(cfg, name, default=None),
                 hint="keep it, or train in another hydra.run.dir",
             )
-    if record:
-        log.warning("resuming with changed settings (%s=true): %s", ALLOW_KEY, shown)
-        _ACCEPTED[key] = (changed, mine)
+    log.warning("resuming with changed settings (%s=true): %s", ALLOW_KEY, shown)
+    return changed
 
 
 def optimizer_hyperparameters(optimizer: Any) -> dict[str, float]:
@@ -281,19 +262,18 @@ def optimizer_hyperparameters(optimizer: Any) -> dict[str, float]:
 
 
 def apply_allowed_changes(
-    run_dir: str | os.PathLike[str], optimizer: Any, configured: dict[str, float]
+    changed: Sequence[str], optimizer: Any, configured: dict[str, float]
 ) -> list[str]:
     """After a restore: set again what an allowed change changed and the checkpoint reset.
 
     Args:
-        run_dir: the run folder (its changes were accepted by `check_resume`).
+        changed: the changes `check_resume` accepted.
         optimizer: the restored optimizer.
         configured: `optimizer_hyperparameters(optimizer)` read before the restore.
 
     Returns:
         The keys set again (e.g. `["optimizer.learning_rate"]`), each logged.
     """
-    changed, _ = _ACCEPTED.pop(str(Path(run_dir).resolve()), ([], {}))
     if not any(k == UNKNOWN or k.startswith("optimizer.") for k in changed):
         return []  # the restored rate is the run's own (a callback may have lowered it)
     inner = getattr(optimizer, "inner_optimizer", optimizer)

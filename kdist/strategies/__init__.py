@@ -6,6 +6,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from kdist.cluster import ClusterInfo
 from kdist.config.build import instantiate
 from kdist.strategies.multi_worker import multi_worker_mirrored
 from kdist.strategies.parameter_server import parameter_server
@@ -21,11 +22,14 @@ __all__ = [
 ]
 
 
-def build(strategy_cfg: Any) -> Any:
+def build(strategy_cfg: Any, cluster: ClusterInfo | None = None) -> Any:
     """Build the `tf.distribute.Strategy` a `strategy` config node describes.
 
     Args:
         strategy_cfg: the `strategy` node (with `_target_`).
+        cluster: this process's cluster, resolved once for the run
+            (`kdist.run_setup.RunSetup.cluster`), for a strategy over a cluster.
+            Defaults to `None`: the strategy resolves it.
 
     Returns:
         A `tf.distribute.Strategy`.
@@ -33,5 +37,14 @@ def build(strategy_cfg: Any) -> Any:
     # `sync` configures the engine (`kdist.engine.sync`), not the tf.distribute strategy.
     keys = [str(key) for key in strategy_cfg if key != "sync"]
     if isinstance(strategy_cfg, DictConfig):
-        return instantiate(OmegaConf.masked_copy(strategy_cfg, keys), _convert_="all")
-    return instantiate({key: strategy_cfg[key] for key in keys}, _convert_="all")
+        node: Any = OmegaConf.masked_copy(strategy_cfg, keys)
+    else:
+        node = {key: strategy_cfg[key] for key in keys}
+    if cluster is not None and str(strategy_cfg.get("_target_", "")).endswith(_OVER_CLUSTERS):
+        # Hydra would merge a keyword argument into the config: the value goes in the call.
+        return instantiate(node, _convert_="all", _partial_=True)(resolved=cluster)
+    return instantiate(node, _convert_="all")
+
+
+# The strategies that take a resolved cluster (`resolved`).
+_OVER_CLUSTERS = (".multi_worker_mirrored", ".parameter_server")

@@ -34,6 +34,7 @@ def multi_worker_mirrored(
     bytes_per_pack: int = 0,
     cluster: str = "auto",
     port_base: int = 8888,
+    resolved: kdist_cluster.ClusterInfo | None = None,
 ) -> tf.distribute.Strategy:
     """`tf.distribute.MultiWorkerMirroredStrategy` over the resolved cluster.
 
@@ -50,6 +51,8 @@ def multi_worker_mirrored(
             step, else this process alone), `tf_config`, `slurm` or `none`.
             Defaults to `"auto"`.
         port_base: first port of the tasks on each SLURM node. Defaults to `8888`.
+        resolved: this process's cluster, resolved once for the run with `cluster` and
+            `port_base` (`kdist.run_setup`). Defaults to `None`: resolved here.
 
     Returns:
         The strategy.
@@ -72,7 +75,11 @@ def multi_worker_mirrored(
         raise ConfigError(
             "strategy.bytes_per_pack", "must be an integer >= 0", value=bytes_per_pack
         )
-    info = kdist_cluster.resolve(mode=cluster, port_base=port_base)
+    info = (
+        resolved
+        if resolved is not None
+        else kdist_cluster.resolve(mode=cluster, port_base=port_base)
+    )
     if "ps" in info.cluster:
         raise ConfigError(
             "strategy",

@@ -88,6 +88,7 @@ def parameter_server(
     max_shards: int | None = None,
     cluster: str = "auto",
     port_base: int = 8888,
+    resolved: kdist_cluster.ClusterInfo | None = None,
 ) -> tf.distribute.Strategy:
     """`tf.distribute.ParameterServerStrategy` over the resolved cluster.
 
@@ -109,6 +110,8 @@ def parameter_server(
             `tf_config` or `slurm`. A SLURM step has no roles, so SLURM jobs give each
             task a TF_CONFIG (`recipes/cluster/slurm-ps.sbatch`). Defaults to `"auto"`.
         port_base: first port of the tasks on each SLURM node. Defaults to `8888`.
+        resolved: this process's cluster, resolved once for the run with `cluster` and
+            `port_base` (`kdist.run_setup`). Defaults to `None`: resolved here.
 
     Returns:
         The strategy.
@@ -126,7 +129,11 @@ def parameter_server(
         raise ConfigError(
             "strategy.steps_per_schedule", "must be a positive integer", value=steps_per_schedule
         )
-    info = kdist_cluster.resolve(mode=cluster, port_base=port_base)
+    info = (
+        resolved
+        if resolved is not None
+        else kdist_cluster.resolve(mode=cluster, port_base=port_base)
+    )
     if info.source == "none":
         raise ConfigError(
             "strategy",
