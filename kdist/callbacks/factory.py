@@ -194,7 +194,8 @@ def build_run(
     """
     node = cfg.callbacks
     resuming = controller.global_step > 0
-    epoch_shift = int(getattr(controller, "run_epoch_shift", 0))
+    numbers = getattr(controller, "numbers", None)
+    epoch_shift = int(numbers.run_shift) if numbers is not None else 0
     run = RunCallbacks()
     # Keras's `TerminateOnNaN` of the user's acts first, as in `fit`: the guard follows it.
     terminates = any(isinstance(c, keras.callbacks.TerminateOnNaN) for c in extra)

@@ -3,7 +3,8 @@
 Keras's `fit(epochs=N)` called again numbers its epochs `initial_epoch .. N - 1` once
 more, and kdist does so for every callback and the `History`. The files kdist writes for
 the run (`history.csv`, `curves.png`) go on counting the run's epochs instead: their
-writers add the controller's `run_epoch_shift` to the epoch they are given.
+writers add the controller's `numbers.run_shift` (`kdist.engine.epoch_clock.EpochNumbers`)
+to the epoch they are given.
 """
 
 from __future__ import annotations

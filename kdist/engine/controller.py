@@ -29,7 +29,7 @@ from kdist.compat.keras_loop import initial_epoch_of, should_eval
 from kdist.data.pipeline import DatasetFn
 from kdist.engine.after_failure import close_files, finish_writes
 from kdist.engine.call_gate import TRAIN_CALLS
-from kdist.engine.epoch_clock import Schedule
+from kdist.engine.epoch_clock import EpochNumbers, Schedule
 from kdist.engine.restoring import restore_run
 from kdist.engine.runner import Runner, non_finite_loss, wants_test_hooks
 from kdist.engine.state import (
@@ -120,15 +120,8 @@ class Controller:
         self.model = model
         self.schedule = schedule
         self.global_step = 0
-        # Epochs are counted from step `epoch_origin[1]` on, the first being number
-        # `epoch_origin[0]`: (0, 0) unless the data changed between two `fit` calls of a
-        # notebook (`use_runner`), where the new data's epochs start at the next epoch.
-        self.epoch_origin = (0, 0)
-        # kdist: the run's epoch number minus the Keras number of the same epoch. A later
-        # `fit(epochs=N)` numbers its epochs from `initial_epoch` again, as Keras does;
-        # the run's own files (history.csv, curves.png, the summary's epoch count) go on
-        # counting the run's epochs (`Controller.start_at_epoch(..., again=True)`).
-        self.run_epoch_shift = 0
+        # The one epoch clock: which epoch a step is in, Keras's numbers and the run's.
+        self.numbers = EpochNumbers()
         self._train_data = train_data
         self._strategy_name = strategy_name
         self._num_replicas = num_replicas
@@ -179,8 +172,7 @@ class Controller:
             for folder in (backup_dir, checkpoint_dir):
                 clean_leftovers(folder)
         path = self._restore_newest(backup_dir, checkpoint_dir)
-        self.epoch_origin = (0, 0)
-        self.run_epoch_shift = 0
+        self.numbers = EpochNumbers()
         if path is None:
             self.global_step = 0
             return 0
@@ -212,9 +204,8 @@ class Controller:
         The data position counts from the epoch origin, where this `fit`'s data starts:
         a later `fit` after an interrupted one starts its data anew, as Keras's does.
         """
-        origin_epoch, origin_step = self.epoch_origin
-        steps_in = self.schedule.clock.steps_before(epoch - origin_epoch)
-        self.global_step = origin_step + steps_in
+        steps_in = self.numbers.steps_into_data(epoch, self.schedule.clock)
+        self.global_step = self.numbers.origin_step + steps_in
         self.state.steps.assign(self.global_step)
         examples = steps_in * self.schedule.global_batch_size
         self.runner.set_train_dataset_fn(self._train_data(examples))
@@ -235,11 +226,7 @@ class Controller:
         The new data's epochs start at the next epoch: after a partly trained epoch,
         that epoch counts as done.
         """
-        origin_epoch, origin_step = self.epoch_origin
-        steps, clock = self.global_step - origin_step, self.schedule.clock
-        done = clock.epochs_done(steps)
-        done += steps > clock.steps_before(done)  # a partly trained epoch counts as done
-        self.epoch_origin = (origin_epoch + done, self.global_step)
+        self.numbers = self.numbers.new_data(self.global_step, self.schedule.clock)
         self.runner = runner
         self._train_data = train_data
 
@@ -249,23 +236,20 @@ class Controller:
         Keras, whatever the model trained before.
 
         `again`: the model trained before in this run (a later `fit`); kdist's run files
-        go on counting the run's epochs (`run_epoch_shift`), Keras's numbers restart.
+        go on counting the run's epochs (`EpochNumbers.run_shift`), Keras's numbers restart.
         """
-        if again:
-            self.run_epoch_shift += self.epoch - int(epoch)
-        self.epoch_origin = (int(epoch), self.global_step)
+        clock = self.schedule.clock
+        self.numbers = self.numbers.started_at(int(epoch), self.global_step, clock, again=again)
 
     @property
     def epoch(self) -> int:
         """The epoch the next step belongs to (epochs done, a partial one not counted)."""
-        origin_epoch, origin_step = self.epoch_origin
-        return origin_epoch + self.schedule.clock.epochs_done(self.global_step - origin_step)
+        return self.numbers.epoch(self.global_step, self.schedule.clock)
 
     def end_step(self, schedule: Schedule | None = None) -> int:
         """The global step at which `schedule` (the controller's own by default) ends."""
         schedule = schedule or self.schedule
-        origin_epoch, origin_step = self.epoch_origin
-        return origin_step + schedule.clock.steps_before(schedule.epochs - origin_epoch)
+        return self.numbers.step_at(schedule.epochs, schedule.clock)
 
     def save_now(self, saver: Saver) -> None:
         """Save with `saver` at the current step, complete on return (a preemption)."""
@@ -341,16 +325,15 @@ class Controller:
         if restored:
             self._skip_to_epoch(restored)
         test_hooks = wants_test_hooks(callbacks.callbacks)
-        origin_epoch, origin_step = self.epoch_origin
-        done = clock.epochs_done(self.global_step - origin_step)
-        first_step = self.global_step - origin_step - clock.steps_before(done)
-        initial_epoch = origin_epoch + done
+        numbers = self.numbers
+        initial_epoch = numbers.epoch(self.global_step, clock)
+        first_step = self.global_step - numbers.step_at(initial_epoch, clock)
         logs: dict[str, float] = {}
         epochs_run = steps_run = 0
         started = time.perf_counter()
         for epoch in range(initial_epoch, schedule.epochs):
             step = first_step if epoch == initial_epoch else 0
-            per_epoch = clock.length(epoch - origin_epoch)
+            per_epoch = numbers.length(epoch, clock)
             # Keras: `self.reset_metrics()`. kdist: the runner resets them in the epoch's
             # first call (`Runner.train_loop_begin`); a resumed epoch keeps the running
             # metrics restored with the checkpoint.
@@ -424,7 +407,7 @@ class Controller:
         return FitResult(
             history=model.history,
             epochs_run=epochs_run,
-            run_epochs=initial_epoch + epochs_run + self.run_epoch_shift,
+            run_epochs=initial_epoch + epochs_run + numbers.run_shift,
             steps_run=steps_run,
             train_seconds=train_seconds,
             final_logs=dict(logs),

@@ -1,5 +1,5 @@
-"""How long a run trains (`Schedule`), and where its epochs begin and end in steps from
-the start of a `fit`'s data (`EpochClock`).
+"""How long a run trains (`Schedule`), where its epochs begin and end in steps from the
+start of a `fit`'s data (`EpochClock`), and which epoch a global step is in (`EpochNumbers`).
 
 An epoch is `steps_per_epoch` steps, except where Keras's `fit` makes them differ: with
 `steps_per_epoch` below the batches of data with an end, its `EpochIterator` goes on
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from kdist.data.given_pipeline import OPEN_EPOCH
 
-__all__ = ["EpochClock", "Schedule", "keras_epoch_lengths"]
+__all__ = ["EpochClock", "EpochNumbers", "Schedule", "keras_epoch_lengths"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,63 @@ class EpochClock:
             rest -= length
             done += 1
         return done
+
+
+@dataclass(frozen=True)
+class EpochNumbers:
+    """The run's one epoch clock: which epoch a global step is in, as Keras numbers the
+    epochs of a `fit`, and as the run's own files number them. Pure: each change is a new
+    value (`Controller.numbers`).
+
+    Args:
+        origin_epoch: the number of the epoch that starts at `origin_step`.
+        origin_step: the global step where the epochs are counted from: 0, unless the data
+            changed between two `fit` calls (`new_data`) or a `fit` set `initial_epoch`
+            (`started_at`).
+        run_shift: kdist's addition, the run's epoch number minus Keras's number of the
+            same epoch: a later `fit(epochs=N)` numbers its epochs from `initial_epoch`
+            again, as Keras does, while the run's files (history.csv, curves.png, the
+            summary's epoch count) go on counting the run's epochs.
+    """
+
+    origin_epoch: int = 0
+    origin_step: int = 0
+    run_shift: int = 0
+
+    def epoch(self, step: int, clock: EpochClock) -> int:
+        """The epoch global step `step` belongs to (a partial epoch not counted as done)."""
+        return self.origin_epoch + clock.epochs_done(step - self.origin_step)
+
+    def length(self, epoch: int, clock: EpochClock) -> int:
+        """The steps of epoch `epoch`."""
+        return clock.length(epoch - self.origin_epoch)
+
+    def steps_into_data(self, epoch: int, clock: EpochClock) -> int:
+        """The steps from the data's start (the origin) to the start of epoch `epoch`."""
+        return clock.steps_before(epoch - self.origin_epoch)
+
+    def step_at(self, epoch: int, clock: EpochClock) -> int:
+        """The global step at which epoch `epoch` starts (where a run of `epoch` epochs ends)."""
+        return self.origin_step + self.steps_into_data(epoch, clock)
+
+    def started_at(
+        self, epoch: int, step: int, clock: EpochClock, *, again: bool = False
+    ) -> EpochNumbers:
+        """The next epoch, at global step `step`, is number `epoch` (`fit`'s `initial_epoch`).
+
+        `again`: the model trained before in this run (a later `fit`): the run's files go
+        on counting its epochs (`run_shift`), Keras's numbers restart.
+        """
+        shift = self.run_shift + (self.epoch(step, clock) - epoch if again else 0)
+        return EpochNumbers(epoch, step, shift)
+
+    def new_data(self, step: int, clock: EpochClock) -> EpochNumbers:
+        """Data given anew at global step `step`: its epochs start at the next epoch (a
+        partly trained epoch counts as done)."""
+        steps = step - self.origin_step
+        done = clock.epochs_done(steps)
+        done += steps > clock.steps_before(done)
+        return EpochNumbers(self.origin_epoch + done, step, self.run_shift)
 
 
 def keras_epoch_lengths(batches: int, per_epoch: int, per_call: int) -> tuple[int, ...]:

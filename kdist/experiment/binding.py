@@ -186,8 +186,7 @@ class Binding:
                 # A recompile (a new optimizer in the checkpoint): the run's steps and
                 # epochs go on from where the last `fit` left them.
                 self.controller.global_step = previous.global_step
-                self.controller.epoch_origin = previous.epoch_origin
-                self.controller.run_epoch_shift = previous.run_epoch_shift
+                self.controller.numbers = previous.numbers
                 self.controller.use_runner(runner, train_data)
         self._watch.seen(model)
         self.runner, self._bound = runner, self.source
