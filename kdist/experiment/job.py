@@ -10,8 +10,6 @@ resuming a run folder (`kdist.experiment.resuming`).
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -28,13 +26,11 @@ from kdist.callbacks.factory import build_run
 from kdist.cluster import chief
 from kdist.config.objective import metric_directions
 from kdist.data.in_hand import Given, check_inputs
-from kdist.data.in_hand.arrays import non_finite_allowed
 from kdist.data.in_hand.dispatch import kind_of
 from kdist.data.in_hand.raised import data_errors
-from kdist.data.pipeline import steps_per_epoch as steps_per_epoch_of
 from kdist.data.source import Source
 from kdist.engine import Controller, FitResult, Runner
-from kdist.experiment import batch_plan, outputs, run_data
+from kdist.experiment import batch_plan, fit_call, run_data
 from kdist.experiment.binding import Binding
 from kdist.experiment.build import (
     check_is_model,
@@ -49,12 +45,8 @@ from kdist.experiment.compile_state import (
 )
 from kdist.experiment.fit_arguments import (
     FitArguments,
-    FitData,
     data_keys,
     keras_limits,
-    read_fit_data,
-    set_key,
-    warn_stream_resume,
 )
 from kdist.experiment.results import Results
 from kdist.experiment.resuming import Resuming
@@ -341,56 +333,23 @@ class Experiment(Binding, Results, Resuming):
             validation_batch_size=validation_batch_size,
             validation_freq=validation_freq,
         )
-        # Keras's `TerminateOnNaN` among the callbacks: non-finite data is read, as
-        # `fit` reads it, for the callback to act on the loss it gives.
-        terminates = any(isinstance(c, keras.callbacks.TerminateOnNaN) for c in callbacks)
-        with non_finite_allowed() if terminates else contextlib.nullcontext():
-            found = read_fit_data(
-                arguments,
-                strategy=self.strategy,
-                configured=self._configured,
-                previous=self._given_args,
-                fitted_batch=int(self.cfg.trainer.global_batch_size) if self._fitted else None,
-            )
-        self._use_data(found)
-        controller = self._controller()
+        # Keras: `epoch_iterator = TFEpochIterator(...)`: the data as its adapters read it.
+        fit_call.use_data(self, fit_call.read_data(self, arguments, callbacks))
+        controller = self._controller()  # Keras: `self.make_train_function()`
         if self._given is not None and self.source.size("validation"):
             # Before the first epoch, not after it (Keras fails there, after training).
             spec = self.source.dataset("validation").element_spec
             check_inputs(controller.model, spec, key="validation_data")
         if verbose is None:
             verbose = int(self.cfg.trainer.verbose) if self.is_chief else 0
-        # A notebook may change `trainer.epochs` between two `fit` calls.
-        controller.schedule = self._schedule()
-        if validation_freq is not None:  # Keras's rule alone (`Schedule.validate_last`)
-            controller.schedule = dataclasses.replace(controller.schedule, validate_last=False)
-        resumed = False
-        if not self._fitted:
-            if self.cfg.callbacks.backup.enabled:
-                resumed = self.restore() > 0
-                warn_stream_resume(self._given, self.steps_per_epoch, controller.global_step)
-            else:
-                controller.global_step = 0
-        if epochs is not None:
-            if not resumed:
-                # Keras's numbers, `initial_epoch .. epochs - 1`, for the callbacks and the
-                # History, a later `fit` too. kdist's addition: its run files (history.csv,
-                # curves.png, the summary's epochs) go on counting the run's epochs.
-                controller.start_at_epoch(int(initial_epoch), again=self._fitted)
-            more = int(epochs) - int(initial_epoch)
-            controller.schedule = dataclasses.replace(
-                controller.schedule, epochs=controller.epoch + max(more, 0)
-            )
-        if controller.global_step >= controller.end_step():
-            log.warning(
-                "fit trains nothing: the model is at epoch %d (step %d) and %s; %s",
-                controller.epoch,
-                controller.global_step,
-                f"epochs={epochs}, initial_epoch={initial_epoch} asks for no more"
-                if epochs is not None
-                else f"trainer.epochs={self.cfg.trainer.epochs} is reached",
-                "pass epochs=N to train N epochs more",
-            )
+        fit_call.plan_epochs(
+            self,
+            controller,
+            epochs=epochs,
+            initial_epoch=initial_epoch,
+            validation_freq=validation_freq,
+        )
+        # Keras: `callbacks = callbacks_module.CallbackList(...)`: the run's, then the user's.
         run = build_run(
             self.cfg,
             controller=controller,
@@ -409,41 +368,10 @@ class Experiment(Binding, Results, Resuming):
             # data_errors: what a PyDataset or generator raised, as its one line
             self.result = controller.fit(run.callbacks, savers=run.savers, verbose=verbose)
         # `use_ema`: the controller ends with `finalize_variable_values`, as Keras's `fit`.
-        summary = self.metrics() | {"wall_seconds": time.perf_counter() - started}
-        outputs.write(
-            self.output_dir,
-            self.run_dir,
-            run,
-            metrics=summary,
-            cfg=self.cfg,
-            model=controller.model,
-        )
+        fit_call.write_outputs(self, run, started)  # kdist's addition: the run's files
         return self.result.history
 
     def _user_compiled(self) -> bool:
         """Whether the model is compiled by the user (its own compile, or a recompile)."""
         model = self.model
         return model is not None and (self._own_compile or self._watch.changed(model))
-
-    def _use_data(self, found: FitData | None) -> None:
-        """Make `fit`'s data (`read_fit_data`) the run's: `self.source` and the config keys."""
-        if found is None:
-            return  # the data of the last call (or the config's), or the same again
-        given, args = found.given, found.args
-        cfg = self.cfg
-        for key, value in found.keys.items():
-            set_key(cfg, key, value)
-        batch = batch_plan.global_batch_size(cfg, self.num_replicas)
-        source = given.source if given is not None else self.source
-        per_epoch = cfg.trainer.get("steps_per_epoch")
-        self.steps_per_epoch = steps_per_epoch_of(source, batch, per_epoch)
-        self.source, self._given, self._given_args = source, given or self._given, args
-        if per_epoch and self._given is not None:  # data with an end: Keras's epochs
-            endless = self._given.endless
-            self.steps_per_epoch = batch_plan.steps_within_data(
-                source, batch, self.steps_per_epoch, endless=endless
-            )
-        self.validates = bool(cfg.trainer.validation) and source.size("validation") > 0
-        self._bound = None  # the runner reads the data anew (the pipeline's keys changed)
-        if given is not None:
-            log.info("%s; %d steps per epoch", given.describe(), self.steps_per_epoch)

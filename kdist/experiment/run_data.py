@@ -5,7 +5,7 @@ config's `data.source` (the embedded digits by default): building it would read 
 download, for a real loader) data that the run never touches, and check the model
 against it. `Experiment.source`, `steps_per_epoch` and `validates` are therefore made
 when first read (`BuiltAtFirstUse`), from the config, unless data given to a call set
-them first (`Experiment._use_data`).
+them first (`kdist.experiment.fit_call.use_data`).
 """
 
 from __future__ import annotations

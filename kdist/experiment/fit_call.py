@@ -1,0 +1,136 @@
+"""The parts of one `Experiment.fit` call, in the order Keras's `fit` takes them.
+
+`Experiment.fit` (`kdist.experiment.job`) reads as `TensorFlowTrainer.fit`: the data
+(`read_data`, `use_data`: Keras's data adapter and `EpochIterator`), the epochs of the
+call (`plan_epochs`: `initial_epoch .. epochs - 1`, with kdist's resume first), the
+callbacks, the loop (`kdist.engine.controller.Controller.fit`), and kdist's addition at
+the end, the run's files (`write_outputs`). Each takes the `Experiment` it works for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from typing import Any
+
+import keras
+
+from kdist.data.in_hand.arrays import non_finite_allowed
+from kdist.data.pipeline import steps_per_epoch as steps_per_epoch_of
+from kdist.engine import Controller
+from kdist.experiment import batch_plan, outputs
+from kdist.experiment.fit_arguments import (
+    FitArguments,
+    FitData,
+    read_fit_data,
+    set_key,
+    warn_stream_resume,
+)
+
+__all__ = ["plan_epochs", "read_data", "use_data", "write_outputs"]
+
+log = logging.getLogger(__name__)
+
+
+def read_data(exp: Any, arguments: FitArguments, callbacks: Any) -> FitData | None:
+    """`fit`'s data as Keras's data adapters read it (`read_fit_data`), or `None` for the
+    data of the last call (or the config's).
+
+    With Keras's `TerminateOnNaN` among the callbacks, non-finite data is read, as `fit`
+    reads it, for the callback to act on the loss it gives.
+    """
+    terminates = any(isinstance(c, keras.callbacks.TerminateOnNaN) for c in callbacks)
+    with non_finite_allowed() if terminates else contextlib.nullcontext():
+        return read_fit_data(
+            arguments,
+            strategy=exp.strategy,
+            configured=exp._configured,
+            previous=exp._given_args,
+            fitted_batch=int(exp.cfg.trainer.global_batch_size) if exp._fitted else None,
+        )
+
+
+def use_data(exp: Any, found: FitData | None) -> None:
+    """Make `fit`'s data (`read_data`) the run's: `exp.source` and the config keys."""
+    if found is None:
+        return  # the data of the last call (or the config's), or the same again
+    given, args = found.given, found.args
+    cfg = exp.cfg
+    for key, value in found.keys.items():
+        set_key(cfg, key, value)
+    batch = batch_plan.global_batch_size(cfg, exp.num_replicas)
+    source = given.source if given is not None else exp.source
+    per_epoch = cfg.trainer.get("steps_per_epoch")
+    exp.steps_per_epoch = steps_per_epoch_of(source, batch, per_epoch)
+    exp.source, exp._given, exp._given_args = source, given or exp._given, args
+    if per_epoch and exp._given is not None:  # data with an end: Keras's epochs
+        endless = exp._given.endless
+        exp.steps_per_epoch = batch_plan.steps_within_data(
+            source, batch, exp.steps_per_epoch, endless=endless
+        )
+    exp.validates = bool(cfg.trainer.validation) and source.size("validation") > 0
+    exp._bound = None  # the runner reads the data anew (the pipeline's keys changed)
+    if given is not None:
+        log.info("%s; %d steps per epoch", given.describe(), exp.steps_per_epoch)
+
+
+def plan_epochs(
+    exp: Any,
+    controller: Controller,
+    *,
+    epochs: int | None,
+    initial_epoch: int,
+    validation_freq: Any,
+) -> None:
+    """The epochs this call trains, on `controller.schedule`.
+
+    kdist's addition first: the first `fit` of an `Experiment` resumes the run folder's
+    backup (when backups are on). Then Keras's numbers: `initial_epoch .. epochs - 1` for
+    the callbacks and the `History`, a later `fit` too (kdist's run files go on counting
+    the run's epochs, `EpochNumbers.run_shift`); `epochs=None` trains to the run's
+    `trainer.epochs`. A call that trains nothing says so.
+    """
+    # A notebook may change `trainer.epochs` between two `fit` calls.
+    controller.schedule = exp._schedule()
+    if validation_freq is not None:  # Keras's rule alone (`Schedule.validate_last`)
+        controller.schedule = dataclasses.replace(controller.schedule, validate_last=False)
+    resumed = False
+    if not exp._fitted:
+        if exp.cfg.callbacks.backup.enabled:
+            resumed = exp.restore() > 0
+            warn_stream_resume(exp._given, exp.steps_per_epoch, controller.global_step)
+        else:
+            controller.global_step = 0
+    if epochs is not None:
+        if not resumed:
+            controller.start_at_epoch(int(initial_epoch), again=exp._fitted)
+        more = int(epochs) - int(initial_epoch)
+        controller.schedule = dataclasses.replace(
+            controller.schedule, epochs=controller.epoch + max(more, 0)
+        )
+    if controller.global_step >= controller.end_step():
+        log.warning(
+            "fit trains nothing: the model is at epoch %d (step %d) and %s; %s",
+            controller.epoch,
+            controller.global_step,
+            f"epochs={epochs}, initial_epoch={initial_epoch} asks for no more"
+            if epochs is not None
+            else f"trainer.epochs={exp.cfg.trainer.epochs} is reached",
+            "pass epochs=N to train N epochs more",
+        )
+
+
+def write_outputs(exp: Any, run: Any, started: float) -> None:
+    """kdist's addition after the loop: the run's files (`kdist.experiment.outputs`),
+    `metrics.json` with the call's wall time."""
+    summary = exp.metrics() | {"wall_seconds": time.perf_counter() - started}
+    outputs.write(
+        exp.output_dir,
+        exp.run_dir,
+        run,
+        metrics=summary,
+        cfg=exp.cfg,
+        model=exp.controller.model,
+    )
