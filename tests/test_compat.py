@@ -612,3 +612,78 @@ def test_a_renamed_hook_fails_the_registry_check(monkeypatch):
     monkeypatch.delattr(progbar.Progbar, "_format_time")
     with pytest.raises(AssertionError, match=r"keras.utils.Progbar._format_time is no longer"):
         test_every_overridden_private_hook_is_registered_and_still_upstream()
+
+
+def _kdist_private_names() -> set[str]:
+    """Every `_name` kdist defines: methods, classes, functions, assigned attributes."""
+    import ast
+
+    names: set[str] = set()
+    for path in KDIST.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", "") == "setattr"
+                and len(node.args) > 1
+                and isinstance(node.args[1], ast.Constant)
+            ):
+                names.add(str(node.args[1].value))
+    return {name for name in names if name.startswith("_")}
+
+
+def _upstream_private_reads(paths, own: set[str]) -> list[str]:
+    """`x._name` and `getattr(x, "_name")` in `paths` whose `_name` is not in `own` (nor
+    `self`'s or `cls`'s, nor a `_kdist...` attribute kdist puts on an upstream object)."""
+    import ast
+
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            name = None
+            if isinstance(node, ast.Attribute) and ast.unparse(node.value) not in ("self", "cls"):
+                name = node.attr
+            elif (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", "") in ("getattr", "hasattr", "setattr", "delattr")
+                and len(node.args) > 1
+                and isinstance(node.args[1], ast.Constant)
+                and isinstance(node.args[1].value, str)
+            ):
+                name = node.args[1].value
+            if (
+                name is not None
+                and name.startswith("_")
+                and not name.startswith(("__", "_kdist"))
+                and name not in own
+            ):
+                found.append(f"{path.name}:{node.lineno}: {name}")
+    return found
+
+
+def test_private_attributes_only_in_compat():
+    """Outside kdist/compat/, no private attribute of an upstream object is read: every
+    `x._name` and `getattr(x, "_name")` names something kdist defines itself (the
+    standard library's `os._exit` aside). A read of Keras's, TensorFlow's or a tool's
+    private attribute goes through a `kdist.compat` function, registered in
+    `PRIVATE_NAMES`; an overridden private method is in `OVERRIDDEN_HOOKS` (above)."""
+    paths = [p for p in sorted(KDIST.rglob("*.py")) if (KDIST / "compat") not in p.parents]
+    found = _upstream_private_reads(paths, _kdist_private_names() | {"_exit"})
+    assert not found, f"upstream private attributes outside kdist/compat/: {found}"
+
+
+def test_the_private_attribute_check_sees_a_read(tmp_path: Path):
+    """The check above finds a read of an upstream private attribute, by either form (the
+    two that engine/standard_runner.py and engine/sync/replica_state.py made)."""
+    module = tmp_path / "reads.py"
+    module.write_text(
+        "def f(model, optimizer):\n"
+        "    return model._distribute_strategy, getattr(optimizer, '_learning_rate', None)\n"
+    )
+    found = _upstream_private_reads([module], _kdist_private_names())
+    assert found == ["reads.py:2: _distribute_strategy", "reads.py:2: _learning_rate"]

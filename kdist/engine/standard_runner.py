@@ -8,6 +8,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from kdist.compat.keras_private import distribute_strategy
 from kdist.compat.tf_private import no_partial_batch_handling
 from kdist.data.pipeline import DatasetFn
 from kdist.engine.left_out import NonesLeftOut, holds_nones
@@ -240,7 +241,7 @@ class StandardRunner(StepRunner):
             self._per_epoch
             and self._iterator_ahead
             and strategy.num_replicas_in_sync > 1
-            and getattr(self.model, "_distribute_strategy", None) is not None
+            and distribute_strategy(self.model) is not None
         ):
             with contextlib.suppress(StopIteration, tf.errors.OutOfRangeError):
                 # Read, as Keras reads it: a `cache()` that was not read to its end

@@ -8,6 +8,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from kdist.compat.keras_private import learning_rate_variable
+
 __all__ = ["ReplicaStates"]
 
 
@@ -106,7 +108,7 @@ class ReplicaStates(tf.Module):
 def optimizer_slots(optimizer: Any) -> list[Any]:
     """`optimizer`'s own state per weight (its floating variables but the iteration
     count and the learning rate, which every replica shares)."""
-    shared = [getattr(optimizer, "iterations", None), getattr(optimizer, "_learning_rate", None)]
+    shared = [getattr(optimizer, "iterations", None), learning_rate_variable(optimizer)]
     return [
         v
         for v in optimizer.variables
