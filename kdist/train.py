@@ -11,26 +11,25 @@ python -m kdist.train -cd recipes -cn mnist_cnn_mirrored
 
 from __future__ import annotations
 
-import atexit
 import contextlib
+import copy
 import errno
 import logging
 import re
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from kdist.cluster import ClusterInfo
+from kdist.cluster import ClusterInfo, non_chief_overrides
 from kdist.cluster import resolve as resolve_cluster
 from kdist.command import prepare_command
-from kdist.compat.tools_private import hydra_args_parser
+from kdist.compat import moved
+from kdist.compat.tools_private import app_hydra, hydra_args_parser, run_composed
 from kdist.config import ConfigError, exit_with, register
 from kdist.config.compose import compose, format_hydra_error
 from kdist.config.groups import check_choices
@@ -89,7 +88,9 @@ def precheck(
 
     With `held`, this is the run's setup, made once (`kdist.run_setup`): a named run
     folder's lock is taken (held until `held` closes) and its resume checked under it,
-    and the setup is handed to the job Hydra starts next (`run`).
+    and the setup is handed to the job Hydra starts next (`run`). The config is then
+    composed as `hydra.main` composes it, once (`kdist train` runs Hydra's job on it,
+    `main`), unless `--config-dir`/`--config-path` name another folder of configs.
 
     Args:
         argv: the command-line arguments (without the program name).
@@ -110,12 +111,16 @@ def precheck(
     informational = args.help or args.hydra_help or args.cfg or args.info
     if args.multirun or informational or args.shell_completion:
         return None
+    _COMPOSED.clear()
     try:
-        cfg = compose(
-            args.overrides,
-            config_name=args.config_name or config_name,
-            config_dir=args.config_dir or config_folder(args.config_path),
-        )
+        if held is not None and args.config_dir is None and args.config_path is None:
+            cfg = _compose_app(args.overrides, args.config_name or config_name)
+        else:
+            cfg = compose(
+                args.overrides,
+                config_name=args.config_name or config_name,
+                config_dir=args.config_dir or config_folder(args.config_path),
+            )
     except ConfigError as error:
         exit_with(error)
     except Exception as error:  # Hydra and OmegaConf raise many types; all are bad input
@@ -135,6 +140,29 @@ def precheck(
         exit_with(error)
     if held is not None:
         hand_over(setup)
+    return cfg
+
+
+# `hydra.main`'s Hydra, the config it composed (with its `hydra` node) and its name, for
+# the job `kdist train` runs on it (`precheck`, `main`).
+_COMPOSED: list[Any] = []
+
+
+def _compose_app(overrides: list[str], config_name: str) -> DictConfig:
+    """The run's config, composed once as `hydra.main` composes it (`kdist.compat`)."""
+    register()
+    moved.install()  # the config may name module paths that moved
+    hydra = app_hydra("train", CONFIG_PATH, None)
+    full = hydra.compose_config(
+        config_name=config_name,
+        overrides=list(overrides),
+        run_mode=RunMode.RUN,
+        with_log_configuration=False,
+    )
+    _COMPOSED[:] = [hydra, full, config_name]
+    cfg = copy.deepcopy(full)  # the job's config, as Hydra's `run_job` gives it
+    with read_write(cfg), open_dict(cfg):
+        del cfg["hydra"]
     return cfg
 
 
@@ -354,8 +382,10 @@ def _what_is_saved(run_dir: Path) -> str:
     return "no backup was saved before it: a re-run starts afresh"
 
 
-@hydra.main(config_path="pkg://kdist.conf", config_name="train", version_base="1.3")
-def _app(cfg: DictConfig) -> float | None:
+CONFIG_PATH = "pkg://kdist.conf"
+
+
+def _job(cfg: DictConfig) -> float | None:
     metrics, setup = _run(cfg)
     accuracy = metrics["validation"].get("accuracy")
     if accuracy is not None:
@@ -370,31 +400,7 @@ def _app(cfg: DictConfig) -> float | None:
     return None if value is None else float(value)
 
 
-def non_chief_overrides(info: ClusterInfo, *, multirun: bool = False) -> list[str]:
-    """Hydra overrides that keep a non-chief task from writing the run directory.
-
-    Hydra writes `.hydra/` and `train.log` into its output folder in every process. Only
-    the chief may write the run's files, so the other tasks get no `.hydra/` copy and
-    console-only logging; under multirun their sweep folder is a temporary one (removed
-    at exit).
-
-    Args:
-        info: this process's cluster position.
-        multirun: the command is a Hydra multirun. Defaults to `False`.
-
-    Returns:
-        Overrides to append to the command line (empty on the chief).
-    """
-    if info.is_chief:
-        return []
-    quiet = ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
-    if not multirun:
-        # Same run directory as the chief (to read its backups), but nothing written.
-        return quiet
-    # A sweep writes multirun.yaml into its folder: give other tasks their own.
-    scratch = tempfile.mkdtemp(prefix=f"kdist-{info.task_type}{info.task_index}-hydra-")
-    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
-    return [f"hydra.sweep.dir={scratch}", *quiet]
+_app = hydra.main(config_path=CONFIG_PATH, config_name="train", version_base="1.3")(_job)
 
 
 def main() -> None:
@@ -426,7 +432,11 @@ def _main() -> None:
     hand_over(cluster=info)  # a sweep's jobs in this process share it
     with contextlib.ExitStack() as held:  # a named run folder's lock, for the whole run
         precheck(sys.argv[1:], cluster=info, held=held)
-        _app()
+        if _COMPOSED:  # a single run: Hydra's job on the config composed once
+            app, full, config_name = _COMPOSED
+            run_composed(app, full, config_name, _job)
+        else:  # a sweep, Hydra's flags, another folder of configs: Hydra's app
+            _app()
 
 
 if __name__ == "__main__":

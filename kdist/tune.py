@@ -35,6 +35,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from kdist.cluster import non_chief_overrides
 from kdist.cluster import resolve as resolve_cluster
 from kdist.command import prepare_command
 from kdist.config import ConfigError, exit_with, register
@@ -43,7 +44,7 @@ from kdist.process.interrupt import exit_on_ctrl_c
 from kdist.process.log_level import requested_log_level
 from kdist.process.runtime import quiet_tensorflow
 from kdist.runs.layout import CONFIG, HYDRA, check_run_dir
-from kdist.train import non_chief_overrides, precheck
+from kdist.train import precheck
 from kdist.tuning.folder import accept_search_dir
 
 if TYPE_CHECKING:  # imported on first use, see `__getattr__`

@@ -4,9 +4,10 @@
 process; `python setup_counter.py OUT.json notebook <overrides>` runs
 `kdist.Experiment(kdist.compose(overrides)).fit(x, y)`. Either writes, at exit, how many
 times each setup function ran (counted by code object with `sys.setprofile`, so calls
-through any import name count): the compositions of a config (kdist's `compose`, and
-every one Hydra makes, its app's included), `validate`, the cluster's resolution and the
-resume check.
+through any import name count): the compositions of a config (Hydra's
+`ConfigLoaderImpl.load_configuration`, which every composition goes through: kdist's,
+Hydra's app's, a sweep's jobs'), `validate`, the cluster's resolution and the resume
+check; and kdist's own compositions (`kdist.compose`, `kdist train`'s).
 """
 
 from __future__ import annotations
@@ -19,16 +20,19 @@ import threading
 
 
 def _watched() -> dict[object, str]:
-    from hydra._internal.hydra import Hydra  # every composition, Hydra's app's included
+    # Every composition, Hydra's app's and a sweep's jobs' included.
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
     import kdist.config.compose
     import kdist.config.validate
     import kdist.runs.resume_check
+    import kdist.train
     from kdist.cluster import discovery
 
     return {
+        ConfigLoaderImpl.load_configuration.__code__: "compose",
         kdist.config.compose.compose.__code__: "kdist_compose",
-        Hydra.compose_config.__code__: "compose",
+        kdist.train._compose_app.__code__: "kdist_compose",
         kdist.config.validate.validate.__code__: "validate",
         discovery.resolve.__code__: "cluster",
         kdist.runs.resume_check.check_resume.__code__: "resume",

@@ -280,6 +280,34 @@ def _hydra_compose():
     assert tt.hydra_config_search_path("pkg://kdist.conf") is not None
 
 
+def _hydra_run_composed(tmp_path: Path):
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from kdist.config import register
+
+    register()  # kdist's schemas, as `kdist train` registers them first
+    GlobalHydra.instance().clear()
+    try:
+        hydra = tt.app_hydra("train", "pkg://kdist.conf", None)
+        overrides = [f"hydra.run.dir={tmp_path / 'run'}", "hydra/job_logging=none"]
+        cfg = hydra.compose_config(
+            config_name="train",
+            overrides=overrides,
+            run_mode=RunMode.RUN,
+            with_log_configuration=False,
+        )
+        seen = []
+        job = lambda job_cfg: seen.append((job_cfg, HydraConfig.get().job.name)) or 7  # noqa: E731
+        assert tt.run_composed(hydra, cfg, "train", job, logging=False) == 7
+        assert "hydra" not in seen[0][0] and "trainer" in seen[0][0]
+        assert seen[0][1] == "train"  # the app's name: its log file is train.log
+        assert (tmp_path / "run").is_dir()
+    finally:
+        GlobalHydra.instance().clear()
+
+
 def _keras_all_reduce():
     optimizer = keras.optimizers.SGD(0.1)
     assert callable(optimizer._all_reduce_sum_gradients)
@@ -427,6 +455,9 @@ PROBES = {
     "hydra._internal.hydra.Hydra, hydra._internal.utils.create_config_search_path": (
         _hydra_compose
     ),
+    "hydra._internal.utils.create_automatic_config_search_path, "
+    "hydra._internal.hydra.Hydra.create_main_hydra2, hydra._internal.callbacks.Callbacks, "
+    "hydra._internal.utils.run_and_report": _hydra_run_composed,
     "keras.src.trainers.trainer.Trainer._should_eval": _keras_should_eval,
     "keras.Model._initial_epoch": _keras_initial_epoch,
     "tf.data.Dataset.batch's _batch_size": _tf_batch_size,

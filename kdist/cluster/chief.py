@@ -5,6 +5,7 @@ Every file kdist writes goes through `writable_dir`.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import shutil
 import tempfile
@@ -17,6 +18,7 @@ __all__ = [
     "cleanup_dir",
     "is_chief",
     "is_chief_task",
+    "non_chief_overrides",
     "on_chief",
     "remove_scratch",
     "scratch_dir",
@@ -137,3 +139,30 @@ def cleanup_dir(path: str | Path, run_dir: str | Path) -> None:
     """Remove `path` when it is a non-chief temporary folder (not `run_dir`)."""
     if Path(path).resolve() != Path(run_dir).resolve():
         shutil.rmtree(path, ignore_errors=True)
+
+
+def non_chief_overrides(info: Any, *, multirun: bool = False) -> list[str]:
+    """Hydra overrides that keep a non-chief task from writing the run directory.
+
+    Hydra writes `.hydra/` and `train.log` into its output folder in every process. Only
+    the chief may write the run's files, so the other tasks get no `.hydra/` copy and
+    console-only logging; under multirun their sweep folder is a temporary one (removed
+    at exit).
+
+    Args:
+        info: this process's cluster position (a `kdist.cluster.ClusterInfo`).
+        multirun: the command is a Hydra multirun. Defaults to `False`.
+
+    Returns:
+        Overrides to append to the command line (empty on the chief).
+    """
+    if info.is_chief:
+        return []
+    quiet = ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
+    if not multirun:
+        # Same run directory as the chief (to read its backups), but nothing written.
+        return quiet
+    # A sweep writes multirun.yaml into its folder: give other tasks their own.
+    scratch = tempfile.mkdtemp(prefix=f"kdist-{info.task_type}{info.task_index}-hydra-")
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    return [f"hydra.sweep.dir={scratch}", *quiet]

@@ -23,6 +23,7 @@ from kdist.compat.upstream import (
 
 __all__ = [
     "KERAS_TUNER_PRIVATE",
+    "app_hydra",
     "config_root",
     "hydra_args_parser",
     "hydra_class",
@@ -33,6 +34,7 @@ __all__ = [
     "oracle_servicer_class",
     "resolver_registry",
     "resolvers_replaced",
+    "run_composed",
     "set_oracle_seed",
     "space_has",
     "tuner_protos",
@@ -102,6 +104,62 @@ def hydra_config_search_path(config_dir: str | None) -> Any:
         "hydra._internal.utils", "create_config_search_path", "kdist.config.compose"
     )
     return make(config_dir)
+
+
+_APP = "kdist.train (one composition of a run's config)"
+
+
+def app_hydra(task_name: str, config_path: str, config_dir: str | None) -> Any:
+    """Hydra's app object as `hydra.main(config_path=...)` makes it for the app
+    `task_name` (`Hydra.create_main_hydra2`), `--config-dir` searched first."""
+    import os
+
+    make_path = private_import("hydra._internal.utils", "create_automatic_config_search_path", _APP)
+    search_path = make_path(None, None, config_path)
+    if config_dir is not None:
+        from hydra.core.config_search_path import SearchPathQuery
+
+        search_path.prepend(
+            provider="command-line",
+            path=f"file://{os.path.abspath(config_dir)}",
+            anchor=SearchPathQuery(provider="schema"),
+        )
+    hydra = private_import("hydra._internal.hydra", "Hydra", _APP)
+    return hydra.create_main_hydra2(task_name=task_name, config_search_path=search_path)
+
+
+def run_composed(
+    hydra: Any, cfg: Any, config_name: str, task: Callable[[Any], Any], logging: bool = True
+) -> Any:
+    """`Hydra.run` (the run of `hydra.main`) on a config `hydra.compose_config` made:
+    Hydra's logging, callbacks and job (its output folder, its log file), without
+    composing it again. An exception the job raises is reported as `hydra.main` reports
+    it (`run_and_report`: a short trace, exit status 1)."""
+    from hydra.core.utils import configure_log, run_job
+    from hydra.types import HydraContext, RunMode
+
+    callbacks_class = private_import("hydra._internal.callbacks", "Callbacks", _APP)
+    report = private_import("hydra._internal.utils", "run_and_report", _APP)
+
+    def run() -> Any:
+        if logging:
+            configure_log(cfg.hydra.hydra_logging, cfg.hydra.verbose)
+        if cfg.hydra.mode is None:
+            cfg.hydra.mode = RunMode.RUN
+        callbacks = callbacks_class(cfg)
+        callbacks.on_run_start(config=cfg, config_name=config_name)
+        done = run_job(
+            hydra_context=HydraContext(config_loader=hydra.config_loader, callbacks=callbacks),
+            task_function=task,
+            config=cfg,
+            job_dir_key="hydra.run.dir",
+            job_subdir_key=None,
+            configure_logging=logging,
+        )
+        callbacks.on_run_end(config=cfg, config_name=config_name, job_return=done)
+        return done.return_value  # re-raises the job's exception
+
+    return report(run)
 
 
 def set_oracle_seed(oracle: Any, seed: int) -> None:

@@ -284,6 +284,14 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "kdist.config.compose",
         "composes a config from kdist's conf/ outside a Hydra app, with Hydra's messages",
     ),
+    PrivateName(
+        "hydra._internal.utils.create_automatic_config_search_path, "
+        "hydra._internal.hydra.Hydra.create_main_hydra2, hydra._internal.callbacks.Callbacks, "
+        "hydra._internal.utils.run_and_report",
+        "kdist.train (app_hydra, run_composed)",
+        "runs the job of `kdist train` on the config it composed and checked before Hydra "
+        "started, as `hydra.main` runs it, where `hydra.main` would compose it twice more",
+    ),
     # More private attributes.
     PrivateName(
         "keras.optimizers.Optimizer._all_reduce_sum_gradients",
