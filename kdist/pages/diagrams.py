@@ -18,9 +18,11 @@ RUN_PATH: tuple[tuple[str, str], ...] = (
         "kdist train ... / kdist.compose + Experiment",
         "a command line or a notebook (kdist.train, kdist.experiment)",
     ),
-    ("config: compose, then validate", "Hydra + typed schemas, cross-key checks (kdist.config)"),
+    (
+        "setup, once: compose, validate, cluster, resume",
+        "a frozen RunSetup handed on (kdist.run_setup; kdist.config, kdist.cluster, kdist.runs)",
+    ),
     ("runtime setup", "log level, threads, logical devices, seeds, precision (kdist.process)"),
-    ("cluster resolve", "TF_CONFIG / SLURM / none; who is chief (kdist.cluster)"),
     ("strategy", "one of five tf.distribute strategies (kdist.strategies)"),
     (
         "in strategy.scope(): model, optimizer, metrics; data",
