@@ -101,3 +101,25 @@ def test_installed_by_the_help_resolver():
         assert fast_help.installed()
     finally:
         Hydra.get_help = original  # type: ignore[method-assign]
+
+
+def test_the_replaced_method_is_still_hydras():
+    """`install` replaces `Hydra.get_help` by assignment: had an upgrade renamed it (or its
+    parameters, or `app_help` no longer called it), kdist's would be called by nothing and
+    the help above would still equal Hydra's. Read in a fresh process, before kdist
+    replaces it."""
+    import inspect
+
+    script = (
+        "import inspect\n"
+        "from hydra._internal.hydra import Hydra\n"
+        "print(','.join(inspect.signature(Hydra.get_help).parameters))\n"
+        "print('self.get_help(' in inspect.getsource(Hydra.app_help))\n"
+        "print('self.get_help(' in inspect.getsource(Hydra.hydra_help))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    parameters, in_app_help, in_hydra_help = done.stdout.split()
+    assert parameters == ",".join(inspect.signature(fast_help.lazy_get_help).parameters)
+    assert in_app_help == in_hydra_help == "True"
