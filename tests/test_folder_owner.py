@@ -81,12 +81,15 @@ _TRAIN_AFTER_OWNER = textwrap.dedent(
 
     def precheck(argv, **kwargs):
         cfg = checked(argv, **kwargs)
+        # Another run takes the folder between the run's checks and its job.
         owner = subprocess.Popen(
             [sys.executable, "-c", owner_code, folder],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
-        assert owner.stdout.readline().strip() == "ready"
-        print(f"owner {owner.pid}", file=sys.stderr, flush=True)
+        out, err = owner.communicate(timeout=120)
+        taken = out.strip() == "ready"
+        print(f"owner exit {owner.returncode} took {taken} in_use {'is in use' in err}",
+              file=sys.stderr, flush=True)
         return cfg
 
     train.precheck = precheck
@@ -96,9 +99,11 @@ _TRAIN_AFTER_OWNER = textwrap.dedent(
 )
 
 
-def test_a_refused_run_leaves_the_winners_new_train_log_alone(tmp_path: Path):
-    """Two `kdist train hydra.run.dir=Z` started together: the refused one deleted the
-    winner's still-empty train.log (the winner then logged into a removed file)."""
+def test_a_run_holds_its_folder_from_its_checks_on(tmp_path: Path):
+    """Two `kdist train hydra.run.dir=Z` started together: the second took the folder
+    between the first's checks and its job (and the refused one then deleted the winner's
+    still-empty train.log). The folder's lock is now taken with the checks and held for
+    the run (`kdist.train.precheck`): the other one is refused, the run trains."""
     folder = tmp_path / "run"
     result = subprocess.run(
         [sys.executable, "-c", _TRAIN_AFTER_OWNER, _OWNER, str(folder)],
@@ -108,12 +113,27 @@ def test_a_refused_run_leaves_the_winners_new_train_log_alone(tmp_path: Path):
         text=True,
         timeout=300,
     )
-    # The owner (a grandchild) ends when its stdin closes, with the command.
-    owner_pid = int(result.stderr.split("owner ", 1)[1].split()[0])
-    assert result.returncode == EXIT_CONFIG_ERROR, result.stderr[-3000:]
-    assert f"is in use by another kdist run (pid {owner_pid} on" in result.stderr
-    assert (folder / "train.log").is_file(), "the refused run removed the winner's train.log"
-    assert (folder / "train.log").read_text() == ""  # nor wrote in it
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "owner exit 1 took False in_use True" in result.stderr, result.stderr[-3000:]
+    assert "trained" in (folder / "train.log").read_text()
+
+
+def test_a_refused_run_leaves_the_owners_train_log_alone(tmp_path: Path):
+    """A run refused because another holds the folder leaves the owner's (still empty)
+    train.log as it is."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    owner = _start_owner(folder)
+    try:
+        result = run_module(
+            "kdist.train", [f"hydra.run.dir={folder}", "trainer=fast_dev"], cwd=tmp_path
+        )
+        assert result.returncode == EXIT_CONFIG_ERROR, result.stderr[-3000:]
+        assert f"is in use by another kdist run (pid {owner.pid} on" in result.stderr
+        assert (folder / "train.log").is_file(), "the refused run removed the owner's train.log"
+        assert (folder / "train.log").read_text() == ""  # nor wrote in it
+    finally:
+        _stop(owner)
 
 
 def _finished_folder(run_dir: Path) -> Path:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -16,6 +17,8 @@ from kdist.runs import resume_check
 from kdist.runs.layout import SAVE_FOLDERS
 
 __all__ = ["Resuming"]
+
+log = logging.getLogger(__name__)
 
 
 class Resuming:
@@ -52,6 +55,9 @@ class Resuming:
             self.setup = self.setup.checked_in(self.run_dir)
         assert self.setup.resume is not None
         changed = self.setup.resume.changed
+        accepted = resume_check.accepted_message(changed)
+        if accepted is not None:
+            log.warning("%s", accepted)  # in the run's log: Hydra's job logging is set up
         controller = self._controller()
         if self.is_chief:
             outputs.write_config(self.output_dir, self.cfg)

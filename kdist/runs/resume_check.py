@@ -43,6 +43,7 @@ from kdist.runs.layout import CONFIG, SAVE_FOLDERS, saved_configs
 __all__ = [
     "ALLOW_KEY",
     "MAY_CHANGE",
+    "accepted_message",
     "apply_allowed_changes",
     "changed_keys",
     "check_resume",
@@ -192,7 +193,8 @@ def check_resume(run_dir: str | os.PathLike[str], cfg: DictConfig) -> list[str]:
     """Refuse to resume `run_dir`'s checkpoints with a config that changes what is trained.
 
     Reads only: nothing in the folder changes. A run checks once, under its folder's lock
-    (`kdist.run_setup.RunSetup.checked_in`); an allowed change is logged here.
+    (`kdist.run_setup.RunSetup.checked_in`); the restore logs what it accepted
+    (`accepted_message`).
 
     Args:
         run_dir: the run folder.
@@ -220,16 +222,13 @@ def check_resume(run_dir: str | os.PathLike[str], cfg: DictConfig) -> list[str]:
                 value=str(run_dir),
                 hint=f"another hydra.run.dir, or {ALLOW_KEY}=true to resume them as configured",
             )
-        log.warning("resuming checkpoints without a saved config (%s=true)", ALLOW_KEY)
         return [UNKNOWN]
     assert not isinstance(found, bool)
     path, saved = found
     changed = changed_keys(saved, cfg)
     if not changed:
         return []
-    shown = ", ".join(changed[:12])
-    if len(changed) > 12:
-        shown += f" and {len(changed) - 12} more"
+    shown = _shown(changed)
     if not allowed:
         raise ConfigError(
             "hydra.run.dir",
@@ -247,8 +246,21 @@ def check_resume(run_dir: str | os.PathLike[str], cfg: DictConfig) -> list[str]:
                 value=OmegaConf.select(cfg, name, default=None),
                 hint="keep it, or train in another hydra.run.dir",
             )
-    log.warning("resuming with changed settings (%s=true): %s", ALLOW_KEY, shown)
     return changed
+
+
+def _shown(changed: Sequence[str]) -> str:
+    shown = ", ".join(changed[:12])
+    return shown + (f" and {len(changed) - 12} more" if len(changed) > 12 else "")
+
+
+def accepted_message(changed: Sequence[str]) -> str | None:
+    """The line a resume logs for the changes `check_resume` accepted, or `None`."""
+    if not changed:
+        return None
+    if UNKNOWN in changed:
+        return f"resuming checkpoints without a saved config ({ALLOW_KEY}=true)"
+    return f"resuming with changed settings ({ALLOW_KEY}=true): {_shown(changed)}"
 
 
 def optimizer_hyperparameters(optimizer: Any) -> dict[str, float]:
