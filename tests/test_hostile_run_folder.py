@@ -366,14 +366,24 @@ def test_a_resume_trims_a_history_whose_epoch_cells_are_damaged(tmp_path):
 
 
 @pytest.mark.parametrize("kind", sorted(STATE_FILES))
-def test_a_damaged_state_file_does_not_stop_the_residuals_check(tmp_path, kind):
-    from kdist.engine.state import holds_residuals
+def test_a_damaged_state_file_does_not_stop_a_restore_with_optional_parts(tmp_path, kind):
+    import tensorflow as tf
+
+    from kdist.engine.checkpoint.parts import Part, restore_parts
 
     for folder in ("backup", "checkpoints"):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "checkpoint").write_bytes(STATE_FILES[kind])
-    # Unreadable: the restore says what is wrong, or falls back (as for a damaged save).
-    assert holds_residuals(tmp_path / "backup", tmp_path / "checkpoints")
+    state, residuals = tf.Module(), tf.Module()
+    state.steps, residuals.values = tf.Variable(3), [tf.Variable(1.0)]
+    read = []
+    parts = [
+        Part("state", state),
+        Part("allreduce_residuals", residuals, restore=lambda path, names: read.append(path)),
+    ]
+    # No checkpoint beside the damaged state files: a fresh start, the parts untouched.
+    assert restore_parts(parts, tmp_path / "backup", tmp_path / "checkpoints", model=None) is None
+    assert read == [] and int(state.steps.numpy()) == 3
 
 
 def _tensorboard_on_a_full_disk(monkeypatch):

@@ -29,19 +29,12 @@ from kdist.compat.keras_loop import initial_epoch_of, should_eval
 from kdist.data.pipeline import DatasetFn
 from kdist.engine.after_failure import close_files, finish_writes
 from kdist.engine.call_gate import TRAIN_CALLS
+from kdist.engine.checkpoint.parts import checkpoint_of, restore_parts, run_parts
 from kdist.engine.epoch_clock import EpochNumbers, Schedule
-from kdist.engine.restoring import restore_run
 from kdist.engine.runner import Runner, non_finite_loss, wants_test_hooks
-from kdist.engine.state import (
-    RESIDUALS,
-    TrainingState,
-    describe_resume,
-    resume_point,
-    seed_states,
-)
+from kdist.engine.state import TrainingState, describe_resume, resume_point
 from kdist.runs.disk_full import named_disk_full
 from kdist.runs.layout import clean_leftovers
-from kdist.strategies.compression import error_feedback_of
 
 __all__ = ["Controller", "FitResult", "Saver", "Schedule"]
 
@@ -131,21 +124,11 @@ class Controller:
             num_replicas=num_replicas,
             global_batch_size=schedule.global_batch_size,
         )
-        metrics = tf.Module(name="kdist_running_metrics")
-        metrics.variables_list = list(runner.metric_variables)
-        # The all-reduce's error-feedback residuals (kdist.strategies.compression), when the
-        # gradients are summed in 16 bits with them. Given to the constructor: the
-        # asynchronous saves copy what it was given (`kdist.engine.checkpoint`).
-        self._residuals = error_feedback_of(model.optimizer)
-        extra = {RESIDUALS: self._residuals} if self._residuals is not None else {}
-        self.checkpoint = tf.train.Checkpoint(
-            model=model,
-            optimizer=model.optimizer,
-            state=self.state,
-            metrics=metrics,
-            seeds=seed_states(model),
-            **extra,
-        )
+        self._metrics = tf.Module(name="kdist_running_metrics")
+        self._metrics.variables_list = list(runner.metric_variables)
+        # Every part of the checkpoint, each required or not (`kdist.engine.checkpoint.parts`).
+        self.parts = run_parts(model, self.state, self._metrics)
+        self.checkpoint = checkpoint_of(self.parts)
 
     # -- resuming ------------------------------------------------------------------------
 
@@ -211,14 +194,7 @@ class Controller:
         self.runner.set_train_dataset_fn(self._train_data(examples))
 
     def _restore_newest(self, backup_dir: Path, checkpoint_dir: Path) -> str | None:
-        return restore_run(
-            self.checkpoint,
-            backup_dir,
-            checkpoint_dir,
-            residuals=self._residuals,
-            optimizer=self.model.optimizer,
-            model=self.model,
-        )
+        return restore_parts(self.parts, backup_dir, checkpoint_dir, model=self.model)
 
     def use_runner(self, runner: Runner, train_data: Callable[[int], DatasetFn]) -> None:
         """Train on from here with another runner of the same model (data given anew).
@@ -229,6 +205,9 @@ class Controller:
         self.numbers = self.numbers.new_data(self.global_step, self.schedule.clock)
         self.runner = runner
         self._train_data = train_data
+        # The runner may keep another averager (`strategy.sync`) for the model.
+        self.parts = run_parts(self.model, self.state, self._metrics)
+        self.checkpoint = checkpoint_of(self.parts)
 
     def start_at_epoch(self, epoch: int, *, again: bool = False) -> None:
         """Number the next epoch `epoch` (`fit`'s `initial_epoch`): the epochs of the next

@@ -26,12 +26,10 @@ import tensorflow as tf
 from kdist.compat.keras_private import flatten_layers, seed_generators
 
 __all__ = [
-    "RESIDUALS",
     "CheckpointError",
     "ResumePoint",
     "TrainingState",
     "describe_resume",
-    "holds_residuals",
     "restore_latest",
     "restore_newest",
     "resume_point",
@@ -149,7 +147,9 @@ def restore_latest(checkpoint: tf.train.Checkpoint, directory: Path) -> str | No
     errors = []
     for number, path in candidates:
         try:
-            checkpoint.restore(path).assert_existing_objects_matched()
+            # What the checkpoint holds beyond `checkpoint` (its optional parts, read
+            # apart: `kdist.engine.checkpoint.parts`) is left without a warning.
+            checkpoint.restore(path).assert_existing_objects_matched().expect_partial()
         except Exception as error:  # DataLossError, OutOfRangeError, NotFoundError, ...
             first = str(error).strip().splitlines()[0] if str(error).strip() else ""
             errors.append(f"ckpt-{number}: {type(error).__name__}: {first[:200]}")
@@ -234,25 +234,3 @@ def resume_point(state: TrainingState, path: str) -> ResumePoint:
         saved_replicas=int(state.num_replicas.numpy()),
         saved_batch=int(state.global_batch_size.numpy()),
     )
-
-
-# The all-reduce residuals' node in a checkpoint (`kdist.strategies.compression`).
-RESIDUALS = "allreduce_residuals"
-
-
-def holds_residuals(*folders: Path) -> bool:
-    """Whether the newest checkpoint of the first folder holding one saved residuals
-    (true when it cannot be read: the restore then says what is wrong)."""
-    for folder in folders:
-        try:
-            path = tf.train.latest_checkpoint(str(folder)) if folder.is_dir() else None
-        except (UnicodeDecodeError, ValueError, tf.errors.OpError):
-            path = None  # an unreadable state file (random, empty): the saver sets it aside
-        if path is None:
-            continue
-        try:
-            names = [name for name, _ in tf.train.list_variables(path)]
-        except Exception:  # unreadable: restore_newest reports it, or falls back
-            return True
-        return any(name.startswith(f"{RESIDUALS}/") for name in names)
-    return True

@@ -30,6 +30,7 @@ Sparse gradients send their rows without it (a residual would be as large as the
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -196,22 +197,26 @@ def compress_all_reduce(
 
     # An instance attribute: Keras's `_backend_update_step` calls it on this optimizer.
     replace_all_reduce(inner, all_reduce_sum)
-    inner._kdist_reduced_bytes = counter
+    _COUNTERS[inner] = counter
+    _FEEDBACK.pop(inner, None)
     if error_feedback is not None and wire != tf.float32:
         counter.error_feedback = len(error_feedback.residuals)
-        # Not tracked by the optimizer: the checkpoints hold it under its own name
-        # (`kdist.engine.controller`), and a checkpoint without it must still restore.
-        object.__setattr__(inner, "_kdist_error_feedback", error_feedback)
+        # The checkpoints hold it as a part of its own (`kdist.engine.checkpoint.parts`),
+        # and a checkpoint without it must still restore.
+        _FEEDBACK[inner] = error_feedback
     return counter
+
+
+# What `compress_all_reduce` made for each optimizer (not attributes of Keras's optimizer).
+_COUNTERS: weakref.WeakKeyDictionary[Any, ReducedBytes] = weakref.WeakKeyDictionary()
+_FEEDBACK: weakref.WeakKeyDictionary[Any, ErrorFeedback] = weakref.WeakKeyDictionary()
 
 
 def error_feedback_of(optimizer: Any) -> ErrorFeedback | None:
     """The residuals `compress_all_reduce` gave `optimizer`, or `None`."""
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
-    return getattr(inner, "_kdist_error_feedback", None)
+    return _FEEDBACK.get(getattr(optimizer, "inner_optimizer", optimizer))
 
 
 def reduced_bytes(optimizer: Any) -> ReducedBytes | None:
     """The counter `compress_all_reduce` installed on `optimizer`, or `None`."""
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
-    return getattr(inner, "_kdist_reduced_bytes", None)
+    return _COUNTERS.get(getattr(optimizer, "inner_optimizer", optimizer))

@@ -1,7 +1,8 @@
 """Periodic checkpoints and backups, saved asynchronously where TensorFlow allows.
 
-What a checkpoint holds and how it is read back is `kdist.engine.state`; this package
-writes them, on the schedule the controller keeps. It is not a Keras callback: the
+What a checkpoint holds, part by part, and how each part is read back is `parts`
+(with `kdist.engine.state`); the rest of this package writes them, on the schedule
+the controller keeps. It is not a Keras callback: the
 controller drives its savers. One module per job: `saver` (`PeriodicCheckpoint`, the
 save policy), `writer` (the writer thread), `host_copies` (the host copies a save
 writes), `files` (hard links, writes through the writer), `finite` (no non-finite

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,7 +15,7 @@ from kdist.compat.keras_private import flatten_layers
 from kdist.config.sync import SyncSettings
 from kdist.strategies.compression import ErrorFeedback
 
-__all__ = ["SyncCount", "WeightAverager", "averager_of", "running_statistics"]
+__all__ = ["SyncCount", "WeightAverager", "averager_of", "keep_averager", "running_statistics"]
 
 
 @dataclass
@@ -114,6 +115,7 @@ class WeightAverager(tf.Module):
         # sets them): a save between two averages keeps every replica's own.
         self.replica_states: Any = None
         self.replica_weights: Any = None
+        self.own_replica_states: list[Any] = []
         self._average = tf.function(self._cross_replica_average)
         # Overlapped averages: what each replica sent, the result waiting to be applied
         # (anchors, momentum, statistics) and the step it was sent at (-1: none).
@@ -151,6 +153,24 @@ class WeightAverager(tf.Module):
         `dtype`."""
         same = _same(variables, self._variables) and _same(statistics, self._statistics)
         return same and settings == self.settings and tf.as_dtype(dtype) == self.wire
+
+    def saved_state(self, *, replica_weights: bool = True) -> tf.Module:
+        """What the averager saves, with no edge to the optimizer or the model: to restore
+        it from where checkpoints of kdist 2915c21 and before hold it, inside the
+        optimizer's node (`optimizer/kdist_weight_average`). Without `replica_weights`,
+        as 3407276 and before saved it (a save then followed an average)."""
+        view = tf.Module(name=self.name)
+        view.anchors, view.momentum, view.synced_at = self.anchors, self.momentum, self.synced_at
+        if self.residuals is not None:
+            view.residuals = self.residuals
+        view.replica_states = _banks_of(self.replica_states)
+        view.own_replica_states = [_banks_of(states) for states in self.own_replica_states]
+        if replica_weights:
+            view.replica_weights = _banks_of(self.replica_weights)
+            if self.sent:
+                view.sent, view.pending, view.pending_at = self.sent, self.pending, self.pending_at
+                view.sent_states = _banks_of(self.sent_states)
+        return view
 
     def reset_anchors(self) -> None:
         """Take the current (identical) weights as the last average's: a new start."""
@@ -380,8 +400,23 @@ def running_statistics(model: Any) -> list[Any]:
     return found
 
 
+def _banks_of(states: Any) -> tf.Module:
+    """A `ReplicaStates`' saved variables alone (its banks and their step)."""
+    view = tf.Module(name="kdist_replica_states")
+    view.banks, view.gathered_at = states.banks, states.gathered_at
+    return view
+
+
+# The averager of each optimizer, kept across runners (not an attribute of Keras's
+# optimizer: the checkpoint holds it as a part of its own, `kdist.engine.checkpoint.parts`).
+_AVERAGERS: weakref.WeakKeyDictionary[Any, WeightAverager] = weakref.WeakKeyDictionary()
+
+
 def averager_of(optimizer: Any) -> WeightAverager | None:
-    """The averager a `LocalSGDRunner` gave `optimizer` (kept across runners), or `None`."""
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
-    found = getattr(inner, "kdist_weight_average", None)
-    return found if isinstance(found, WeightAverager) else None
+    """The averager a `LocalSGDRunner` kept for `optimizer` (`keep_averager`), or `None`."""
+    return _AVERAGERS.get(getattr(optimizer, "inner_optimizer", optimizer))
+
+
+def keep_averager(optimizer: Any, averager: WeightAverager) -> None:
+    """Keep `averager` as `optimizer`'s, for the next runner of the same model."""
+    _AVERAGERS[getattr(optimizer, "inner_optimizer", optimizer)] = averager

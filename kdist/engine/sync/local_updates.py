@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -10,6 +11,10 @@ import tensorflow as tf
 from kdist.compat.keras_private import all_reduce_sum_gradients, replace_all_reduce
 
 __all__ = ["install_local_updates"]
+
+
+# Each optimizer's sum from before the first install (not an attribute of the optimizer).
+_SUMS: weakref.WeakKeyDictionary[Any, Callable[..., Any]] = weakref.WeakKeyDictionary()
 
 
 def install_local_updates(optimizer: Any, reducing: Callable[[], bool]) -> None:
@@ -35,10 +40,9 @@ def install_local_updates(optimizer: Any, reducing: Callable[[], bool]) -> None:
     # The sum in place before the first install (Keras's, or the 16-bit one of
     # `kdist.strategies.compression`): a second runner of the same optimizer wraps it
     # again, not its own wrapper.
-    summed = getattr(inner, "_kdist_sum_before_sync", None)
+    summed = _SUMS.get(inner)
     if summed is None:
-        summed = all_reduce_sum_gradients(inner)
-        object.__setattr__(inner, "_kdist_sum_before_sync", summed)
+        summed = _SUMS[inner] = all_reduce_sum_gradients(inner)
 
     def all_reduce_sum(grads_and_vars: Any) -> list[tuple[Any, Any]]:
         if reducing():

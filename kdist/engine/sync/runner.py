@@ -14,7 +14,12 @@ from kdist.data.pipeline import DatasetFn
 from kdist.engine.building import optimizer_steps, own_optimizers
 from kdist.engine.runner import Logs
 from kdist.engine.standard_runner import StandardRunner
-from kdist.engine.sync.averaging import WeightAverager, averager_of, running_statistics
+from kdist.engine.sync.averaging import (
+    WeightAverager,
+    averager_of,
+    keep_averager,
+    running_statistics,
+)
 from kdist.engine.sync.local_reads import own_results, reset_in_replicas
 from kdist.engine.sync.local_updates import install_local_updates
 from kdist.engine.sync.replica_state import ReplicaStates
@@ -65,10 +70,11 @@ class LocalSGDRunner(StandardRunner):
     the replicas have trained since the last average, are all-gathered into banks that
     the chief's checkpoint holds (`kdist.engine.sync.replica_state.ReplicaStates`), and
     a restore gives each replica its own back; the anchor and the outer momentum of the
-    last average are identical on every replica and saved whole (the averager is
-    tracked by the optimizer). The model's own weights in a save between averages are
-    the first replica's (a resume under `every_step` takes their mean instead,
-    `kdist.engine.restoring`). The model's own optimizers (a GAN's two) are kept the same way.
+    last average are identical on every replica and saved whole (the
+    checkpoint's `weight_average` part). The model's own weights in a save between
+    averages are the first replica's (a resume under `every_step` takes their mean
+    instead, `kdist.engine.checkpoint.parts`). The model's own optimizers (a GAN's two)
+    are kept the same way.
     BatchNormalization's moving statistics are averaged with the weights (their mean).
 
     Arguments as for `StandardRunner`, plus:
@@ -138,10 +144,9 @@ class LocalSGDRunner(StandardRunner):
                     ReplicaStates(strategy=strategy, optimizer=optimizer)
                     for optimizer in own_optimizers(self.model)
                 ]
-            # Tracked by the optimizer: every checkpoint of it holds the anchor and the
-            # outer momentum (`optimizer/kdist_weight_average/...`).
-            inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
-            inner.kdist_weight_average = averager
+            # Kept for the next runner of this model; every checkpoint holds it as its
+            # `weight_average` part (`kdist.engine.checkpoint.parts`).
+            keep_averager(self.optimizer, averager)
         self.averager = averager
         log.info(
             "strategy.sync: %s, averaging every %d steps after %d synchronous steps",
