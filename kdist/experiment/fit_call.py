@@ -17,10 +17,14 @@ from typing import Any
 
 import keras
 
+from kdist.callbacks.factory import RunCallbacks, build_run
+from kdist.config.objective import metric_directions
+from kdist.data.in_hand import check_inputs
 from kdist.data.in_hand.arrays import non_finite_allowed
+from kdist.data.in_hand.dispatch import kind_of
 from kdist.data.pipeline import steps_per_epoch as steps_per_epoch_of
 from kdist.engine import Controller
-from kdist.experiment import batch_plan, outputs
+from kdist.experiment import batch_plan, binding, outputs
 from kdist.experiment.fit_arguments import (
     FitArguments,
     FitData,
@@ -29,9 +33,56 @@ from kdist.experiment.fit_arguments import (
     warn_stream_resume,
 )
 
-__all__ = ["plan_epochs", "read_data", "use_data", "write_outputs"]
+__all__ = [
+    "KERAS_BATCH_SIZE",
+    "check_validation",
+    "keras_batch_size",
+    "plan_epochs",
+    "read_data",
+    "run_callbacks",
+    "use_data",
+    "write_outputs",
+]
 
 log = logging.getLogger(__name__)
+
+
+# `model.fit`'s batch of arrays when `batch_size` is left out.
+KERAS_BATCH_SIZE = 32
+
+
+def keras_batch_size(exp: Any, x: Any, batch_size: int | None) -> int | None:
+    """`fit`'s batch: Keras's `fit` batches arrays by 32 when `batch_size` is left out, for
+    a model the user compiled; the config's batch is the default of the command line and
+    of kdist's models."""
+    if batch_size is not None or x is None or exp.model is None:
+        return batch_size
+    if not (exp._own_compile or exp._watch.changed(exp.model)):
+        return batch_size
+    return KERAS_BATCH_SIZE if kind_of(x) == "arrays" else None
+
+
+def check_validation(exp: Any, controller: Controller) -> None:
+    """Validation data given to `fit` against the model: before the first epoch, not
+    after it (Keras fails there, after training)."""
+    if exp._given is not None and exp.source.size("validation"):
+        spec = exp.source.dataset("validation").element_spec
+        check_inputs(controller.model, spec, key="validation_data")
+
+
+def run_callbacks(exp: Any, controller: Controller, callbacks: Any, verbose: int) -> RunCallbacks:
+    """The run's callbacks and savers (`kdist.callbacks.factory`), then the user's."""
+    return build_run(
+        exp.cfg,
+        controller=controller,
+        strategy=exp.strategy,
+        run_dir=exp.run_dir,
+        output_dir=exp.output_dir,
+        is_chief=exp.is_chief,
+        directions=metric_directions(exp.model),
+        extra=callbacks,
+        verbose=verbose,
+    )
 
 
 def read_data(exp: Any, arguments: FitArguments, callbacks: Any) -> FitData | None:
@@ -93,7 +144,7 @@ def plan_epochs(
     `trainer.epochs`. A call that trains nothing says so.
     """
     # A notebook may change `trainer.epochs` between two `fit` calls.
-    controller.schedule = exp._schedule()
+    controller.schedule = binding.schedule_of(exp, exp._settings)
     if validation_freq is not None:  # Keras's rule alone (`Schedule.validate_last`)
         controller.schedule = dataclasses.replace(controller.schedule, validate_last=False)
     resumed = False

@@ -3,9 +3,11 @@
 It assembles a run, one call per step: config -> runtime -> strategy -> data -> model ->
 runner -> controller. The controller (`kdist.engine.controller`) runs it; the callbacks
 come from `kdist.callbacks.factory`; the files it leaves come from `kdist.experiment.outputs`.
-Its roles live beside it: binding the model, data and compile into a runner
-(`kdist.experiment.binding`), evaluate/predict and summaries (`kdist.experiment.results`),
-resuming a run folder (`kdist.experiment.resuming`).
+It is made of parts, each a module of functions it hands what they need: its setup
+(`kdist.run_setup.RunSetup`), the binding of the model, data and compile into a runner
+and a controller (`kdist.experiment.binding`), the parts of a `fit` call
+(`kdist.experiment.fit_call`), the resume of a run folder (`kdist.experiment.resuming`),
+evaluate/predict and summaries (`kdist.experiment.results`).
 """
 
 from __future__ import annotations
@@ -22,22 +24,12 @@ from omegaconf import DictConfig
 
 from kdist import strategies
 from kdist.callbacks.best_model import BestModelExport
-from kdist.callbacks.factory import build_run
 from kdist.cluster import chief
-from kdist.config.objective import metric_directions
-from kdist.data.in_hand import Given, check_inputs
-from kdist.data.in_hand.dispatch import kind_of
+from kdist.data.in_hand import Given
 from kdist.data.in_hand.raised import data_errors
 from kdist.data.source import Source
 from kdist.engine import Controller, FitResult, Runner
-from kdist.experiment import batch_plan, fit_call, run_data
-from kdist.experiment.binding import Binding
-from kdist.experiment.build import (
-    check_is_model,
-    check_targets,
-    compiled_model,
-    strategy_for,
-)
+from kdist.experiment import batch_plan, binding, fit_call, results, resuming, run_data
 from kdist.experiment.compile_state import (
     CompileWatch,
     StepSettings,
@@ -48,23 +40,18 @@ from kdist.experiment.fit_arguments import (
     data_keys,
     keras_limits,
 )
-from kdist.experiment.results import Results
-from kdist.experiment.resuming import Resuming
 from kdist.experiment.run_data import BuiltAtFirstUse
 from kdist.process import runtime
 from kdist.run_setup import RunSetup, setup_run
 from kdist.runs import lock as run_lock
 from kdist.runs.layout import default_run_dir
 
-__all__ = ["KERAS_BATCH_SIZE", "Experiment"]
-
-# `model.fit`'s batch of arrays when `batch_size` is left out.
-KERAS_BATCH_SIZE = 32
+__all__ = ["Experiment"]
 
 log = logging.getLogger(__name__)
 
 
-class Experiment(Binding, Results, Resuming):
+class Experiment:
     """Set up devices, seeds, precision and the strategy for a config, then train it.
 
     Creating an `Experiment` validates the config, applies `runtime`, builds the strategy
@@ -170,55 +157,15 @@ class Experiment(Binding, Results, Resuming):
             ConfigError: naming the key, for a loss, metric, target or objective that
                 the model or the data cannot take (`kdist.modeling`, `kdist.config.objective`).
         """
-        cfg = self.cfg
-        if model is not None:
-            # The strategy the model was made in, as Keras's `fit` (`strategy_for`).
-            self.strategy = strategy_for(model, self.strategy)
-            self.num_replicas = int(self.strategy.num_replicas_in_sync)
-        check_is_model(model, self.strategy)
-        from_config = model is None
-        if from_config:
-            check_targets(cfg.trainer.get("loss"), self.source)
-        # The user's own compile (kept by `compiled_model`): its loss is the one checked.
-        self._own_compile = model is not None and bool(model.compiled and model.optimizer)
-        # The config's data only where it is needed: a model to make from it, or the
-        # run's length for a schedule that ends with the run (`run_data`).
-        steps = None
-        if not self._own_compile and (from_config or run_data.needs_total_steps(cfg)):
-            steps = batch_plan.schedule(cfg.trainer, self.steps_per_epoch).total_steps
-        source = self.source if from_config else None
-        model = compiled_model(cfg, self.strategy, source, total_steps=steps, model=model)
-        self.model, self.optimizer = model, model.optimizer
-        self._watch.seen(model)
-        self._model_from_config = from_config
-        self.runner, self.controller, self._bound = None, None, None
-        # A user's model is built as `fit` builds it: on the first batch of the data `fit`
-        # is given, in the strategy's scope; it meets the config's data only at a call
-        # that trains or evaluates on it.
-        if from_config or self._given is not None:
-            self._bind()
-        return model
+        return binding.build_model(self, model)
 
     def _controller(self) -> Controller:
-        if self.model is None:
-            self.build_model()
-        elif self._watch.changed(self.model):
-            # Keras's `compile` drops its `train_function`: a new optimizer, loss,
-            # metrics, trainable set and step settings, so kdist's step is built anew.
-            log.info("%s was compiled again: its step is built anew", self.model.name)
-            self._own_compile = True
-            self.optimizer = self.model.optimizer
-            self._bind(recompiled=True)
-        elif self._bound is not self.source:
-            if self._model_from_config and not self._fitted and not self._takes_source(self.model):
-                # kdist's own model, built for other data and not trained: built anew
-                # for the data given to `fit`.
-                log.info("building %s again for the data given to fit", self.model.name)
-                self.build_model()
-            else:
-                self._bind()
-        assert self.controller is not None
-        return self.controller
+        return binding.controller_of(self)  # Keras: `self.make_train_function()`
+
+    def _bind(self, *, recompiled: bool = False) -> None:
+        self.runner, self.controller, self._settings = binding.bind(self, recompiled=recompiled)
+        self._watch.seen(self.model)
+        self._bound = self.source
 
     @run_lock.owns_run_dir  # one owner per run folder, whatever the entry
     def fit(
@@ -311,10 +258,7 @@ class Experiment(Binding, Results, Resuming):
                 model or the strategy, before any training.
         """
         epochs, steps_per_epoch = keras_limits(epochs, steps_per_epoch)
-        if batch_size is None and x is not None and self._user_compiled():
-            # Keras's `fit` batches arrays by 32 when `batch_size` is left out; the
-            # config's batch is the default of the command line and of kdist's models.
-            batch_size = KERAS_BATCH_SIZE if kind_of(x) == "arrays" else None
+        batch_size = fit_call.keras_batch_size(self, x, batch_size)
         arguments = FitArguments(
             x,
             y,
@@ -336,10 +280,7 @@ class Experiment(Binding, Results, Resuming):
         # Keras: `epoch_iterator = TFEpochIterator(...)`: the data as its adapters read it.
         fit_call.use_data(self, fit_call.read_data(self, arguments, callbacks))
         controller = self._controller()  # Keras: `self.make_train_function()`
-        if self._given is not None and self.source.size("validation"):
-            # Before the first epoch, not after it (Keras fails there, after training).
-            spec = self.source.dataset("validation").element_spec
-            check_inputs(controller.model, spec, key="validation_data")
+        fit_call.check_validation(self, controller)
         if verbose is None:
             verbose = int(self.cfg.trainer.verbose) if self.is_chief else 0
         fit_call.plan_epochs(
@@ -350,17 +291,7 @@ class Experiment(Binding, Results, Resuming):
             validation_freq=validation_freq,
         )
         # Keras: `callbacks = callbacks_module.CallbackList(...)`: the run's, then the user's.
-        run = build_run(
-            self.cfg,
-            controller=controller,
-            strategy=self.strategy,
-            run_dir=self.run_dir,
-            output_dir=self.output_dir,
-            is_chief=self.is_chief,
-            directions=metric_directions(self.model),
-            extra=callbacks,
-            verbose=verbose,
-        )
+        run = fit_call.run_callbacks(self, controller, callbacks, verbose)
         self.best_model = run.best_model
         started = time.perf_counter()
         self._fitted = True
@@ -371,7 +302,142 @@ class Experiment(Binding, Results, Resuming):
         fit_call.write_outputs(self, run, started)  # kdist's addition: the run's files
         return self.result.history
 
-    def _user_compiled(self) -> bool:
-        """Whether the model is compiled by the user (its own compile, or a recompile)."""
-        model = self.model
-        return model is not None and (self._own_compile or self._watch.changed(model))
+    def restore(self) -> int:
+        """Resume from `<run_dir>/backup` (else `checkpoints/`): `Controller.restore`.
+
+        The folder's checkpoints are first checked as the command line checks them
+        (`kdist.runs.resume_check.check_resume`): the same refusals and allowed changes.
+
+        Returns:
+            The global step to continue from (0 when there is nothing to restore).
+
+        Raises:
+            ConfigError: naming the changed keys when the checkpoints were trained with
+                other settings (unless `trainer.allow_resume_changes=true`).
+        """
+        if not self.setup.resumed_in(self.run_dir):
+            # The command line's resume check (made there before the job, under the
+            # folder's lock), before this run's config is written over the folder's.
+            self.setup = self.setup.checked_in(self.run_dir)
+        return resuming.restore(
+            self._controller(), self.setup, self.run_dir, self.output_dir, is_chief=self.is_chief
+        )
+
+    def evaluate(
+        self,
+        x: Any = None,
+        y: Any = None,
+        *,
+        batch_size: int | None = None,
+        verbose: Any = "auto",
+        sample_weight: Any = None,
+        steps: int | None = None,
+        callbacks: Sequence[keras.callbacks.Callback] | None = None,
+        return_dict: bool | None = None,
+    ) -> Any:
+        """Evaluate the model under the run's strategy, as `model.evaluate` does.
+
+        Without `x`, the run's validation split (the config's data, or the data given
+        to `fit`), returned as a dict (kdist's run-folder form). With `x`, the data as
+        `model.evaluate` reads it (`kdist.data.in_hand.given_batches`: arrays in batches of
+        `batch_size`, the last one partial), each batch cut over the replicas as
+        `tf.distribute` cuts it for Keras.
+
+        Args:
+            x: arrays (or a dict or list of them), a `tf.data.Dataset`, a
+                `keras.utils.PyDataset` or a generator. Defaults to `None`: the
+                validation split.
+            y: targets of arrays `x`. Defaults to `None`.
+            batch_size: rows per batch of arrays. Defaults to `None`: 32, as in Keras.
+            verbose: accepted for `model.evaluate`'s signature; kdist shows no
+                progress bar here. Defaults to `"auto"`.
+            sample_weight: per-example weights of arrays `x`. Defaults to `None`.
+            steps: batches to read. Defaults to `None`: all.
+            callbacks: Keras callbacks; their `on_test_begin`/`on_test_end` run, and
+                without `x` their test-batch hooks too, as in `model.evaluate`.
+                Defaults to `None`.
+            return_dict: a dict `{metric: value}` when true; when false, Keras's form
+                (one value alone, else a list in the model's metrics' order).
+                Defaults to `None`: false with `x` (Keras's default), true without.
+
+        Returns:
+            The metrics, as `return_dict` says.
+
+        Raises:
+            ConfigError: naming the argument, for data the model cannot take.
+        """
+        del verbose  # no progress bar: one compiled loop over the batches
+        results.check_without_x(x, y=y, sample_weight=sample_weight)
+        model, runner = binding.model_for(self, x)
+        return results.evaluate(
+            model,
+            runner,
+            self.strategy,
+            x,
+            y,
+            batch_size=batch_size,
+            sample_weight=sample_weight,
+            steps=steps,
+            callbacks=callbacks,
+            return_dict=return_dict,
+            run_eagerly=self._settings.run_eagerly,
+        )
+
+    def predict(
+        self,
+        x: Any = None,
+        *,
+        batch_size: int | None = None,
+        verbose: Any = "auto",
+        steps: int | None = None,
+        callbacks: Sequence[keras.callbacks.Callback] | None = None,
+        split: str = "validation",
+    ) -> Any:
+        """Predict with the model under the run's strategy, as `model.predict` does.
+
+        Args:
+            x: features (arrays, or a dict or list of them; a `tf.data.Dataset`, a
+                `keras.utils.PyDataset` or a generator), read as `model.predict`
+                reads them. Defaults to `None`: the examples of `split`.
+            batch_size: rows per batch of arrays. Defaults to `None`: 32 (Keras's)
+                for `x`, the run's global batch for a split.
+            verbose: accepted for `model.predict`'s signature; no progress bar.
+                Defaults to `"auto"`.
+            steps: batches to read. Defaults to `None`: all.
+            callbacks: Keras callbacks; their `on_predict_begin`/`on_predict_end` run,
+                and with `x` their predict-batch hooks too, as in `model.predict`.
+                Defaults to `None`.
+            split: without `x`, `"validation"` or `"train"`: the split's examples,
+                read once in order. Defaults to `"validation"`.
+
+        Returns:
+            NumPy arrays with the structure of the model's outputs, one row per example.
+
+        Raises:
+            ConfigError: naming the argument, for data the model cannot take.
+        """
+        del verbose
+        if isinstance(x, str):  # the older form `predict("train")`
+            x, split = None, x
+        model, _ = binding.model_for(self, x)
+        if x is None:
+            batch_size = int(batch_size or self.cfg.trainer.global_batch_size)
+        return results.predict(
+            model,
+            self.strategy,
+            self.source if x is None else None,
+            x,
+            batch_size=batch_size,
+            steps=steps,
+            callbacks=callbacks,
+            split=split,
+            run_eagerly=self._settings.run_eagerly,
+        )
+
+    def objective(self) -> float:
+        """The value of `objective.name` after `fit`: what sweeps and the tuner optimise."""
+        return results.objective(self.result, self.cfg)
+
+    def metrics(self) -> dict[str, Any]:
+        """The summary written to `metrics.json` after `fit`."""
+        return results.metrics(self.result, self.cfg, self.model, self.strategy, self.num_replicas)
