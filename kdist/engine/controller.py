@@ -205,9 +205,13 @@ class Controller:
         self.numbers = self.numbers.new_data(self.global_step, self.schedule.clock)
         self.runner = runner
         self._train_data = train_data
-        # The runner may keep another averager (`strategy.sync`) for the model.
-        self.parts = run_parts(self.model, self.state, self._metrics)
-        self.checkpoint = checkpoint_of(self.parts)
+        # The runner may keep another averager (`strategy.sync`) for the model: a new
+        # checkpoint then (its savers are made for the next `fit`).
+        parts = run_parts(self.model, self.state, self._metrics)
+        if [p.value for p in parts if not p.required] != [
+            p.value for p in self.parts if not p.required
+        ]:
+            self.parts, self.checkpoint = parts, checkpoint_of(parts)
 
     def start_at_epoch(self, epoch: int, *, again: bool = False) -> None:
         """Number the next epoch `epoch` (`fit`'s `initial_epoch`): the epochs of the next

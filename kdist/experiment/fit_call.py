@@ -127,15 +127,9 @@ def use_data(exp: Any, found: FitData | None) -> None:
         log.info("%s; %d steps per epoch", given.describe(), exp.steps_per_epoch)
 
 
-def plan_epochs(
-    exp: Any,
-    controller: Controller,
-    *,
-    epochs: int | None,
-    initial_epoch: int,
-    validation_freq: Any,
-) -> None:
-    """The epochs this call trains, on `controller.schedule`.
+def plan_epochs(exp: Any, controller: Controller, arguments: FitArguments) -> None:
+    """The epochs this call trains (`arguments.epochs`, `initial_epoch`,
+    `validation_freq`), on `controller.schedule`.
 
     kdist's addition first: the first `fit` of an `Experiment` resumes the run folder's
     backup (when backups are on). Then Keras's numbers: `initial_epoch .. epochs - 1` for
@@ -143,9 +137,10 @@ def plan_epochs(
     the run's epochs, `EpochNumbers.run_shift`); `epochs=None` trains to the run's
     `trainer.epochs`. A call that trains nothing says so.
     """
+    epochs, initial_epoch = arguments.epochs, arguments.initial_epoch
     # A notebook may change `trainer.epochs` between two `fit` calls.
     controller.schedule = binding.schedule_of(exp, exp._settings)
-    if validation_freq is not None:  # Keras's rule alone (`Schedule.validate_last`)
+    if arguments.validation_freq is not None:  # Keras's rule alone (`Schedule.validate_last`)
         controller.schedule = dataclasses.replace(controller.schedule, validate_last=False)
     resumed = False
     if not exp._fitted:

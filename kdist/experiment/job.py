@@ -283,13 +283,7 @@ class Experiment:
         fit_call.check_validation(self, controller)
         if verbose is None:
             verbose = int(self.cfg.trainer.verbose) if self.is_chief else 0
-        fit_call.plan_epochs(
-            self,
-            controller,
-            epochs=epochs,
-            initial_epoch=initial_epoch,
-            validation_freq=validation_freq,
-        )
+        fit_call.plan_epochs(self, controller, arguments)
         # Keras: `callbacks = callbacks_module.CallbackList(...)`: the run's, then the user's.
         run = fit_call.run_callbacks(self, controller, callbacks, verbose)
         self.best_model = run.best_model
