@@ -31,7 +31,7 @@ from kdist.command import prepare_command
 from kdist.compat import moved
 from kdist.compat.tools_private import app_hydra, hydra_args_parser, run_composed
 from kdist.config import ConfigError, exit_with, register
-from kdist.config.compose import compose, format_hydra_error
+from kdist.config.compose import check_config_dir, compose, format_hydra_error
 from kdist.config.groups import check_choices
 from kdist.config.yaml_limits import config_folder
 from kdist.launcher.sweep_launchers import sweep_launcher_overrides
@@ -90,7 +90,7 @@ def precheck(
     folder's lock is taken (held until `held` closes) and its resume checked under it,
     and the setup is handed to the job Hydra starts next (`run`). The config is then
     composed as `hydra.main` composes it, once (`kdist train` runs Hydra's job on it,
-    `main`), unless `--config-dir`/`--config-path` name another folder of configs.
+    `main`), unless a relative `--config-path` names the folder (left to Hydra's app).
 
     Args:
         argv: the command-line arguments (without the program name).
@@ -112,9 +112,13 @@ def precheck(
     if args.multirun or informational or args.shell_completion:
         return None
     _COMPOSED.clear()
+    folder = args.config_dir or config_folder(args.config_path)
     try:
-        if held is not None and args.config_dir is None and args.config_path is None:
-            cfg = _compose_app(args.overrides, args.config_name or config_name)
+        if held is not None and (args.config_path is None or folder is not None):
+            if folder is not None:
+                check_config_dir(Path(folder).resolve())
+            name = args.config_name or config_name
+            cfg = _compose_app(args.overrides, name, args.config_path, args.config_dir)
         else:
             cfg = compose(
                 args.overrides,
@@ -148,11 +152,14 @@ def precheck(
 _COMPOSED: list[Any] = []
 
 
-def _compose_app(overrides: list[str], config_name: str) -> DictConfig:
-    """The run's config, composed once as `hydra.main` composes it (`kdist.compat`)."""
+def _compose_app(
+    overrides: list[str], config_name: str, config_path: str | None, config_dir: str | None
+) -> DictConfig:
+    """The run's config, composed once as `hydra.main` composes it (`kdist.compat`), with
+    `--config-path` (an absolute one) and `--config-dir` as Hydra's app takes them."""
     register()
     moved.install()  # the config may name module paths that moved
-    hydra = app_hydra("train", CONFIG_PATH, None)
+    hydra = app_hydra("train", config_path or CONFIG_PATH, config_dir)
     full = hydra.compose_config(
         config_name=config_name,
         overrides=list(overrides),

@@ -47,6 +47,18 @@ def test_the_command_line_sets_a_run_up_once(tmp_path: Path):
     assert _counts(tmp_path, "cli", args) == ONCE
 
 
+def test_a_run_from_a_folder_of_configs_is_composed_once(tmp_path: Path):
+    # `-cd`: the user's folder searched first, as Hydra's app searches it; its own config
+    # is the one composed (and checked, `kdist.config.compose.check_config_dir`).
+    folder = tmp_path / "recipes"
+    (folder / "model").mkdir(parents=True)
+    (folder / "model" / "tiny.yaml").write_text("defaults:\n  - mlp\n  - _self_\ndropout: 0.25\n")
+    args = ["-cd", str(folder), *SMALL_JOB, "model=tiny", f"hydra.run.dir={tmp_path / 'run'}"]
+    assert _counts(tmp_path, "cli", args) == ONCE
+    saved = (tmp_path / "run" / ".hydra" / "config.yaml").read_text()
+    assert "dropout: 0.25" in saved
+
+
 @pytest.mark.slow  # two runs in processes of their own (about 40 s beside a load)
 def test_a_resumed_run_is_checked_once(tmp_path: Path):
     args = [*SMALL_JOB, f"hydra.run.dir={tmp_path / 'run'}", "callbacks=default"]

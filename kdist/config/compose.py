@@ -73,13 +73,18 @@ def compose(
         return hydra_compose(config_name=config_name, overrides=list(overrides))
 
 
+def check_config_dir(config_dir: Path) -> None:
+    """A folder of configs (`-cd`, `config_dir`), before Hydra reads a file of it: a
+    folder, with no alias bomb and no 2 GB file (`yaml_limits`)."""
+    if not config_dir.is_dir():
+        raise ConfigError("config_dir", "is not a folder", value=str(config_dir))
+    check_config_folder(config_dir, key="config_dir")
+
+
 @contextlib.contextmanager
 def _initialize_with_dir(config_dir: Path) -> Iterator[None]:
     """Hydra initialised as `-cd config_dir` does: that folder first, then kdist's configs."""
-    if not config_dir.is_dir():
-        raise ConfigError("config_dir", "is not a folder", value=str(config_dir))
-    # Before Hydra reads a file of it: no alias bomb, no 2 GB file (`yaml_limits`).
-    check_config_folder(config_dir, key="config_dir")
+    check_config_dir(config_dir)
     backup = get_gh_backup()
     version.setbase("1.3")
     search_path = hydra_config_search_path(str(config_dir))
