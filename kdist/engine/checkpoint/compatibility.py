@@ -49,10 +49,4 @@ def supports_async(strategy: Any) -> bool:
     """
     if strategy is None:
         return True
-    return not isinstance(
-        strategy,
-        (
-            tf.distribute.experimental.ParameterServerStrategy,
-            tf.distribute.MultiWorkerMirroredStrategy,
-        ),
-    )
+    return not isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
