@@ -42,10 +42,10 @@ def supports_async(strategy: Any) -> bool:
     """Whether `strategy`'s variables can be saved by TensorFlow's async checkpoint thread.
 
     Not under ParameterServerStrategy: the variables live on the ps tasks, and the async
-    helper's host copies would be made on the coordinator (unsupported there). Not under
-    MultiWorkerMirroredStrategy either: every worker takes part in a save and the
-    non-chief ones write to a scratch folder that is removed at the end, a protocol
-    verified with synchronous saves only. Both save synchronously, as before.
+    helper's host copies would be made on the coordinator (unsupported there); it saves
+    synchronously. Under MultiWorkerMirroredStrategy every worker makes the copies, at
+    the same step of the same call (a sync-on-read variable's copy is read across the
+    workers), and only the chief writes them (`PeriodicCheckpoint`).
     """
     if strategy is None:
         return True

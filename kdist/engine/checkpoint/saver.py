@@ -22,7 +22,9 @@ before it copies. Hence the bound on how far saves may lag: when save N starts, 
 earlier save is complete, so a crash loses at most the steps since the save before the
 newest one started (under `every_n_steps`, fewer than two intervals). A step two savers
 save (the last backup and the last checkpoint) is written once and hard-linked, index last.
-Multi-worker runs save synchronously (see `kdist.engine.checkpoint.compatibility`).
+Under `MultiWorkerMirroredStrategy` every worker makes the host copies at the same step
+(reading a multi-worker variable may take a collective) and only the chief writes them;
+parameter-server runs save synchronously (see `kdist.engine.checkpoint.compatibility`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -139,7 +142,8 @@ class PeriodicCheckpoint:
         self._writer: HostWriter | None = None
         if self.asynchronous:
             enable_async_copies()
-            self._writer = writer_for(checkpoint, state.record)
+            lockstep = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+            self._writer = writer_for(checkpoint, state.record, lockstep=lockstep)
             self._writer.attach(self)
         self._target: TracedWrites | None = None
         self._manager: tf.train.CheckpointManager | None = None
@@ -227,31 +231,39 @@ class PeriodicCheckpoint:
         assert writer is not None
         # The name CheckpointManager gives it (`<directory>/ckpt-<steps>`).
         path = str(self._write_dir / f"ckpt-{steps}")
+        newest = writer.newest
+        linked = newest is not None and newest[0] == steps and newest[1] != path
+        # Every worker makes the same copies (reading a multi-worker variable may take a
+        # collective); only the chief writes them: another worker's job only frees them.
+        write = self._write_job(steps, link_from=newest[1] if linked and newest else None)
+        if linked:
+            writer.submit(write, copies=False)
+            return path
+        if not (defer and writer.defer(steps)) and not writer.snapshot(
+            list(self.model.weights), steps
+        ):
+            self._refuse_non_finite(steps)
+        writer.submit(write)
+        writer.newest = (steps, path)
+        return path
+
+    def _write_job(self, steps: int, *, link_from: str | None) -> Callable[[], None]:
+        """The writer thread's job for the save of `steps`: write the host copies (or
+        hard-link the files of `link_from`, a save of the same step), on the chief."""
+        if not self._is_chief:
+            return lambda: None
         manager = self._ensure_manager()
         target = self._target
         assert target is not None
-        newest = writer.newest
-        if newest is not None and newest[0] == steps and newest[1] != path:
-            source = newest[1]
 
-            def link() -> None:
-                target.link_from = source
-                try:
-                    manager.save(checkpoint_number=steps)
-                finally:
-                    target.link_from = None
+        def write() -> None:
+            target.link_from = link_from
+            try:
+                manager.save(checkpoint_number=steps)
+            finally:
+                target.link_from = None
 
-            writer.submit(link, copies=False)
-            return path
-        if defer and writer.defer(steps):
-            writer.submit(lambda: manager.save(checkpoint_number=steps))
-            writer.newest = (steps, path)
-            return path
-        if not writer.snapshot(list(self.model.weights), steps):
-            self._refuse_non_finite(steps)
-        writer.submit(lambda: manager.save(checkpoint_number=steps))
-        writer.newest = (steps, path)
-        return path
+        return write
 
     def sync(self) -> None:
         """Wait until an asynchronous save in progress is complete.

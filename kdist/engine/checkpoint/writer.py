@@ -75,7 +75,16 @@ class HostWriter:
             `TrainingState` there, in the same call.
     """
 
-    def __init__(self, checkpoint: tf.train.Checkpoint, prepare: Callable[[tf.Tensor], None]):
+    def __init__(
+        self,
+        checkpoint: tf.train.Checkpoint,
+        prepare: Callable[[tf.Tensor], None],
+        *,
+        lockstep: bool = False,
+    ):
+        # Several workers copy in lockstep: each decision to copy now or in the runner's
+        # next call must not depend on how far this worker's writes are (`defer`).
+        self.lockstep = lockstep
         # Weak: `_WRITERS` keeps a writer only as long as its checkpoint lives.
         self._checkpoint = weakref.ref(checkpoint)
         self._prepare = prepare
@@ -273,7 +282,16 @@ class HostWriter:
             return False
         self._raise_error()
         if not copies.free.is_set():
-            return False
+            if not self.lockstep:
+                return False
+            # Every worker decides alike, whatever its own writes' speed: the copy is a
+            # collective (`lockstep`), so this one waits for its set instead.
+            TRAIN_CALLS.open()  # this thread now waits: the write need not
+            try:
+                copies.free.wait()
+            finally:
+                TRAIN_CALLS.close()
+            self._raise_error()
         self._copies.remove(copies)
         self._copies.append(copies)  # now the most recently taken
         copies.free.clear()
@@ -363,8 +381,14 @@ def finish_writes() -> None:
                 TRAIN_CALLS.close()
 
 
-def writer_for(checkpoint: tf.train.Checkpoint, prepare: Callable[[tf.Tensor], None]) -> HostWriter:
-    """The one `HostWriter` of `checkpoint` (shared by every saver of it)."""
+def writer_for(
+    checkpoint: tf.train.Checkpoint,
+    prepare: Callable[[tf.Tensor], None],
+    *,
+    lockstep: bool = False,
+) -> HostWriter:
+    """The one `HostWriter` of `checkpoint` (shared by every saver of it); `lockstep`:
+    several workers make its copies together (`HostWriter.defer`)."""
     if checkpoint not in _WRITERS:
-        _WRITERS[checkpoint] = HostWriter(checkpoint, prepare)
+        _WRITERS[checkpoint] = HostWriter(checkpoint, prepare, lockstep=lockstep)
     return _WRITERS[checkpoint]
