@@ -17,7 +17,7 @@ import pytest
 from helpers import REPO, alive, compose
 
 import kdist
-from kdist.cluster.chief import scratch_prefix
+from kdist.cluster.chief import remove_scratch, scratch_prefix
 from kdist.evaluation.reopen import evaluate_run
 from kdist.launch import run
 
@@ -101,6 +101,24 @@ def test_sigkill_of_a_worker_is_restarted_and_loses_nothing(tmp_path: Path, refe
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["steps"] == 36
     assert _max_diff(_weights(run_dir), reference) < 1e-6
+
+
+def test_only_the_chief_writes_checkpoints(tmp_path: Path):
+    # Every worker makes a save's host copies (reading a multi-worker variable may take a
+    # collective); only the chief writes them. Worker 1, killed after four backups, leaves
+    # no checkpoint file in its scratch folders (a synchronous save wrote one there).
+    run_dir = tmp_path / "run"
+    log = io.StringIO()
+    kill = "callbacks.extra=[{_target_: helpers.KillAtStep, step: 23, only_worker: 1}]"
+    try:
+        code = run(2, [*JOB, kill], run_dir=run_dir, timeout=900, output=log)
+        text = log.getvalue()
+        assert code != 0 and "worker 1 exited with status 137" in text, text[-3000:]
+        assert (run_dir / "backup" / "ckpt-20.index").exists()
+        prefix = Path(scratch_prefix(run_dir, "worker", 1))
+        assert not list(prefix.parent.glob(f"{prefix.name}ckpt-*"))
+    finally:
+        remove_scratch(run_dir, "worker", 1)
 
 
 def test_sigterm_to_one_worker_saves_on_both_and_resumes(tmp_path: Path, reference):

@@ -132,13 +132,16 @@ class PeriodicCheckpoint:
         self.save_at_end = save_at_end
         self._strategy = strategy
         self._is_chief = chief.is_chief(strategy)
-        if self._is_chief:
-            self._write_dir = self.directory
-        else:
-            self._write_dir = chief.scratch_dir(
+        self.asynchronous = bool(asynchronous) and supports_async(strategy)
+        # Where this task writes: the chief, `directory`; another worker saving
+        # synchronously, a scratch folder it removes; one saving asynchronously, nowhere
+        # (it makes the copies, the chief writes them).
+        self._write_dir = self.directory
+        self._scratch: Path | None = None
+        if not self._is_chief and not self.asynchronous:
+            self._scratch = self._write_dir = chief.scratch_dir(
                 self.directory.parent, strategy, f"ckpt-{self.directory.name}"
             )
-        self.asynchronous = bool(asynchronous) and supports_async(strategy)
         self._writer: HostWriter | None = None
         if self.asynchronous:
             enable_async_copies()
@@ -306,8 +309,8 @@ class PeriodicCheckpoint:
             # A tuner runs many trials in one process: no thread holds a finished
             # run's model (the last saver to finish stops it; a later `fit` starts it).
             self._writer.detach(self)
-        if not self._is_chief:
-            shutil.rmtree(self._write_dir, ignore_errors=True)
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
     @property
     def latest(self) -> str | None:
