@@ -191,14 +191,20 @@ def take_run_dir(run_dir: str | Path, setup: RunSetup, held: contextlib.ExitStac
     """
     lock_file = Path(run_dir) / run_lock.LOCK_NAME
     existed = lock_file.exists() or lock_file.is_symlink()
+    # What a run that ended without releasing it (a killed one) left in the lock file.
+    found = lock_file.read_bytes() if existed and lock_file.is_file() else None
     with contextlib.ExitStack() as mine:
         mine.enter_context(run_lock.hold(run_dir))
         try:
             checked = setup.checked_in(run_dir)
         except ConfigError:
             mine.close()
-            if not existed:  # a refused run leaves the folder as it found it
+            # A refused run leaves the folder as it found it, byte for byte: no lock file
+            # it made, and a dead owner's pid where it was (unless another run took it).
+            if not existed:
                 lock_file.unlink(missing_ok=True)
+            elif found and lock_file.is_file() and not lock_file.read_bytes():
+                lock_file.write_bytes(found)
             raise
         held.enter_context(mine.pop_all())
     return checked

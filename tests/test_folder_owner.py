@@ -346,3 +346,27 @@ def test_a_lock_file_that_cannot_be_written_is_a_config_error(tmp_path, monkeypa
         "(Read-only file system); copy the folder somewhere writable and give "
         "run_dir=<the copy>"
     )
+
+
+def test_a_refused_run_leaves_a_killed_runs_lock_file_as_it_was(tmp_path: Path, monkeypatch):
+    # Found by test_chaos in a fresh clone's make test-all: a run killed while it held the
+    # folder leaves its pid in `.lock`; a rerun refused (its checkpoints were trained with
+    # other settings) took the lock and left the file emptied.
+    import contextlib
+
+    import pytest
+
+    from kdist.config import ConfigError
+    from kdist.run_setup import RunSetup, take_run_dir
+    from kdist.runs.lock import LOCK_NAME
+
+    lock_file = tmp_path / LOCK_NAME
+    lock_file.write_bytes(b"999999 deadhost\n")  # no such process: the lock is free
+
+    def refuse(self, run_dir):
+        raise ConfigError("hydra.run.dir", "holds checkpoints trained with other settings")
+
+    monkeypatch.setattr(RunSetup, "checked_in", refuse)
+    with contextlib.ExitStack() as held, pytest.raises(ConfigError):
+        take_run_dir(tmp_path, object.__new__(RunSetup), held)
+    assert lock_file.read_bytes() == b"999999 deadhost\n"
