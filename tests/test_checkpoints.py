@@ -512,7 +512,7 @@ def test_a_deferred_save_that_no_call_copies_is_dropped_and_nothing_waits_for_it
 def test_a_queued_write_starts_when_the_training_thread_enters_a_call(tmp_path: Path, monkeypatch):
     # Between two calls the training thread runs the hooks; the writer starts a job
     # only once the controller opens the gate around a call, or `sync` waits for it.
-    from kdist.engine.call_gate import TRAIN_CALLS
+    from kdist.engine.checkpoint.host_copies import TRAIN_CALLS
 
     monkeypatch.setattr(writer_module, "GATE_SECONDS", 30.0)
     started = threading.Event()

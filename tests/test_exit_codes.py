@@ -8,8 +8,7 @@ import re
 
 from helpers import REPO
 
-from kdist.callbacks.guards import EXIT_NON_FINITE
-from kdist.callbacks.preemption import EXIT_RESTART
+from kdist.callbacks.guards import EXIT_NON_FINITE, EXIT_RESTART
 from kdist.config.errors import EXIT_CONFIG_ERROR
 from kdist.process import exit_codes
 
