@@ -71,6 +71,7 @@ MOVED: dict[str, str] = {
     "kdist.engine.call_gate": "kdist.engine.checkpoint.host_copies",
     "kdist.engine.checkpoint.compatibility": "kdist.engine.checkpoint.host_copies",
     "kdist.config.build": "kdist.config.targets",
+    "kdist.compat.keras_loop": "kdist.compat.keras_private",
 }
 
 

@@ -8,7 +8,7 @@ schedule, drives the Keras `CallbackList`, runs validation and ends training. A 
 (`fit` in Keras 3.15's `backend/tensorflow/trainer.py`): the same hooks in the
 same order with the same logs, Keras's own rules called where Keras has them
 (`CallbackList`, `Trainer._should_eval` and the model's `_initial_epoch` through
-`kdist.compat.keras_loop`, `optimizer.finalize_variable_values`). kdist's additions
+`kdist.compat.keras_private`, `optimizer.finalize_variable_values`). kdist's additions
 (step-exact resume, savers and backups, the call gate of background writes, the runner's
 dispatch under any strategy) are marked `# kdist:` with the Keras line they extend.
 """
@@ -25,7 +25,7 @@ from typing import Protocol
 import keras
 import tensorflow as tf
 
-from kdist.compat.keras_loop import initial_epoch_of, should_eval
+from kdist.compat.keras_private import initial_epoch_of, should_eval
 from kdist.data.pipeline import DatasetFn
 from kdist.engine.after_failure import close_files, finish_writes
 from kdist.engine.checkpoint.host_copies import TRAIN_CALLS
