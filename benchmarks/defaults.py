@@ -202,7 +202,7 @@ class DefaultJobLoop:
         import tensorflow as tf
 
         import kdist
-        from kdist.config.build import instantiate
+        from kdist.config.targets import instantiate
 
         cfg = kdist.compose([])
         source = instantiate(cfg.data.source, _convert_="all")

@@ -123,7 +123,7 @@ def kdist_pipeline(job: Job, data: Sequence[str], batch: int) -> tuple[Any, tf.d
         The data source and the batched training dataset (batch `batch`, seed 42).
     """
     import kdist
-    from kdist.config.build import instantiate
+    from kdist.config.targets import instantiate
     from kdist.data import make_dataset_fn
 
     cfg = kdist.compose(kdist_overrides(job, data=data))

@@ -214,7 +214,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     The chief holds the run folder's lock (`kdist.runs.lock`) while it trains, and a run
     that finds checkpoints in its folder must have the settings they were trained with
     (`kdist.runs.resume_check`). Ctrl-C exits with status 130 and one line (a backup is saved
-    first when training had started, see `kdist.callbacks.preemption`).
+    first when training had started, see `kdist.callbacks.guards`).
 
     Returns:
         The run's `metrics.json` content.
@@ -274,7 +274,7 @@ def _stop_file_logging(run_dir: str) -> None:
 
 
 def _train(setup: RunSetup, run_dir: str | None, *, write_config: bool = False) -> dict[str, Any]:
-    from kdist.callbacks.preemption import save_on_ctrl_c
+    from kdist.callbacks.guards import save_on_ctrl_c
     from kdist.data.checks import check_batch_memory
     from kdist.experiment import Experiment, batch_plan
 

@@ -26,7 +26,7 @@ from benchmarks.defaults import HookTimer
 from benchmarks.harness import Case, Target, interleave, summarize
 from benchmarks.input_stages import bytes_only, permuted, read_only
 from benchmarks.probes import parse
-from kdist.callbacks.profile import ProfileSteps, profile_range
+from kdist.callbacks.tensorboard import ProfileSteps, profile_range
 from kdist.config.errors import ConfigError
 from kdist.data.tfrecord_source import tfrecord
 from kdist.data.tfrecords import READ_BATCH, write_tfrecords
@@ -390,9 +390,9 @@ def test_profile_steps_only_profiles_on_the_chief(monkeypatch):
     """Other tasks' profiles would be thrown away (and two profiling processes crashed)."""
     import tensorflow as tf
 
-    from kdist.callbacks import profile
+    from kdist.callbacks import tensorboard
 
-    monkeypatch.setattr(profile.chief, "is_chief", lambda strategy=None: False)
+    monkeypatch.setattr(tensorboard.chief, "is_chief", lambda strategy=None: False)
     started = []
     monkeypatch.setattr(tf.profiler.experimental, "start", lambda logdir: started.append(logdir))
     profiler = ProfileSteps(log_dir="unused", first=1, last=2)

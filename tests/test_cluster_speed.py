@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 
-from kdist.callbacks.cluster_speed import LOCAL_CLUSTER_ENV, ClusterSpeed, from_environment
+from kdist.callbacks.progress import LOCAL_CLUSTER_ENV, ClusterSpeed, cluster_speed
 from kdist.launcher.tasks import plan_tasks
 
 
@@ -26,15 +26,15 @@ def test_the_launcher_tells_every_task_the_shape_of_its_cluster(tmp_path: Path):
         assert {t.env[LOCAL_CLUSTER_ENV] for t in tasks} == {f"{workers},{ps}"}
 
 
-def test_from_environment(monkeypatch):
+def test_cluster_speed(monkeypatch):
     monkeypatch.delenv(LOCAL_CLUSTER_ENV, raising=False)
-    assert from_environment(64) is None  # not under kdist.launch
+    assert cluster_speed(64) is None  # not under kdist.launch
     monkeypatch.setenv(LOCAL_CLUSTER_ENV, "2,1")
-    speed = from_environment(64)
+    speed = cluster_speed(64)
     assert speed is not None and (speed.workers, speed.ps) == (2, 1)
-    assert from_environment(None) is None
+    assert cluster_speed(None) is None
     monkeypatch.setenv(LOCAL_CLUSTER_ENV, "junk")
-    assert from_environment(64) is None
+    assert cluster_speed(64) is None
     with pytest.raises(ValueError, match="workers"):
         ClusterSpeed(examples_per_step=64, workers=0)
 

@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 from kdist.compat import OVERRIDDEN_HOOKS, PRIVATE_NAMES, UpstreamMoved
-from kdist.compat import keras_loop as kl
+from kdist.compat import keras_private as kl
 from kdist.compat import keras_private as kp
 from kdist.compat import tf_private as tp
 from kdist.compat import tools_private as tt

@@ -8,8 +8,7 @@ import re
 
 from helpers import REPO
 
-from kdist.callbacks.guards import EXIT_NON_FINITE
-from kdist.callbacks.preemption import EXIT_RESTART
+from kdist.callbacks.guards import EXIT_NON_FINITE, EXIT_RESTART
 from kdist.config.errors import EXIT_CONFIG_ERROR
 from kdist.process import exit_codes
 
@@ -40,7 +39,7 @@ def test_every_status_has_one_home():
     values = sorted(getattr(exit_codes, name) for name in names)
     assert values == sorted(exit_codes.EXIT_CODES) == [0, 1, 2, 3, 4, 5, 6, 42, 130]
     interrupted = _readme_table()[exit_codes.EXIT_INTERRUPTED][1]
-    source = (REPO / "kdist" / "callbacks" / "preemption.py").read_text()
+    source = (REPO / "kdist" / "callbacks" / "guards.py").read_text()
     said = re.sub(r'"\s+"', "", source)  # join the implicitly concatenated string
     assert interrupted.strip("`").removeprefix("kdist: ") in said
 

@@ -235,7 +235,7 @@ def test_a_resumed_run_appends_to_a_history_with_bytes_that_are_not_utf8(tmp_pat
     damaged = history.read_bytes().replace(b"0.", b"0.\xff", 1)
     history.write_bytes(damaged)
     exp = kdist.Experiment(compose([*base, "trainer.epochs=3"]), run_dir=tmp_path)
-    with caplog.at_level("WARNING", logger="kdist.callbacks.run_epochs"):
+    with caplog.at_level("WARNING", logger="kdist.callbacks.curves"):
         exp.fit()
     text = history.read_bytes()
     assert text.startswith(damaged) and text.count(b"\n") == 4  # header, 2 rows, 1 new

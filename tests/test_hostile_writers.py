@@ -1,7 +1,7 @@
 """Every keyword that reaches a kdist or Keras writer is held to the run folder (issue 52).
 
 Issue 52: a planted `best.yaml` with `callbacks.extra=[{_target_:
-kdist.callbacks.run_epochs.RunCurves, path: <outside>}]` passed the path check, and
+kdist.callbacks.curves.RunCurves, path: <outside>}]` passed the path check, and
 `Experiment(cfg).fit()` overwrote the outside file with a PNG: `RunCurves` takes `path`
 through `**kwargs` and the check read only named parameters. Here every writer a folder's
 config may name, under every dotted spelling that reaches it, is found by walking kdist's
@@ -83,11 +83,11 @@ WRITERS = sorted(t for t, obj in SPELLINGS.items() if writes_paths(obj) and _rea
 
 
 def test_the_walk_finds_the_writers_that_take_paths_through_kwargs():
-    for name in ("kdist.callbacks.run_epochs.RunCurves", "kdist.callbacks.factory.RunCurves"):
+    for name in ("kdist.callbacks.curves.RunCurves", "kdist.callbacks.factory.RunCurves"):
         assert name in WRITERS
         assert "path" in _reaching(SPELLINGS[name])
     assert "kdist.callbacks.curves.Curves" in WRITERS
-    assert "kdist.callbacks.run_epochs.RunCSVLogger" in WRITERS
+    assert "kdist.callbacks.curves.RunCSVLogger" in WRITERS
 
 
 @pytest.mark.parametrize("target", WRITERS)
@@ -105,14 +105,14 @@ def test_every_keyword_that_reaches_a_path_is_held_to_the_run_folder(tmp_path, t
 
 def test_a_positional_past_the_named_parameters_is_checked(tmp_path):
     # `*args` may pass it on to a path anywhere; a keyword-only path by position too.
-    for target in ("kdist.callbacks.factory.RunCurves", "kdist.callbacks.run_epochs.RunCSVLogger"):
+    for target in ("kdist.callbacks.factory.RunCurves", "kdist.callbacks.curves.RunCSVLogger"):
         cfg = {"a": {"_target_": target, "_args_": [str(tmp_path / "o.csv")] * 4}}
         with pytest.raises(ConfigError, match=r"^a\._args_\[\d\]="):
             check_trusted_targets(cfg, source="f", run_dir=tmp_path / "run")
 
 
 @pytest.mark.parametrize(
-    "target", ["kdist.callbacks.run_epochs.RunCurves", "kdist.callbacks.factory.RunCurves"]
+    "target", ["kdist.callbacks.curves.RunCurves", "kdist.callbacks.factory.RunCurves"]
 )
 def test_the_issues_best_yaml_writes_nothing_outside(tmp_path, monkeypatch, target):
     monkeypatch.chdir(tmp_path)

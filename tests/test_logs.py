@@ -16,8 +16,8 @@ import pytest
 from helpers import compose
 
 import kdist
-from kdist.callbacks import batch_hooks
 from kdist.callbacks.progress import ProgressBar, epoch_line
+from kdist.engine import runner
 from kdist.process import quiet
 
 
@@ -188,22 +188,22 @@ class _EveryBatch(keras.callbacks.Callback):
 
 def test_batch_hooks_note_names_the_hooks_and_the_fix():
     lam = keras.callbacks.LambdaCallback(on_batch_end=lambda batch, logs: None)
-    note = batch_hooks.batch_hook_note(
+    note = runner.batch_hook_note(
         [_EveryBatch(), lam, keras.callbacks.EarlyStopping()], steps_per_execution=8
     )
     assert note is not None
     assert note.startswith("_EveryBatch.on_train_batch_end, LambdaCallback.on_batch_end run once ")
     assert "every 8 steps" in note and "set trainer.steps_per_execution=1" in note
-    assert batch_hooks.batch_hook_note([_EveryBatch()], steps_per_execution=1) is None
-    assert batch_hooks.batch_hook_note([keras.callbacks.History()], steps_per_execution=8) is None
+    assert runner.batch_hook_note([_EveryBatch()], steps_per_execution=1) is None
+    assert runner.batch_hook_note([keras.callbacks.History()], steps_per_execution=8) is None
 
     class _Validation(keras.callbacks.Callback):
         def on_test_batch_end(self, batch, logs=None):
             pass
 
     # Called as Keras's evaluate calls them, except by the parameter servers' coordinator.
-    assert batch_hooks.batch_hook_note([_Validation()], steps_per_execution=1) is None
-    only_test = batch_hooks.batch_hook_note(
+    assert runner.batch_hook_note([_Validation()], steps_per_execution=1) is None
+    only_test = runner.batch_hook_note(
         [_Validation()], steps_per_execution=1, parameter_server=True
     )
     assert only_test == (
@@ -219,9 +219,9 @@ def test_fit_into_a_pipe_prints_plain_lines_and_says_once_how_batch_hooks_run(
     overrides = ["trainer=fast_dev", "trainer.verbose=1", "trainer.steps_per_execution=5"]
     cfg = compose([*overrides, f"run_dir={tmp_path}"])
     exp = kdist.Experiment(cfg)
-    batch_hooks._said.clear()
+    runner._said.clear()
     first, second = _EveryBatch(), _EveryBatch()
-    with caplog.at_level(logging.WARNING, logger="kdist.callbacks.batch_hooks"):
+    with caplog.at_level(logging.WARNING, logger="kdist.engine.runner"):
         exp.fit(callbacks=[first])
         exp.fit(epochs=1, callbacks=[second])
     out = capsys.readouterr().out
@@ -233,7 +233,7 @@ def test_fit_into_a_pipe_prints_plain_lines_and_says_once_how_batch_hooks_run(
     # 5 steps an epoch in one call: each fit's first call is a whole epoch.
     assert "examples/s incl. first call - " in epochs[0]
     assert " - steady " in epochs[1] and "examples/s incl. first call - " in epochs[2]
-    notes = [r.getMessage() for r in caplog.records if r.name == "kdist.callbacks.batch_hooks"]
+    notes = [r.getMessage() for r in caplog.records if r.name == "kdist.engine.runner"]
     assert len(notes) == 1, notes
     assert "_EveryBatch.on_train_batch_end run once every 5 steps" in notes[0]
     assert (first.calls, second.calls) == (2, 1)

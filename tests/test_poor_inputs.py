@@ -119,7 +119,7 @@ def test_predict_input_without_rows_or_numbers_is_one_line(tmp_path, x, problem)
 def test_a_keras_callable_refusing_a_bogus_config_is_one_line():
     from omegaconf import OmegaConf
 
-    from kdist.config.build import instantiate
+    from kdist.config.targets import instantiate
 
     node = OmegaConf.create(
         {"model": {"_target_": "keras.layers.deserialize", "config": {"class_name": "Nope"}}}

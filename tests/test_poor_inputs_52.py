@@ -21,10 +21,10 @@ from helpers import LOGICAL, REPO, SMALL_JOB, compose
 
 import kdist
 from kdist import command
-from kdist.callbacks import batch_hooks
 from kdist.config.errors import ConfigError
 from kdist.config.path_limits import FILES_ROOM, check_path_length
 from kdist.data.checks import check_class_ids, is_one_hot
+from kdist.engine import runner
 from kdist.experiment.build import check_targets
 from kdist.modeling.compiling import check_logits, takes_logits
 from kdist.process.exit_codes import EXIT_CONFIG_ERROR
@@ -309,7 +309,7 @@ def test_kdist_tune_is_an_attribute_of_kdist_without_tensorflow():
 def test_a_default_search_logs_no_batch_hook_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ):
-    monkeypatch.setattr(batch_hooks, "_said", set())  # said once per process
+    monkeypatch.setattr(runner, "_said", set())  # said once per process
     overrides = [
         "trainer=fast_dev",
         "trainer.epochs=1",

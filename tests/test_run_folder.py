@@ -214,14 +214,14 @@ def test_without_backup_resume_falls_back_to_checkpoints(tmp_path: Path, caplog)
 def test_ctrl_c_before_training_is_one_line_and_130(monkeypatch, capsys):
     import kdist.experiment
     import kdist.train
-    from kdist.callbacks import preemption
+    from kdist.callbacks import guards
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(kdist.experiment, "Experiment", interrupted)
     # `run` turns Ctrl-C saving on for the process; keep it off for the other tests.
-    monkeypatch.setattr(preemption, "_SAVE_ON_CTRL_C", False)
+    monkeypatch.setattr(guards, "_SAVE_ON_CTRL_C", False)
     with pytest.raises(SystemExit) as raised:
         kdist.train.run(compose([]))
     assert raised.value.code == 130

@@ -15,7 +15,7 @@ import pytest
 from helpers import compose, learnable_arrays
 
 import kdist
-from kdist.callbacks import preemption
+from kdist.callbacks import guards
 from kdist.engine.checkpoint import writer as writer_module
 from kdist.train import run
 
@@ -25,7 +25,7 @@ FAST = ["trainer=fast_dev", "trainer.verbose=0", "callbacks.curves=false"]
 @pytest.fixture(autouse=True)
 def _no_ctrl_c_saving(monkeypatch):
     # `run` turns Ctrl-C saving on for the process; keep it off for the other tests.
-    monkeypatch.setattr(preemption, "_SAVE_ON_CTRL_C", False)
+    monkeypatch.setattr(guards, "_SAVE_ON_CTRL_C", False)
 
 
 def _stopped(cfg, capsys) -> tuple[int, list[str]]:

@@ -34,8 +34,8 @@ NAMED = {
     "kdist.callbacks.curves.Curves",
     "kdist.callbacks.best_model.BestModelExport",
     "kdist.callbacks.run_hparams.RunHParams",
-    "kdist.callbacks.profile.ProfileSteps",
-    "kdist.callbacks.preemption.PreemptionSave",
+    "kdist.callbacks.tensorboard.ProfileSteps",
+    "kdist.callbacks.guards.PreemptionSave",
     "kdist.callbacks.tensorboard.EpochTensorBoard",
 }
 

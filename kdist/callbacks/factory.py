@@ -19,23 +19,18 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from kdist.callbacks import cluster_speed
-from kdist.callbacks.batch_hooks import say_batch_hooks
 from kdist.callbacks.best_model import BestModelExport
-from kdist.callbacks.curves import Curves
-from kdist.callbacks.guards import NonFiniteGuard
-from kdist.callbacks.preemption import PreemptionSave
-from kdist.callbacks.profile import ProfileSteps, profile_range
-from kdist.callbacks.progress import ProgressBar
-from kdist.callbacks.run_epochs import RunCSVLogger, RunCurves
+from kdist.callbacks.curves import Curves, RunCSVLogger, RunCurves
+from kdist.callbacks.guards import NonFiniteGuard, PreemptionSave
+from kdist.callbacks.progress import ProgressBar, cluster_speed
 from kdist.callbacks.run_hparams import RunHParams, overridden_values, task_overrides
-from kdist.callbacks.speed import TrainingSpeed
-from kdist.callbacks.tensorboard import EpochTensorBoard
-from kdist.config.build import instantiate
+from kdist.callbacks.tensorboard import EpochTensorBoard, ProfileSteps, TrainingSpeed, profile_range
 from kdist.config.errors import ConfigError
 from kdist.config.objective import monitor_mode
+from kdist.config.targets import instantiate
 from kdist.config.validate import parse_update_freq
 from kdist.engine.checkpoint import PeriodicCheckpoint
+from kdist.engine.runner import say_batch_hooks
 from kdist.runs import layout
 from kdist.runs.fileio import read_csv_numbers
 
@@ -68,7 +63,7 @@ def build(
             scalars.
         epoch_shift: added to the epoch numbers `history.csv` is given: the run's
             epochs before a later `fit` that numbers its own from `initial_epoch`
-            (`kdist.callbacks.run_epochs`). Defaults to `0`.
+            (`kdist.callbacks.curves`). Defaults to `0`.
 
     Returns:
         Keras callbacks, in the order they run.
@@ -269,7 +264,7 @@ def build_run(
         run.callbacks.append(run.curves)
     if is_chief:
         # Under `kdist.launch` on one machine: what one process must beat (printed once).
-        speed = cluster_speed.from_environment(cfg.trainer.get("global_batch_size"))
+        speed = cluster_speed(cfg.trainer.get("global_batch_size"))
         if speed is not None:
             run.callbacks.append(speed)
     if verbose != 0:

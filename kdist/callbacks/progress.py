@@ -1,4 +1,6 @@
-"""`ProgressBar`: Keras's progress bar in a terminal, one plain line per epoch elsewhere.
+"""What the console says while a run trains: `ProgressBar` and `ClusterSpeed`.
+
+`ProgressBar`: Keras's progress bar in a terminal, one plain line per epoch elsewhere.
 
 In a terminal or a notebook the bar redraws itself (Keras's `Progbar`, with steps/s and
 examples/s instead of ms/step). Written to a file, a pipe, a pod's log or the launcher's
@@ -14,10 +16,19 @@ Both say what their rate measures: `steady` leaves out the first train call of t
 marks a rate that could not leave it out (an epoch whose only call was that one). The
 summary `kdist.train` logs at the end (`examples_per_sec` of `metrics.json`) is another
 measure: the whole run, first call and validation included.
+
+`ClusterSpeed`: one line, in a local cluster, saying what one process must beat.
+
+`kdist.launch` starts every task of a local cluster on the same machine, where a cluster
+is often slower than one process using all the cores (benchmarks/README.md, the scaling
+suite). The chief of such a run prints, once, after its first timed epoch (the second:
+the first traces the functions and connects the cluster), the examples per second the
+cluster trained and the rate one process on the same machine would need to beat it.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Mapping
@@ -26,9 +37,17 @@ from typing import Any
 import keras
 import numpy as np
 
+from kdist.config.constants import LOCAL_CLUSTER_ENV
 from kdist.runs.log_file import to_log_files
 
-__all__ = ["ProgressBar", "epoch_line", "is_terminal"]
+__all__ = [
+    "LOCAL_CLUSTER_ENV",
+    "ClusterSpeed",
+    "ProgressBar",
+    "cluster_speed",
+    "epoch_line",
+    "is_terminal",
+]
 
 
 def _rate(value: float) -> str:
@@ -263,3 +282,70 @@ class ProgressBar(keras.callbacks.ProgbarLogger):
                 stateless_metrics=set(),
                 examples_per_step=self.examples_per_step,
             )
+
+
+class ClusterSpeed(keras.callbacks.Callback):
+    """Print the cluster's examples/s after the first timed epoch, once.
+
+    Args:
+        examples_per_step: the global batch.
+        workers: training workers of the cluster.
+        ps: parameter servers of the cluster. Defaults to `0`.
+        timed_epoch: the (0-based) epoch that is timed; earlier ones trace and connect.
+            Defaults to `1`.
+
+    Raises:
+        ValueError: for a non-positive `examples_per_step` or `workers`.
+    """
+
+    def __init__(self, *, examples_per_step: int, workers: int, ps: int = 0, timed_epoch: int = 1):
+        super().__init__()
+        for name, value in (("examples_per_step", examples_per_step), ("workers", workers)):
+            if int(value) < 1:
+                raise ValueError(f"`{name}` ({value}) must be a positive integer.")
+        self.examples_per_step = int(examples_per_step)
+        self.workers = int(workers)
+        self.ps = int(ps)
+        self.timed_epoch = int(timed_epoch)
+        self._started: float | None = None
+        self._first_step: int | None = None
+        self.printed: str | None = None
+
+    def _step(self) -> int:
+        return int(self.model.optimizer.iterations.numpy())
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        if epoch == self.timed_epoch and self.printed is None:
+            self._started = time.perf_counter()
+            self._first_step = self._step()
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        if self._started is None or self._first_step is None or self.printed is not None:
+            return
+        seconds = time.perf_counter() - self._started
+        steps = self._step() - self._first_step
+        if steps <= 0 or seconds <= 0:
+            return
+        rate = steps * self.examples_per_step / seconds
+        shape = f"{self.workers} worker(s)" + (f" + {self.ps} ps" if self.ps else "")
+        self.printed = (
+            f"kdist.launch: this local cluster ({shape}) trained {rate:,.0f} examples/s in "
+            f"epoch {epoch + 1}; one process on this machine beats it above {rate:,.0f} "
+            f"examples/s ({rate / self.workers:,.0f} per worker): compare with the same "
+            "overrides and strategy=one_device"
+        )
+        print(self.printed, flush=True)
+
+
+def cluster_speed(examples_per_step: int | None) -> ClusterSpeed | None:
+    """The callback for a task `kdist.launch` started in a local cluster, or `None`."""
+    value = os.environ.get(LOCAL_CLUSTER_ENV, "").strip()
+    if not value or not examples_per_step:
+        return None
+    try:
+        workers, ps = (int(part) for part in value.split(","))
+    except ValueError:
+        return None
+    if workers < 1:
+        return None
+    return ClusterSpeed(examples_per_step=examples_per_step, workers=workers, ps=ps)

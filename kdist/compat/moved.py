@@ -61,6 +61,17 @@ MOVED: dict[str, str] = {
     "kdist.modeling.batch_plan": "kdist.experiment.batch_plan",
     "kdist.runs.outputs": "kdist.experiment.outputs",
     "kdist.evaluation.predicting": "kdist.experiment.predicting",
+    # kdist 0.12 (issue 51): small modules joined to the one their run path enters anyway.
+    "kdist.callbacks.speed": "kdist.callbacks.tensorboard",
+    "kdist.callbacks.profile": "kdist.callbacks.tensorboard",
+    "kdist.callbacks.run_epochs": "kdist.callbacks.curves",
+    "kdist.callbacks.cluster_speed": "kdist.callbacks.progress",
+    "kdist.callbacks.preemption": "kdist.callbacks.guards",
+    "kdist.callbacks.batch_hooks": "kdist.engine.runner",
+    "kdist.engine.call_gate": "kdist.engine.checkpoint.host_copies",
+    "kdist.engine.checkpoint.compatibility": "kdist.engine.checkpoint.host_copies",
+    "kdist.config.build": "kdist.config.targets",
+    "kdist.compat.keras_loop": "kdist.compat.keras_private",
 }
 
 

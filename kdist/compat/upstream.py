@@ -219,7 +219,7 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     ),
     PrivateName(
         "tf.Variable._copy_trackable_to_cpu",
-        "kdist.engine.checkpoint.compatibility.copy_keras_variable_to_cpu",
+        "kdist.engine.checkpoint.host_copies.copy_keras_variable_to_cpu",
         "the host copy of the TensorFlow variable inside a Keras variable",
     ),
     PrivateName(
@@ -333,7 +333,7 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "kdist.config.trust.safe_resolvers",
         "the registered resolvers, narrowed while a file read back from a folder resolves",
     ),
-    # Keras: the rules of `fit`'s epoch loop (kdist.compat.keras_loop).
+    # Keras: the rules of `fit`'s epoch loop (kdist.compat.keras_private).
     PrivateName(
         "keras.src.trainers.trainer.Trainer._should_eval",
         "kdist.engine.controller.Controller",

@@ -111,7 +111,7 @@ TRUSTED_DEFINITIONS = (
 # files at a path they are given when a run uses them.
 UNTRUSTED = (
     *KERAS_UNTRUSTED_DEFINITIONS,
-    "kdist.callbacks.preemption.save_on_ctrl_c",
+    "kdist.callbacks.guards.save_on_ctrl_c",
 )
 # The resolvers a file read back from a folder may use: each computes a value from the
 # config itself (`oc.select`, `oc.dict.*`, `oc.deprecated`: another key's value; `oc.decode`,

@@ -9,9 +9,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from kdist.config.build import instantiate
 from kdist.config.compile_rules import check_class_weight
 from kdist.config.errors import ConfigError
+from kdist.config.targets import instantiate
 from kdist.data.augment import augment, check_augment, is_enabled
 from kdist.data.class_weighting import class_weighting
 from kdist.data.files import FileSource

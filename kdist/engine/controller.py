@@ -8,7 +8,7 @@ schedule, drives the Keras `CallbackList`, runs validation and ends training. A 
 (`fit` in Keras 3.15's `backend/tensorflow/trainer.py`): the same hooks in the
 same order with the same logs, Keras's own rules called where Keras has them
 (`CallbackList`, `Trainer._should_eval` and the model's `_initial_epoch` through
-`kdist.compat.keras_loop`, `optimizer.finalize_variable_values`). kdist's additions
+`kdist.compat.keras_private`, `optimizer.finalize_variable_values`). kdist's additions
 (step-exact resume, savers and backups, the call gate of background writes, the runner's
 dispatch under any strategy) are marked `# kdist:` with the Keras line they extend.
 """
@@ -25,10 +25,10 @@ from typing import Protocol
 import keras
 import tensorflow as tf
 
-from kdist.compat.keras_loop import initial_epoch_of, should_eval
+from kdist.compat.keras_private import initial_epoch_of, should_eval
 from kdist.data.pipeline import DatasetFn
 from kdist.engine.after_failure import close_files, finish_writes
-from kdist.engine.call_gate import TRAIN_CALLS
+from kdist.engine.checkpoint.host_copies import TRAIN_CALLS
 from kdist.engine.checkpoint.parts import checkpoint_of, restore_parts, run_parts
 from kdist.engine.epoch_clock import EpochNumbers, Schedule
 from kdist.engine.runner import Runner, non_finite_loss, wants_test_hooks
@@ -116,6 +116,8 @@ class Controller:
         # The one epoch clock: which epoch a step is in, Keras's numbers and the run's.
         self.numbers = EpochNumbers()
         self._train_data = train_data
+        # A restored run's data position in examples, placed when it next trains (`fit`).
+        self._data_at: int | None = None
         self._strategy_name = strategy_name
         self._num_replicas = num_replicas
         # Plain host variables, identical on every worker: built outside any scope.
@@ -135,9 +137,9 @@ class Controller:
     def restore(self, backup_dir: Path, checkpoint_dir: Path, *, clean: bool) -> int:
         """Resume from the newest readable backup, else the newest readable checkpoint.
 
-        The model, optimizer, running metrics and data position are restored; the step is
+        The checkpoint's parts are restored (`kdist.engine.checkpoint.parts`); the step is
         mapped onto this run's global batch (logged), so a run can resume under another
-        strategy or replica count.
+        strategy or replica count. The data position is placed when the run next trains.
 
         Args:
             backup_dir: the run's `backup/` folder.
@@ -156,6 +158,7 @@ class Controller:
                 clean_leftovers(folder)
         path = self._restore_newest(backup_dir, checkpoint_dir)
         self.numbers = EpochNumbers()
+        self._data_at = None
         if path is None:
             self.global_step = 0
             return 0
@@ -176,7 +179,7 @@ class Controller:
         self.state.strategy_name.assign(self._strategy_name)
         self.state.num_replicas.assign(self._num_replicas)
         self.state.global_batch_size.assign(batch)
-        self.runner.set_train_dataset_fn(self._train_data(point.examples))
+        self._data_at = point.examples
         self.global_step = steps
         return steps
 
@@ -205,6 +208,7 @@ class Controller:
         self.numbers = self.numbers.new_data(self.global_step, self.schedule.clock)
         self.runner = runner
         self._train_data = train_data
+        self._data_at = None  # the new data starts at its beginning
         # The runner may keep another averager (`strategy.sync`) for the model: a new
         # checkpoint then (its savers are made for the next `fit`).
         parts = run_parts(self.model, self.state, self._metrics)
@@ -277,6 +281,11 @@ class Controller:
                 self.global_step,
                 self.end_step(),
             )
+        if self._data_at is not None:
+            # kdist: a restored run reads on from its data position; the runner takes
+            # back what it keeps between calls (a sync mode's replicas, `strategy.sync`).
+            self.runner.set_train_dataset_fn(self._train_data(self._data_at))
+            self._data_at = None
         try:
             for saver in savers:
                 saver.bind(self.runner)  # before the first call: it may trace the train function

@@ -14,13 +14,12 @@ import keras
 import tensorflow as tf
 from omegaconf import DictConfig
 
-from kdist.callbacks.batch_hooks import TEST_HOOKS, overridden_hooks
 from kdist.config.errors import ConfigError
 from kdist.data.in_hand import check_inputs, given_batches
 from kdist.data.source import Source
 from kdist.engine import FitResult, Runner
 from kdist.engine.building import optimizer_steps
-from kdist.engine.runner import wants_test_hooks
+from kdist.engine.runner import TEST_HOOKS, overridden_hooks, wants_test_hooks
 from kdist.experiment import outputs as run_outputs
 from kdist.experiment.compile_state import eager_if
 from kdist.experiment.evaluating import evaluate_batches, keras_return

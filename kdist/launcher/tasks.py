@@ -216,7 +216,7 @@ def plan_tasks(
         return pinned[index] if pinned is not None and role == "worker" else None
 
     def env_of(role: str, index: int, tf_config: str) -> dict[str, str]:
-        # The chief's `ClusterSpeed` line (kdist.callbacks.cluster_speed).
+        # The chief's `ClusterSpeed` line (kdist.callbacks.progress).
         env = {**base_env, "TF_CONFIG": tf_config, LOCAL_CLUSTER_ENV: f"{workers},{ps}"}
         if role == "worker" and threads is not None:
             env[INTRA_OP_THREADS] = str(threads)

@@ -23,7 +23,7 @@ _PROBABILITY_ACTIVATIONS = ("softmax", "sigmoid")
 def _build_one(key: str, node: Any, kind: str) -> Any:
     import keras
 
-    from kdist.config.build import instantiate
+    from kdist.config.targets import instantiate
 
     if node is None:
         return None

@@ -9,9 +9,9 @@ from typing import Any
 import keras
 from omegaconf import OmegaConf
 
-from kdist.config.build import instantiate
 from kdist.config.constants import LAZY_OPTIMIZERS
 from kdist.config.errors import ConfigError
+from kdist.config.targets import instantiate
 from kdist.config.validate import OPTIMIZER_KDIST_KEYS
 from kdist.modeling.lazy_optimizers import LazyAdagrad, LazyAdam, SparseLossScaleOptimizer
 from kdist.modeling.schedules import build_schedule

@@ -8,9 +8,9 @@ from typing import Any
 
 import keras
 
-from kdist.config.build import instantiate
 from kdist.config.constants import MODEL_INJECTED_KEYS
 from kdist.config.errors import ConfigError
+from kdist.config.targets import instantiate
 from kdist.config.validate import check_target_keys
 from kdist.models import hypermodel
 

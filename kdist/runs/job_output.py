@@ -153,7 +153,7 @@ def end_with_parent(*, poll: float = 1.0, grace: float = 30.0) -> None:
 
     A joblib worker runs its job on while the command that started it is killed (by the
     out-of-memory killer, `kill -9`): its pipes close but the job trains on, an orphan.
-    SIGTERM lets kdist save a backup and stop (`kdist.callbacks.preemption`).
+    SIGTERM lets kdist save a backup and stop (`kdist.callbacks.guards`).
 
     Args:
         poll: seconds between looks at the parent. Defaults to `1.0`.

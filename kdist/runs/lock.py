@@ -267,16 +267,15 @@ def hold(
             raise _read_only(run_dir, key, name, error, read_only_hint) from None
         raise
     try:
-        in_use = _in_use(folder, key, name)
         try:
             _lock_exclusive(fd)
         except BlockingIOError:
-            raise in_use from None
+            raise _in_use(folder, key, name) from None
         except OSError as error:
             # A file system without flock (some network mounts): the pid decides.
             log.warning("cannot lock %s (%s): checking its pid instead", folder / name, error)
             if _holder_alive(os.pread(fd, 200, 0).decode(errors="replace").split()):
-                raise in_use from None
+                raise _in_use(folder, key, name) from None
         previous = os.pread(fd, 200, 0).decode(errors="replace").split()
         other = _other_kind(folder, key, kind)
         if other is not None:

@@ -7,7 +7,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from kdist.cluster import ClusterInfo
-from kdist.config.build import instantiate
+from kdist.config.targets import instantiate
 from kdist.strategies.multi_worker import multi_worker_mirrored
 from kdist.strategies.parameter_server import parameter_server
 from kdist.strategies.single_host import auto, mirrored, one_device

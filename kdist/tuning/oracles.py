@@ -29,9 +29,9 @@ from keras_tuner.engine import trial as trial_module
 from omegaconf import DictConfig, OmegaConf
 
 from kdist.compat.tools_private import config_root, set_oracle_seed
-from kdist.config.build import instantiate
 from kdist.config.errors import ConfigError
 from kdist.config.objective import resolve_objective
+from kdist.config.targets import instantiate
 from kdist.config.validate import check_choice, check_positive, check_target_keys
 from kdist.runs.fileio import write_text_atomic
 

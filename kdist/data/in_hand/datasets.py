@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from kdist.compat.keras_loop import batch_op_size
+from kdist.compat.keras_private import batch_op_size
 from kdist.compat.tf_private import dataset_inputs
 from kdist.config.errors import ConfigError
 from kdist.data.given_pipeline import ENDLESS

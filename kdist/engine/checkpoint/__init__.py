@@ -5,8 +5,8 @@ What a checkpoint holds, part by part, and how each part is read back is `parts`
 the controller keeps. It is not a Keras callback: the
 controller drives its savers. One module per job: `saver` (`PeriodicCheckpoint`, the
 save policy), `writer` (the writer thread), `host_copies` (the host copies a save
-writes), `files` (hard links, writes through the writer), `finite` (no non-finite
-save), `compatibility` (Keras variables in TensorFlow's async copies).
+writes, Keras variables in TensorFlow's async copies, the gate the writer waits at),
+`files` (hard links, writes through the writer), `finite` (no non-finite save).
 """
 
 from kdist.engine.checkpoint.finite import NonFiniteLossError, NonFiniteWeightsError

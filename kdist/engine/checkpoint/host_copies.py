@@ -1,4 +1,12 @@
-"""One set of host copies of a checkpoint's variables, and a save waiting for its copy."""
+"""Host copies of a checkpoint's variables for saves written in the background.
+
+`HostCopies` holds one set of copies and `Deferred` a save waiting for its copy. Keras
+3.15.1's TensorFlow `Variable` cannot take part in TensorFlow's async checkpoint copies as
+it is: `enable_async_copies` patches its host copy once per process, through
+`kdist.compat.keras_private.patch_variable_copy_to_cpu`; `supports_async` says which
+strategies allow the copies. `TRAIN_CALLS` is the process's gate between the training
+thread and the background writer.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +17,24 @@ from typing import Any
 
 import tensorflow as tf
 
+from kdist.compat.keras_private import patch_variable_copy_to_cpu
 from kdist.compat.tf_private import (
+    copy_trackable_to_cpu,
     helper_copy_function,
     helper_device,
     helper_host_variables,
     initialize_helper,
 )
 
-__all__ = ["Deferred", "HostCopies"]
+__all__ = [
+    "TRAIN_CALLS",
+    "CallGate",
+    "Deferred",
+    "HostCopies",
+    "copy_keras_variable_to_cpu",
+    "enable_async_copies",
+    "supports_async",
+]
 
 
 class HostCopies:
@@ -140,3 +158,72 @@ class Deferred:
                 job()
 
         return gated
+
+
+def copy_keras_variable_to_cpu(self: Any, object_map: dict[Any, Any]) -> None:
+    """`_copy_trackable_to_cpu` for a Keras 3 TensorFlow variable that can run twice.
+
+    Keras 3.15.1 (its TensorFlow backend's `Variable`) makes a new `tf.Variable` for
+    the host copy at every call; TensorFlow's async checkpoint helper calls it inside a
+    `tf.function` at every save after the first, which fails ("tf.function only supports
+    singleton tf.Variables created on the first call"). This one creates the copy once
+    and assigns to it afterwards, as `ResourceVariable._copy_trackable_to_cpu` does.
+    """
+    copy_trackable_to_cpu(self.value, object_map)
+    if self in object_map:
+        object_map[self].assign(object_map[self.value])
+    else:
+        object_map[self] = tf.Variable(object_map[self.value])
+
+
+def enable_async_copies() -> None:
+    """Let Keras variables take part in TensorFlow's asynchronous checkpoints."""
+    patch_variable_copy_to_cpu(copy_keras_variable_to_cpu)
+
+
+def supports_async(strategy: Any) -> bool:
+    """Whether `strategy`'s variables can be saved by TensorFlow's async checkpoint thread.
+
+    Not under ParameterServerStrategy: the variables live on the ps tasks, and the async
+    helper's host copies would be made on the coordinator (unsupported there); it saves
+    synchronously. Under MultiWorkerMirroredStrategy every worker makes the copies, at
+    the same step of the same call (a sync-on-read variable's copy is read across the
+    workers), and only the chief writes them (`PeriodicCheckpoint`).
+    """
+    if strategy is None:
+        return True
+    return not isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+
+
+class CallGate:
+    """Open while the training thread waits on TensorFlow: background Python waits for it.
+
+    Between two train calls the training thread runs Python (callbacks, savers) and
+    needs the GIL; inside a call it holds none. A background thread that runs Python
+    (the checkpoint writer) starts its work when the gate is open, so it competes with
+    TensorFlow's threads rather than with the training thread's hooks. The controller
+    opens it around every train call; a thread that waits for the background work
+    (`sync`) opens it too, so that nothing waits on a closed gate.
+    """
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._open = 0
+
+    def open(self) -> None:
+        with self._condition:
+            self._open += 1
+            self._condition.notify_all()
+
+    def close(self) -> None:
+        with self._condition:
+            self._open -= 1
+
+    def wait(self, timeout: float) -> None:
+        """Return when the gate is open, or after `timeout` seconds at the latest."""
+        with self._condition:
+            self._condition.wait_for(lambda: self._open > 0, timeout)
+
+
+# The process's gate: open during train calls (`Controller`).
+TRAIN_CALLS = CallGate()

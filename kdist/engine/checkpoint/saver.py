@@ -24,7 +24,7 @@ newest one started (under `every_n_steps`, fewer than two intervals). A step two
 save (the last backup and the last checkpoint) is written once and hard-linked, index last.
 Under `MultiWorkerMirroredStrategy` every worker makes the host copies at the same step
 (reading a multi-worker variable may take a collective) and only the chief writes them;
-parameter-server runs save synchronously (see `kdist.engine.checkpoint.compatibility`).
+parameter-server runs save synchronously (see `kdist.engine.checkpoint.host_copies`).
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ import keras
 import tensorflow as tf
 
 from kdist.cluster import chief
-from kdist.engine.checkpoint.compatibility import enable_async_copies, supports_async
 from kdist.engine.checkpoint.files import TracedWrites
 from kdist.engine.checkpoint.finite import NonFiniteWeightsError, all_finite, non_finite_message
+from kdist.engine.checkpoint.host_copies import enable_async_copies, supports_async
 from kdist.engine.checkpoint.writer import CheckpointWriteError, HostWriter, writer_for
 from kdist.engine.state import (
     TrainingState,

@@ -18,9 +18,8 @@ from typing import Any
 import tensorflow as tf
 
 from kdist.compat.tf_private import async_helper
-from kdist.engine.call_gate import TRAIN_CALLS
 from kdist.engine.checkpoint.finite import NonFiniteWeightsError, non_finite_message
-from kdist.engine.checkpoint.host_copies import Deferred, HostCopies
+from kdist.engine.checkpoint.host_copies import TRAIN_CALLS, Deferred, HostCopies
 from kdist.engine.state import CheckpointError
 from kdist.runs.disk_full import disk_full_message, is_disk_full
 
