@@ -274,9 +274,25 @@ def test_empty_directory_starts_fresh_and_leftovers_are_cleaned(tmp_path: Path):
     assert _backup_steps(run_dir) == [5, 10, 12]
 
 
+def _writer_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "kdist-checkpoint-writer"}
+
+
+def test_a_fit_that_fails_ends_its_writer_thread(tmp_path: Path):
+    # Found when test_sync_overlap's crashed fits, run first in one process, left three
+    # writer threads alive (each holding its run's model and checkpoint).
+    before = _writer_threads()
+    exp = kdist.Experiment(compose([*BASE, "trainer.epochs=1"]), run_dir=tmp_path)
+    crash_at_step(exp, 7)
+    assert _backup_steps(tmp_path) == [5]  # the save made before the failure is complete
+    assert not _writer_threads() - before
+    exp.fit()  # a later fit starts a writer again, and ends it
+    assert _backup_steps(tmp_path) == [5, 10, 12]
+    assert not _writer_threads() - before
+
+
 def test_periodic_checkpoints_keep_the_newest(tmp_path: Path):
-    # Writer threads that earlier tests of the process left (found: test_sync_overlap's and
-    # test_trust_resume_changes's, run first in one process, leave three) are not this one's.
+    # Writer threads another test of the process may hold are not this one's.
     before = {t for t in threading.enumerate() if t.name == "kdist-checkpoint-writer"}
     overrides = [*BASE, "callbacks.checkpoint.every_n_steps=4", "callbacks.checkpoint.keep=2"]
     exp = kdist.Experiment(compose(overrides), run_dir=tmp_path)

@@ -28,9 +28,12 @@ def close_files(callbacks: Sequence[keras.callbacks.Callback]) -> None:
 def finish_writes(savers: Sequence[Any]) -> None:
     """After a failure, wait for the saves made before it: a backup the failure did not
     stop is complete on disk when `fit` raises (a notebook that resumes at once finds
-    it). A save that fails here is logged; the first failure is the one raised."""
+    it), and each saver leaves its writer thread, which ends with the last one. A save
+    that fails here is logged; the first failure is the one raised."""
     for saver in savers:
         try:
             saver.sync()
         except Exception as error:  # the failure being raised comes first
             log.warning("a save before the failure did not complete: %s", error)
+        finally:
+            saver.release()

@@ -58,6 +58,8 @@ class Saver(Protocol):
 
     def sync(self) -> None: ...
 
+    def release(self) -> None: ...
+
 
 @dataclass
 class FitResult:

@@ -305,9 +305,15 @@ class PeriodicCheckpoint:
         if self.save_at_end and steps:
             self.save(steps)
         self.sync()
+        self.release()
+
+    def release(self) -> None:
+        """Leave the writer thread (after `finish`, or after a failure stopped training).
+
+        A tuner runs many trials in one process: no thread holds a finished or failed
+        run's model (the last saver to leave stops it; a later `fit` starts it again).
+        """
         if self._writer is not None:
-            # A tuner runs many trials in one process: no thread holds a finished
-            # run's model (the last saver to finish stops it; a later `fit` starts it).
             self._writer.detach(self)
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
