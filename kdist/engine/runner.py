@@ -46,6 +46,12 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+# `on_batch_*` are Keras's older names: `Callback.on_train_batch_*` calls them.
+TRAIN_HOOKS = ("on_train_batch_begin", "on_train_batch_end", "on_batch_begin", "on_batch_end")
+TEST_HOOKS = ("on_test_batch_begin", "on_test_batch_end")
+
+_said: set[str] = set()
+
 
 # Metric name -> value (a scalar tensor between steps, a float at epoch ends).
 Logs = Mapping[str, Any]
@@ -155,22 +161,18 @@ def wants_test_hooks(callbacks: Iterable[keras.callbacks.Callback]) -> bool:
     """Whether a callback defines a test-batch hook (not `Callback`'s no-op), so that
     validation runs in Keras's calls (`Runner.evaluate(callbacks)`) rather than in one.
 
-    As `overridden_hooks` decides (a method of the class or
-    a function set on the instance). Two of Keras's own do not count, as their hooks
+    As `overridden_hooks` decides, but two of Keras's own do not count, as their hooks
     change nothing there: `ProgbarLogger`'s, which do nothing inside `fit`
     (`_called_in_fit`), and `TensorBoard`'s with `update_freq="epoch"`, which only count
     the batches for batch-level writing (`_push_writer` returns at once). So the default
     job (kdist's progress bar and per-epoch TensorBoard) keeps its one-call validation.
     """
-    base = keras.callbacks.Callback
     for callback in callbacks:
         if isinstance(callback, keras.callbacks.ProgbarLogger):
             continue
-        for name in TEST_HOOKS:
-            method = getattr(callback, name, None)
+        for name in overridden_hooks(callback, TEST_HOOKS):
+            method = getattr(callback, name)
             function = getattr(method, "__func__", method)
-            if function is getattr(base, name):
-                continue
             if (
                 isinstance(callback, keras.callbacks.TensorBoard)
                 and callback.update_freq == "epoch"
@@ -179,16 +181,6 @@ def wants_test_hooks(callbacks: Iterable[keras.callbacks.Callback]) -> bool:
                 continue
             return True
     return False
-
-
-# `on_batch_*` are Keras's older names: `Callback.on_train_batch_*` calls them.
-TRAIN_HOOKS = ("on_train_batch_begin", "on_train_batch_end", "on_batch_begin", "on_batch_end")
-
-
-TEST_HOOKS = ("on_test_batch_begin", "on_test_batch_end")
-
-
-_said: set[str] = set()
 
 
 def overridden_hooks(callback: keras.callbacks.Callback, hooks: Iterable[str]) -> list[str]:
