@@ -38,11 +38,21 @@ def _env() -> dict[str, str]:
 
 
 def run_command(
-    args: Sequence[str], *, cwd: Path, timeout: float = 600, prefix: str = ""
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    timeout: float = 600,
+    prefix: str = "",
+    cpus: Sequence[int] | None = None,
 ) -> Finished:
-    """Run `python args...` and collect the probes' lines from its output."""
+    """Run `python args...` and collect the probes' lines from its output.
+
+    `cpus`: the cores the process may use (it sizes TensorFlow's threads to them);
+    defaults to this process's.
+    """
     started = time.time()
     clock = time.perf_counter()
+    pinned = None if cpus is None else set(cpus)
     done = subprocess.run(
         [sys.executable, *args],
         cwd=cwd,
@@ -52,6 +62,7 @@ def run_command(
         text=True,
         timeout=timeout,
         check=False,
+        preexec_fn=None if pinned is None else lambda: os.sched_setaffinity(0, pinned),
     )
     seconds = time.perf_counter() - clock
     return Finished(

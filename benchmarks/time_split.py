@@ -14,7 +14,9 @@ Knobs (environment): `KDIST_SPLIT_CORES` (the cores of the machine used, default
 this process may use), `KDIST_SPLIT_BATCH` (global batch, default 16 per core: 32 on 2,
 256 on 16), `KDIST_BENCH_STEPS` (steps an epoch, default 64). `KDIST_SPLIT_CORES=16
 KDIST_BENCH_STEPS=48` gives the 16-core rows; `--half` adds one process on half the
-cores at half the batch (weak scaling). `benchmarks/device_split.py` runs the 16-core
+cores at half the batch (weak scaling), and `--apart` two such processes at once, each on
+its half, with nothing between them (the cluster's ceiling on this machine: shared caches,
+memory and clocks included). `benchmarks/device_split.py` runs the 16-core
 rows on the lent machine.
 
 **The split** (`benchmarks.probes.TimeSplitProbe` in every process, each writing its
@@ -43,6 +45,7 @@ import os
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -50,6 +53,7 @@ from typing import Any
 
 __all__ = [
     "MODES",
+    "apart_row",
     "cluster_row",
     "exclusive",
     "main",
@@ -210,28 +214,71 @@ def one_row(
 ) -> dict[str, Any]:
     """One process (`strategy=one_device`) pinned to `cpus`: examples/s and its split."""
     from benchmarks.cluster import _throughput
+
+    done = _one_process(work, tag, cpus=cpus, batch=batch, steps=steps, timeout=timeout)
+    value, extra = _throughput(done, tag)
+    return {"examples_per_sec": value, **extra, "split": _read_split(work / f"{tag}-split")}
+
+
+def apart_row(
+    work: Path, tag: str, *, cpus: Sequence[int], batch: int, steps: int, timeout: float = 600
+) -> dict[str, Any]:
+    """Two independent processes at once (`strategy=one_device`, no cluster), each pinned
+    to its half of `cpus` at half the global `batch`: their examples/s summed.
+
+    The cluster's ceiling on this machine: the two workers' work with nothing between
+    them, the cores' shared caches, memory and clocks included (one process on half the
+    cores, run alone, leaves those to it).
+    """
+    from benchmarks.cluster import _throughput
+
+    halves = [cpus[: len(cpus) // 2], cpus[len(cpus) // 2 :]]
+    done: dict[int, Any] = {}
+
+    def run(index: int) -> None:
+        done[index] = _one_process(
+            work,
+            f"{tag}-{index}",
+            cpus=halves[index],
+            batch=batch // 2,
+            steps=steps,
+            timeout=timeout,
+        )
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    value, split = 0.0, {}
+    for index in (0, 1):
+        if index not in done:
+            raise RuntimeError(f"{tag}: process {index} did not finish")
+        one_value, _ = _throughput(done[index], f"{tag}-{index}")
+        value += one_value
+        for task, found in _read_split(work / f"{tag}-{index}-split").items():
+            split[f"apart-{index}" if task.startswith("single") else task] = found
+    return {"examples_per_sec": value, "split": split}
+
+
+def _one_process(
+    work: Path, tag: str, *, cpus: Sequence[int], batch: int, steps: int, timeout: float
+) -> Any:
     from benchmarks.processes import run_command
 
     _importable()
-    split_dir = work / f"{tag}-split"
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cpus)  # the child inherits it (and sizes its threads to it)
-    try:
-        done = run_command(
-            [
-                "-m",
-                "kdist.train",
-                *_job(batch, steps, split_dir),
-                "strategy=one_device",
-                f"hydra.run.dir={work / tag}",
-            ],
-            cwd=work,
-            timeout=timeout,
-        )
-    finally:
-        os.sched_setaffinity(0, before)
-    value, extra = _throughput(done, tag)
-    return {"examples_per_sec": value, **extra, "split": _read_split(split_dir)}
+    return run_command(
+        [
+            "-m",
+            "kdist.train",
+            *_job(batch, steps, work / f"{tag}-split"),
+            "strategy=one_device",
+            f"hydra.run.dir={work / tag}",
+        ],
+        cwd=work,
+        timeout=timeout,
+        cpus=cpus,
+    )
 
 
 def cluster_row(
@@ -271,6 +318,7 @@ def measure(
     modes: Sequence[str],
     *,
     half: bool,
+    apart: bool = False,
     timeout: float = 600,
     on_row: Callable[[str, dict[str, Any]], None] | None = None,
     keep_going: bool = False,
@@ -281,6 +329,8 @@ def measure(
         rounds: rounds of every side.
         modes: the cluster's modes (keys of `MODES`).
         half: add one process on half the cores at half the batch.
+        apart: add two independent processes at once, each on its half of the cores at
+            half the batch (`apart_row`: the cluster's ceiling). Defaults to `False`.
         timeout: seconds for each side's run. Defaults to `600`.
         on_row: called with each side's name and row as soon as it exists (a failed one:
             `{"error": ...}`). Defaults to `None`.
@@ -295,6 +345,8 @@ def measure(
     sides = [one, *(f"mwms2_{mode}_b{batch}" for mode in modes)]
     if half:
         sides.append(f"one_{cores // 2}cores_b{batch // 2}")
+    if apart:
+        sides.append(f"apart2_{cores // 2}cores_b{batch // 2}")
     rows: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="kdist-time-split-") as tmp:
@@ -306,6 +358,10 @@ def measure(
                 try:
                     if side == one:
                         row = one_row(
+                            work, tag, cpus=cpus, batch=batch, steps=steps, timeout=timeout
+                        )
+                    elif side.startswith("apart2_"):
+                        row = apart_row(
                             work, tag, cpus=cpus, batch=batch, steps=steps, timeout=timeout
                         )
                     elif side.startswith("one_"):
@@ -425,11 +481,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=int(os.environ.get("ROUNDS", "1")))
     parser.add_argument("--modes", nargs="+", choices=tuple(MODES), default=list(MODES))
     parser.add_argument("--half", action="store_true", help="add one process on half the cores")
+    parser.add_argument(
+        "--apart", action="store_true", help="add two independent processes, one per half"
+    )
     parser.add_argument("--name", default="time-split", help="results file stem")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     parser.add_argument("--note", action="append", default=[], help="a line for the page")
     args = parser.parse_args(argv)
-    results = measure(args.rounds, args.modes, half=args.half)
+    results = measure(args.rounds, args.modes, half=args.half, apart=args.apart)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n")
     notes = [*args.note, ""] if args.note else []

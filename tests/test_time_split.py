@@ -72,3 +72,42 @@ def test_one_process_has_no_wait_and_rounds_pool_by_their_walls():
     assert whole["step_share"] == pytest.approx(33.0 / 40.0)
     assert whole["outside_steps_share"] == pytest.approx(7.0 / 40.0)
     assert whole["other_share"] == pytest.approx(6.5 / 40.0)
+
+
+def test_a_command_runs_on_the_cores_it_is_given(tmp_path):
+    import os
+
+    from benchmarks.processes import run_command
+
+    core = sorted(os.sched_getaffinity(0))[-1]
+    done = run_command(
+        ["-c", "import os; print(sorted(os.sched_getaffinity(0)))"], cwd=tmp_path, cpus=[core]
+    )
+    assert done.status == 0 and done.output.strip() == f"[{core}]"
+
+
+def test_the_apart_row_runs_both_halves_at_once_and_sums_them(tmp_path, monkeypatch):
+    import threading
+
+    from benchmarks import time_split
+    from benchmarks.processes import Finished
+
+    both = threading.Barrier(2, timeout=60)  # broken if the two ran one after the other
+    calls = []
+
+    def one_process(work, tag, *, cpus, batch, steps, timeout):
+        calls.append((tag, list(cpus), batch))
+        both.wait()
+        seconds = {"apart-0": 2.0, "apart-1": 4.0}[tag]
+        epochs = [
+            ("epoch", {"steps": str(steps), "batch": str(batch), "seconds": str(s)})
+            for s in (9.0, seconds)
+        ]
+        return Finished(0, "", 1.0, 0.0, epochs)
+
+    monkeypatch.setattr(time_split, "_one_process", one_process)
+    monkeypatch.setattr(time_split, "_read_split", lambda folder: {"single-0": {"wall": 1.0}})
+    row = time_split.apart_row(tmp_path, "apart", cpus=[0, 1], batch=32, steps=8)
+    assert sorted(calls) == [("apart-0", [0], 16), ("apart-1", [1], 16)]
+    assert row["examples_per_sec"] == 8 * 16 / 2.0 + 8 * 16 / 4.0  # exact in binary
+    assert sorted(row["split"]) == ["apart-0", "apart-1"]
