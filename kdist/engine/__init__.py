@@ -2,7 +2,6 @@
 
 from kdist.engine.building import build_for_training
 from kdist.engine.controller import Controller, FitResult, Schedule
-from kdist.engine.factory import make_runner
 from kdist.engine.runner import Logs, Runner
 from kdist.engine.standard_runner import StandardRunner
 from kdist.engine.step import StepRunner
@@ -16,5 +15,4 @@ __all__ = [
     "StandardRunner",
     "StepRunner",
     "build_for_training",
-    "make_runner",
 ]

@@ -23,7 +23,7 @@ from kdist.config.sync import sync_settings
 from kdist.data.checks import check_class_ids, check_label_range
 from kdist.data.pipeline import run_dataset_fn
 from kdist.data.source import ArraySource, Source
-from kdist.engine import Runner, Schedule, build_for_training, make_runner
+from kdist.engine import Runner, Schedule, StandardRunner, build_for_training
 from kdist.engine.building import (
     UnbuildableModel,
     building_scope,
@@ -31,6 +31,8 @@ from kdist.engine.building import (
     rebuild_in_scope,
     synchronize_batchnorm,
 )
+from kdist.engine.ps_runner import ParameterServerRunner
+from kdist.engine.sync.runner import LocalSGDRunner
 from kdist.modeling import compiling, optimizers
 
 __all__ = [
@@ -393,7 +395,10 @@ def runner_for(
     """Build `model` from the data's element spec (if unbuilt) and make its runner.
 
     Models that create their variables on the first call (subclassed models, layers
-    without an input shape) are built before the optimizer, as `fit` does.
+    without an input shape) are built before the optimizer, as `fit` does. The runner is
+    the strategy's: a `ParameterServerRunner` (the chief schedules
+    `strategy.steps_per_schedule` steps a function on a worker), a `LocalSGDRunner` for a
+    local `strategy.sync` mode (`local_sgd`, `diloco`), else a `StandardRunner`.
 
     `jit_compile` overrides `runtime.jit_compile` (a model's own compile); the steps per
     call are `schedule.steps_per_execution`.
@@ -409,12 +414,21 @@ def runner_for(
             build_for_training(model, train_fn(tf.distribute.InputContext()).element_spec)
         except UnbuildableModel as error:
             raise ConfigError("model", str(error), value=type(model).__name__) from None
+    sync = sync_settings(cfg.strategy)
     with strategy.scope():
         try:
-            return make_runner(
-                strategy,
-                steps_per_schedule=int(cfg.strategy.get("steps_per_schedule", 1)),
-                sync=sync_settings(cfg.strategy),
+            runner: type[StandardRunner] | type[ParameterServerRunner]
+            chosen: dict[str, Any]
+            if parameter_server:
+                runner = ParameterServerRunner
+                chosen = {"steps_per_schedule": int(cfg.strategy.get("steps_per_schedule", 1))}
+            elif sync.local:
+                runner, chosen = LocalSGDRunner, {"sync": sync}
+            else:
+                runner, chosen = StandardRunner, {}
+            return runner(
+                strategy=strategy,
+                **chosen,
                 model=model,
                 train_dataset_fn=train_fn,
                 validation_dataset_fn=(
