@@ -96,6 +96,8 @@ class _SplitRecorder:
         self.active = False
         self.window: list[float] = []
         self.events: list[tuple[str, float, float]] = []
+        self.cpu_at_start: dict[str, tuple[str, float]] = {}
+        self.cpu: dict[str, float] = {}
 
     def add(self, category: str, start: float) -> None:
         if self.active:
@@ -103,6 +105,52 @@ class _SplitRecorder:
 
 
 _SPLIT = _SplitRecorder()
+
+
+def thread_cpu() -> dict[str, tuple[str, float]]:
+    """Each thread of this process: thread id -> (kind, CPU seconds so far), from
+    `/proc/self/task` (empty where there is none). The kinds: `main` (the thread that runs
+    Python's loop), `compute` (TensorFlow's op pools: `tf_Compute`, `tf_*`, and Eigen's
+    unnamed intra-op threads) and `other` (gRPC, the collective executor, the writer)."""
+    found: dict[str, tuple[str, float]] = {}
+    tasks = Path("/proc/self/task")
+    if not tasks.is_dir():
+        return found
+    tick = os.sysconf("SC_CLK_TCK")
+    main = str(os.getpid())
+    read: dict[str, tuple[str, float]] = {}
+    for task in tasks.iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue  # the thread ended
+        fields = stat[stat.rindex(")") + 2 :].split()
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        read[task.name] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    # Threads a library starts without naming them keep the process's name: Eigen's
+    # intra-op pool, which runs the ops' kernels (and any Python thread: the benchmark
+    # jobs start none in the measured epoch).
+    unnamed = read.get(main, ("", 0.0))[0]
+    for tid, (name, seconds) in read.items():
+        if tid == main:
+            kind = "main"
+        elif name.startswith("tf_") or name == unnamed:
+            kind = "compute"
+        else:
+            kind = "other"
+        found[tid] = (kind, seconds)
+    return found
+
+
+def cpu_between(
+    before: dict[str, tuple[str, float]], after: dict[str, tuple[str, float]]
+) -> dict[str, float]:
+    """CPU seconds by kind of thread between two `thread_cpu` readings (a thread that
+    started between them counts from 0; one that ended counts no more)."""
+    spent = {"main": 0.0, "compute": 0.0, "other": 0.0}
+    for tid, (kind, seconds) in after.items():
+        spent[kind] += seconds - before.get(tid, (kind, 0.0))[1]
+    return spent
 
 
 def _timed(owner: Any, name: str, category: str) -> None:
@@ -148,6 +196,7 @@ def _time_callback_list() -> None:
         if epoch == _SPLIT.epoch:
             _SPLIT.active = True
             _SPLIT.window = [start]
+            _SPLIT.cpu_at_start = thread_cpu()
         epoch_begin(self, epoch, logs)
         _SPLIT.add("callbacks", start)
 
@@ -158,6 +207,7 @@ def _time_callback_list() -> None:
         if epoch == _SPLIT.epoch and _SPLIT.active:
             _SPLIT.active = False
             _SPLIT.window.append(time.perf_counter())
+            _SPLIT.cpu = cpu_between(_SPLIT.cpu_at_start, thread_cpu())
 
     def on_train_batch_begin(self: Any, batch: int, logs: Any = None) -> None:
         start = time.perf_counter()
@@ -216,5 +266,10 @@ class TimeSplitProbe(keras.callbacks.Callback):
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         name = _task_name()
-        record = {"task": name, "window": _SPLIT.window, "events": _SPLIT.events}
+        record = {
+            "task": name,
+            "window": _SPLIT.window,
+            "events": _SPLIT.events,
+            "cpu": _SPLIT.cpu,
+        }
         (self.out_dir / f"split-{name}.json").write_text(json.dumps(record))

@@ -125,7 +125,9 @@ def split_workers(records: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[st
         Per worker: `wall`, the seconds of each category and `other` (the rest of the
         wall), `<category>_calls`, `<category>_beyond_fastest` (the part of its calls
         beyond the same call's time on the fastest worker, for step, average and read;
-        0 with one worker), and `outside_steps_share` (1 - step / wall).
+        0 with one worker), `outside_steps_share` (1 - step / wall), and where the record
+        has them the CPU seconds of its threads by kind, `cpu_main`, `cpu_compute` and
+        `cpu_other` (`benchmarks.probes.thread_cpu`).
     """
     own: dict[str, dict[str, list[float]]] = {}
     for name, record in records.items():
@@ -149,6 +151,8 @@ def split_workers(records: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[st
                 own[name][category][k] - min(calls[k] for calls in lists) for k in range(common)
             )
         row["outside_steps_share"] = 1 - row["step"] / row["wall"] if row["wall"] > 0 else 0.0
+        for kind, seconds in (record.get("cpu") or {}).items():
+            row[f"cpu_{kind}"] = float(seconds)
         out[name] = row
     return out
 
@@ -427,6 +431,16 @@ def _pct(value: float) -> str:
     return f"{100 * value:.1f}"
 
 
+def _cpu(split: Mapping[str, Any], steps: int) -> str:
+    """The CPU columns of a task's row (`-` for a record made without them)."""
+    if "cpu_compute" not in split:
+        return "- | - |"
+    kinds = ("compute", "main", "other")
+    busy = sum(split[f"cpu_{kind}_share"] for kind in kinds)
+    parts = " + ".join(_pct(split[f"cpu_{kind}_share"]) for kind in kinds)
+    return f"{_pct(busy)} ({parts}) | {1000 * split['cpu_compute'] / steps:.1f} |"
+
+
 def markdown(results: Mapping[str, Any], notes: Sequence[str] = ()) -> str:
     """The results as a Markdown page: the throughput rows, each with its split."""
     r = results
@@ -442,8 +456,9 @@ def markdown(results: Mapping[str, Any], notes: Sequence[str] = ()) -> str:
         *notes,
         "| row | examples/s (median) | of one process | task | epoch ms | step % | "
         "average % (beyond fastest) | read % (beyond fastest) | callbacks % | other % | "
-        "outside step calls % | step calls beyond fastest % |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "outside step calls % | step calls beyond fastest % | CPU % of the epoch "
+        "(compute + main + other) | compute CPU ms a step |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for side, row in r["summary"].items():
         first = True
@@ -462,15 +477,19 @@ def markdown(results: Mapping[str, Any], notes: Sequence[str] = ()) -> str:
                 f"({_pct(s['average_beyond_fastest_share'])}) | {_pct(s['read_share'])} "
                 f"({_pct(s['read_beyond_fastest_share'])}) | {_pct(s['callbacks_share'])} | "
                 f"{_pct(s['other_share'])} | **{_pct(s['outside_steps_share'])}** | "
-                f"{_pct(s['step_beyond_fastest_share'])} |"
+                f"{_pct(s['step_beyond_fastest_share'])} | {_cpu(s, row['rounds'] * r['steps'])}"
             )
     lines += [
         "",
         "Shares are of the task's measured epoch (its `on_epoch_begin` to its `on_epoch_end`"
         " hooks), summed over the rounds; epoch ms is a round's mean. 'beyond fastest': the "
         "part of the task's calls of that kind beyond the same call's time on the fastest "
-        "worker (waiting for the other worker), included in the share before it. Target: "
-        "outside step calls <= 5 % at sync_every=32.",
+        "worker (waiting for the other worker), included in the share before it. CPU: the "
+        "CPU time of the task's threads over the epoch, by kind (TensorFlow's op pools, the "
+        "main thread, the rest: gRPC, collectives, tf.data), as a share of its wall time (a "
+        "worker below 100 % on its one core waited or was preempted); compute CPU ms a step "
+        "compares the work each step costs. Target: outside step calls <= 5 % at "
+        "sync_every=32.",
         "",
     ]
     return "\n".join(lines)

@@ -111,3 +111,28 @@ def test_the_apart_row_runs_both_halves_at_once_and_sums_them(tmp_path, monkeypa
     assert sorted(calls) == [("apart-0", [0], 16), ("apart-1", [1], 16)]
     assert row["examples_per_sec"] == 8 * 16 / 2.0 + 8 * 16 / 4.0  # exact in binary
     assert sorted(row["split"]) == ["apart-0", "apart-1"]
+
+
+def test_cpu_between_counts_each_kind_and_threads_that_started_between():
+    from benchmarks.probes import cpu_between
+
+    before = {"1": ("main", 1.0), "2": ("compute", 5.0), "3": ("other", 0.5)}
+    after = {"1": ("main", 1.25), "2": ("compute", 7.0), "4": ("compute", 0.5)}  # 3 ended
+    assert cpu_between(before, after) == {"main": 0.25, "compute": 2.5, "other": 0.0}
+
+
+def test_the_main_thread_s_cpu_is_read_as_main():
+    import os
+    import time
+
+    from benchmarks.probes import cpu_between, thread_cpu
+
+    if not os.path.isdir("/proc/self/task"):
+        pytest.skip("no /proc on this system")  # the benchmarks read Linux's /proc
+    before = thread_cpu()
+    assert before[str(os.getpid())][0] == "main"
+    started = time.thread_time()
+    while time.thread_time() - started < 0.3:  # this thread's CPU, whatever the machine's speed
+        pass
+    spent = cpu_between(before, thread_cpu())
+    assert spent["main"] >= 0.2  # 0.3 s of CPU, read in clock ticks (0.01 s)
