@@ -16,7 +16,7 @@ from kdist.engine.runner import Logs, to_floats
 from kdist.engine.snapshot import SnapshotFn
 from kdist.engine.step import StepRunner
 
-__all__ = ["StandardRunner"]
+__all__ = ["StandardRunner", "worker_input_context"]
 
 
 class StandardRunner(StepRunner):
@@ -197,12 +197,25 @@ class StandardRunner(StepRunner):
         iterator made for copying to accelerators; on CPU devices, where the batch
         already is, that costs about 0.25 ms per batch under OneDeviceStrategy and
         0.3-0.4 ms under MirroredStrategy, i.e. 10-20% of a small model's step
-        (benchmarks/README.md). With CPU devices only, OneDeviceStrategy iterates the
-        dataset itself, and MirroredStrategy gets one input pipeline per replica placed
-        on the replica's device (`InputReplicationMode.PER_REPLICA`); both give every
-        step the same global batch as before. Other cases keep the default path.
+        (benchmarks/README.md), and under MultiWorkerMirroredStrategy with one CPU
+        device a worker about 4.7 ms of CPU a step of the CNN at batch 16 (15 % of the
+        step; `benchmarks.time_split`). With CPU devices only, OneDeviceStrategy and
+        each worker of MultiWorkerMirroredStrategy with one device iterate their
+        pipeline themselves (the worker's `InputContext`, as the strategy's own
+        `distribute_datasets_from_function` makes it: the same shard of every global
+        batch), and MirroredStrategy gets one input pipeline per replica placed on the
+        replica's device (`InputReplicationMode.PER_REPLICA`); all give every step the
+        same global batch as before. Other cases keep the default path.
         """
         strategy = self.strategy
+        devices = tuple(strategy.extended.worker_devices)
+        on_cpu = all(tf.DeviceSpec.from_string(d).device_type == "CPU" for d in devices)
+        multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        if multi_worker and on_cpu and len(devices) == 1:
+            # No partial batch handling either: a worker's data given to `fit` ends at the
+            # same step as every other's (`every_replica_every_step`), and config data
+            # repeats without end.
+            return dataset_fn(worker_input_context(strategy))
         local = (tf.distribute.OneDeviceStrategy, tf.distribute.MirroredStrategy)
         if type(strategy) not in local:
             if getattr(dataset_fn, "every_replica_every_step", False):
@@ -212,8 +225,6 @@ class StandardRunner(StepRunner):
                 with no_partial_batch_handling(strategy):
                     return strategy.distribute_datasets_from_function(dataset_fn)
             return strategy.distribute_datasets_from_function(dataset_fn)
-        devices = tuple(strategy.extended.worker_devices)
-        on_cpu = all(tf.DeviceSpec.from_string(d).device_type == "CPU" for d in devices)
         if on_cpu and isinstance(strategy, tf.distribute.OneDeviceStrategy):
             return dataset_fn(tf.distribute.InputContext(1, 0, 1))
         # Data given to `fit` as a dataset or a Python stream: one pipeline (in_hand).
@@ -336,3 +347,15 @@ class StandardRunner(StepRunner):
         if callbacks is not None:
             return to_floats(self._evaluate_in_calls(callbacks))
         return to_floats(self._eval_fn())
+
+
+def worker_input_context(strategy: tf.distribute.Strategy) -> tf.distribute.InputContext:
+    """This worker's `InputContext` under `MultiWorkerMirroredStrategy`: one input
+    pipeline per worker, the chief's first, as the strategy's own
+    `distribute_datasets_from_function` numbers them (`multi_worker_util.id_in_cluster`)."""
+    resolver = strategy.cluster_resolver
+    jobs = resolver.cluster_spec().as_dict()
+    chiefs = len(jobs.get("chief", ()))
+    pipelines = max(chiefs + len(jobs.get("worker", ())), 1)
+    index = chiefs + int(resolver.task_id) if resolver.task_type == "worker" else 0
+    return tf.distribute.InputContext(pipelines, index, strategy.num_replicas_in_sync)
