@@ -167,6 +167,14 @@ def _keras_definitions():
         assert private_import(module, attribute, "kdist.config.trust") is not None
 
 
+def _tf_host_variable():
+    strategy = tf.distribute.MirroredStrategy(["CPU:0"])
+    with strategy.scope():
+        variable = tp.host_variable(tf.zeros((2, 3)), name="bank")
+    assert not isinstance(variable, tf.distribute.DistributedValues)
+    assert tf.DeviceSpec.from_string(variable.device).device_type == "CPU"
+
+
 def _tf_sharded():
     assert isinstance(tp.sharded_variable_type(), type)
 
@@ -424,6 +432,7 @@ PROBES = {
     "keras.src.backend.tensorflow.core.Variable._copy_trackable_to_cpu": _keras_variable_copy,
     "keras.src (definition modules of keras.losses, metrics, ...)": _keras_definitions,
     "tensorflow.python.distribute.sharded_variable.ShardedVariable": _tf_sharded,
+    "tensorflow.python.ops.resource_variable_ops.ResourceVariable": _tf_host_variable,
     "tensorflow.python.checkpoint.async_checkpoint_helper.AsyncCheckpointHelper": (
         _tf_async_helper
     ),

@@ -10,12 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from helpers import LOGICAL, REPO, compose, crash_at_step, run_module, sync_job
 
 import kdist
 from kdist.config import ConfigError
 from kdist.config.sync import SyncSettings
 from kdist.config.validate import validate
+from kdist.engine.sync.replica_state import optimizer_slots
 from kdist.strategies.compression import reduced_bytes
 
 JOB = [LOGICAL, "strategy=mirrored", *sync_job(steps_per_epoch=12, steps_per_execution=1)]
@@ -192,6 +194,16 @@ def test_each_replicas_optimizer_state_is_gathered_for_a_save_and_spread_back(tm
     assert runner.averager.count.syncs == syncs
     assert _replica_spread(exp) > 0
     gathered = [[np.asarray(c) for c in v.value.values] for v in slots]
+    # The banks hold every replica's row once, in host memory: not a copy a replica.
+    banks = runner.averager.replica_states.banks
+    assert len(banks) == len(optimizer_slots(optimizer))
+    for bank in banks:
+        assert not isinstance(bank, tf.distribute.DistributedValues)
+        assert tf.DeviceSpec.from_string(bank.device).device_type == "CPU"
+        assert bank.shape[0] == 2
+    for bank, copies in zip([b for b in banks if len(b.shape) == 3], gathered, strict=True):
+        for replica, copy in enumerate(copies):
+            np.testing.assert_array_equal(np.asarray(bank[replica]), copy)
     for slot in slots:
         slot.assign(np.zeros(slot.shape, "float32"))  # as a restore of the first copy would
     assert runner.averager.replica_states.spread()

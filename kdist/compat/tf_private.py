@@ -27,6 +27,7 @@ __all__ = [
     "helper_copy_function",
     "helper_device",
     "helper_host_variables",
+    "host_variable",
     "initialize_helper",
     "no_partial_batch_handling",
     "ps_cluster_resolver",
@@ -38,6 +39,24 @@ __all__ = [
 _HELPER = "tensorflow.python.checkpoint.async_checkpoint_helper.AsyncCheckpointHelper"
 _ASYNC = "kdist.engine.checkpoint (asynchronous saves)"
 _SLURM = "tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver"
+
+
+def host_variable(initial_value: Any, *, name: str) -> Any:
+    """A plain variable on this process's CPU, made inside a strategy's scope too.
+
+    In a `tf.distribute` scope `tf.Variable` makes a distributed variable (under
+    `MirroredStrategy` one copy per replica's device); TensorFlow's `ResourceVariable`
+    class, built directly, passes by the scope's variable creators.
+    """
+    import tensorflow as tf
+
+    variable = private_import(
+        "tensorflow.python.ops.resource_variable_ops",
+        "ResourceVariable",
+        "kdist.engine.sync.replica_state",
+    )
+    with tf.device("CPU:0"):
+        return variable(initial_value, trainable=False, name=name)
 
 
 def sharded_variable_type() -> Any:

@@ -208,6 +208,12 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     ),
     # TensorFlow.
     PrivateName(
+        "tensorflow.python.ops.resource_variable_ops.ResourceVariable",
+        "kdist.engine.sync.replica_state",
+        "a plain variable on the host inside a strategy's scope: each replica's state for "
+        "checkpoints, held once a process rather than once a device",
+    ),
+    PrivateName(
         "tensorflow.python.distribute.sharded_variable.ShardedVariable",
         "kdist.engine.sharded",
         "parameter-server partitioned variables, which Keras 3 does not support",

@@ -9,6 +9,7 @@ import keras
 import tensorflow as tf
 
 from kdist.compat.keras_private import learning_rate_variable
+from kdist.compat.tf_private import host_variable
 
 __all__ = ["ReplicaStates"]
 
@@ -18,9 +19,13 @@ class ReplicaStates(tf.Module):
 
     Between averages each replica's optimizer state (Adam's moments, momentum) and its
     weights are its own, but a mirrored variable saves only its first copy. Before a
-    save `gather()` all-gathers every variable into a mirrored bank of shape
-    `[replicas, *variable.shape]` (the same on every replica, so the chief's checkpoint
+    save `gather()` all-gathers every variable into a bank of shape
+    `[replicas, *variable.shape]` (the same in every process, so the chief's checkpoint
     holds all of them); after a restore `spread()` gives each replica its own row back.
+    A bank is a plain variable in host memory, one a process: a mirrored one would
+    hold all the replicas' rows on every replica's device (under `MirroredStrategy` on
+    8 GPUs, 8 rows of Adam's two moments and the weights on each GPU, 24 times the
+    model).
     The bank records the step it was gathered at: `spread` only applies a bank of the
     step the run is at (a restore of that save), never an older one. Build it inside
     `strategy.scope()`.
@@ -47,9 +52,7 @@ class ReplicaStates(tf.Module):
         self._slots = optimizer_slots(optimizer) if variables is None else list(variables)
         replicas = strategy.num_replicas_in_sync
         self.banks = [
-            tf.Variable(
-                tf.zeros((replicas, *v.shape), v.dtype), trainable=False, name=f"replica_slot_{i}"
-            )
+            host_variable(tf.zeros((replicas, *v.shape), v.dtype), name=f"replica_slot_{i}")
             for i, v in enumerate(self._slots)
         ]
         self.gathered_at = tf.Variable(tf.constant(-1, tf.int64), trainable=False)
@@ -87,7 +90,7 @@ class ReplicaStates(tf.Module):
         strategy = self._strategy
         gathered = strategy.run(self._replica_gather)
         for bank, value in zip(self.banks, gathered, strict=True):
-            strategy.extended.update(bank, _assign, args=(value,), group=False)
+            bank.assign(strategy.experimental_local_results(value)[0])  # every replica's
 
     def _replica_gather(self) -> list[tf.Tensor]:
         context = tf.distribute.get_replica_context()
@@ -102,7 +105,7 @@ class ReplicaStates(tf.Module):
 
     def _replica_row(self) -> list[tf.Tensor]:
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
-        return [tf.gather(tf.convert_to_tensor(bank), replica) for bank in self.banks]
+        return [tf.gather(bank, replica) for bank in self.banks]  # the row, read on the host
 
 
 def optimizer_slots(optimizer: Any) -> list[Any]:
