@@ -79,14 +79,20 @@ class RunSetup:
     direction_auto: bool = False
     resume: Resume | None = None
 
-    def checked_in(self, run_dir: str | Path) -> RunSetup:
+    def checked_in(self, run_dir: str | Path, recorded: Any = None) -> RunSetup:
         """This setup with `run_dir`'s resume decision (the folder's lock held, chief).
+
+        Args:
+            run_dir: the run folder.
+            recorded: the config as the folder records this run (a notebook's `fit`
+                arguments over `cfg`: `kdist.experiment.run_data.DataPlan.recorded`).
+                Defaults to `None`: `cfg`.
 
         Raises:
             ConfigError: naming the changed keys when the folder's checkpoints were
                 trained with other settings (`kdist.runs.resume_check.check_resume`).
         """
-        changed = resume_check.check_resume(run_dir, self.cfg)
+        changed = resume_check.check_resume(run_dir, self.cfg if recorded is None else recorded)
         return dataclasses.replace(self, resume=Resume(Path(run_dir), tuple(changed)))
 
     def resumed_in(self, run_dir: str | Path) -> bool:

@@ -276,16 +276,14 @@ def _stop_file_logging(run_dir: str) -> None:
 def _train(setup: RunSetup, run_dir: str | None, *, write_config: bool = False) -> dict[str, Any]:
     from kdist.callbacks.guards import save_on_ctrl_c
     from kdist.data.checks import check_batch_memory
-    from kdist.experiment import Experiment, batch_plan
+    from kdist.experiment import Experiment
 
     save_on_ctrl_c(True)
     cfg = setup.cfg
     try:
         experiment = Experiment(cfg, run_dir=run_dir, setup=setup)
         # Config checks that need the data (not the model), before the folder changes.
-        check_batch_memory(
-            experiment.source, batch_plan.global_batch_size(cfg, experiment.num_replicas)
-        )
+        check_batch_memory(experiment.source, experiment.plan.global_batch_size)
         if write_config and run_dir is not None:
             _write_run_config(run_dir, cfg)
         experiment.build_model()

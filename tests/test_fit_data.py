@@ -9,8 +9,10 @@ a PyDataset under mirrored and the weights (~20 s).
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import keras
@@ -18,6 +20,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import compose
+from omegaconf import OmegaConf
 
 import kdist
 from kdist.config.errors import ConfigError
@@ -90,9 +93,11 @@ def test_arrays_train_as_the_config_driven_arrays(tmp_path: Path, strategy: str)
     assert len(history.history["val_loss"]) == 2
     assert int(exp.optimizer.iterations.numpy()) == 12  # 192 // 32 a pass, 2 epochs
     assert _max_diff(_weights(exp.model), _weights(reference.model)) <= 1e-6
-    # The run folder says where the data came from, and a later command cannot reread it.
-    assert exp.cfg.data.source.kind == "arrays"
+    # The run folder says where the data came from, and a later command cannot reread it;
+    # the config itself keeps its own source (fit's data sets no key).
+    assert exp.plan.given is not None and exp.plan.given["kind"] == "arrays"
     assert "kdist.data.in_hand.given" in (tmp_path / "given" / "config.yaml").read_text()
+    assert "in_hand" not in str(exp.cfg.data.source.get("_target_"))
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES_SLOW_MIRRORED)
@@ -114,7 +119,8 @@ def test_a_batched_dataset_is_the_global_batch_in_its_order(tmp_path: Path, stra
     )
     batches = tf.data.Dataset.from_tensor_slices((X, Y)).batch(32)
     exp.fit(batches, validation_data=(XV, YV))
-    assert int(exp.cfg.trainer.global_batch_size) == 32  # the dataset's batch
+    assert exp.plan.global_batch_size == 32  # the dataset's batch
+    assert int(exp.cfg.trainer.global_batch_size) == 8  # the config as it was given
     assert int(exp.optimizer.iterations.numpy()) == 12
     assert _max_diff(_weights(exp.model), _weights(reference.model)) <= 1e-6
 
@@ -213,6 +219,51 @@ def test_a_second_fit_numbers_its_epochs_as_keras_and_the_run_history_goes_on(tm
     once = kdist.Experiment(compose(BASE), run_dir=tmp_path / "once")
     once.fit(X, Y, validation_data=(XV, YV), epochs=4)
     assert _max_diff(_weights(exp.model), _weights(once.model)) <= 1e-6
+
+
+def test_fit_arguments_set_no_config_key_and_the_folder_records_them(tmp_path: Path):
+    # fit's data arguments make the run's data plan; the config stays as it was given,
+    # config.yaml and metrics.json record what the run trained with, and a new
+    # Experiment over the folder given the same data resumes it (the resume check
+    # compares the folder's record with the same record).
+    overrides = [*BASE, "callbacks.backup.enabled=true", "callbacks.backup.every_n_steps=4"]
+    cfg = compose(overrides)
+    before = _data_keys(cfg)
+    run_dir = tmp_path / "run"
+    exp = kdist.Experiment(cfg, run_dir=run_dir)
+    arguments = dict(
+        batch_size=16,
+        shuffle=False,
+        validation_data=(XV, YV),
+        validation_freq=2,
+        validation_batch_size=8,
+        epochs=1,
+    )
+    exp.fit(X, Y, **arguments)
+    assert _data_keys(exp.cfg) == before
+    assert exp.plan.global_batch_size == 16 and exp.plan.shuffle is False
+    record = OmegaConf.load(run_dir / "config.yaml")
+    assert record.trainer.global_batch_size == 16 and record.data.shuffle is False
+    assert record.trainer.validation_freq == 2 and record.trainer.validation_batch_size == 8
+    assert record.data.source._target_ == "kdist.data.in_hand.given"
+    assert record.data.source.train_examples == len(X)
+    assert json.loads((run_dir / "metrics.json").read_text())["global_batch_size"] == 16
+    assert int(exp.optimizer.iterations.numpy()) == 12  # 192 / 16
+    resumed = kdist.Experiment(compose(overrides), run_dir=run_dir)
+    resumed.fit(X, Y, **arguments)
+    assert int(resumed.optimizer.iterations.numpy()) == 24  # the backup's 12, then 1 epoch
+    # The config's own data again, with a batch of its own: the plan is the config's.
+    again = kdist.Experiment(compose(BASE), run_dir=tmp_path / "config")
+    again.fit(X, Y, batch_size=16, epochs=1)
+    assert again.plan.global_batch_size == 16
+    with pytest.raises(ConfigError, match="batch_size"):
+        again.fit(X, Y, batch_size=32, epochs=2)  # a batch other than the one trained
+    assert _data_keys(again.cfg) == _data_keys(compose(BASE))
+
+
+def _data_keys(cfg: Any) -> dict[str, Any]:
+    """The config's `data` and `trainer` nodes (the objective is resolved at the first fit)."""
+    return {key: OmegaConf.to_container(cfg[key]) for key in ("data", "trainer")}
 
 
 def test_a_fit_that_trains_nothing_says_so(tmp_path: Path, caplog):

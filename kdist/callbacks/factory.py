@@ -173,7 +173,8 @@ def build_run(
 
     Args:
         cfg: the train config.
-        controller: the run's controller (its checkpoint, state and global step).
+        controller: the run's controller (its checkpoint, state, global step and
+            schedule, whose global batch is the run's).
         strategy: the run's strategy.
         run_dir: the run directory (checkpoints are written under it).
         output_dir: where files go: the run directory on the chief, a scratch folder on
@@ -188,6 +189,7 @@ def build_run(
         The callbacks in the order they run, the savers, and the best-model export.
     """
     node = cfg.callbacks
+    batch = int(controller.schedule.global_batch_size)  # the run's data plan's
     resuming = controller.global_step > 0
     numbers = getattr(controller, "numbers", None)
     epoch_shift = int(numbers.run_shift) if numbers is not None else 0
@@ -202,7 +204,7 @@ def build_run(
             output_dir=output_dir,
             directions=directions,
             resuming=resuming,
-            examples_per_step=int(cfg.trainer.global_batch_size),
+            examples_per_step=batch,
             epoch_shift=epoch_shift,
         )
     run.callbacks += configured + list(extra)
@@ -264,10 +266,10 @@ def build_run(
         run.callbacks.append(run.curves)
     if is_chief:
         # Under `kdist.launch` on one machine: what one process must beat (printed once).
-        speed = cluster_speed(cfg.trainer.get("global_batch_size"))
+        speed = cluster_speed(batch)
         if speed is not None:
             run.callbacks.append(speed)
     if verbose != 0:
         # Keras adds no bar of its own when a ProgbarLogger is in the list.
-        run.callbacks.append(ProgressBar(examples_per_step=int(cfg.trainer.global_batch_size)))
+        run.callbacks.append(ProgressBar(examples_per_step=batch))
     return run

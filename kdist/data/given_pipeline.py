@@ -105,6 +105,7 @@ def partial_dataset_fn(
     source: Source,
     data_cfg: Any,
     *,
+    shuffle: bool,
     global_batch_size: int,
     seed: int,
     skip_examples: int,
@@ -115,7 +116,8 @@ def partial_dataset_fn(
 
     The source yields the global batches of the steps from the resumed one on (each pass
     over the data ends with its partial batch; arrays in an order seeded by `seed` and
-    the pass); each pipeline takes its replicas' parts of every batch (`replica_parts`).
+    the pass, shuffled when `shuffle` says so); each pipeline takes its replicas' parts of
+    every batch (`replica_parts`).
 
     With `epoch_passes` (no `steps_per_epoch`) and batches given as they are (a dataset
     or a `PyDataset`: `epoch_batches`), the function also carries `epoch_pass`, the
@@ -132,7 +134,7 @@ def partial_dataset_fn(
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
         ds = source.train_batches(  # type: ignore[attr-defined]
-            global_batch_size, seed=seed, shuffle=bool(data_cfg.shuffle), first_step=first_step
+            global_batch_size, seed=seed, shuffle=shuffle, first_step=first_step
         )
         if class_weight:
             ds = ds.map(batch_class_weighting(class_weight), num_parallel_calls=tf.data.AUTOTUNE)
@@ -148,7 +150,7 @@ def partial_dataset_fn(
     if epoch_passes and hasattr(source, "epoch_batches"):
 
         def epoch_pass(context: tf.distribute.InputContext) -> tf.data.Dataset:
-            ds = source.epoch_batches(first_step, seed=seed, shuffle=bool(data_cfg.shuffle))
+            ds = source.epoch_batches(first_step, seed=seed, shuffle=shuffle)
             if class_weight:
                 weigh = batch_class_weighting(class_weight)
                 ds = ds.map(weigh, num_parallel_calls=tf.data.AUTOTUNE)

@@ -9,20 +9,18 @@ from typing import Any
 
 import tensorflow as tf
 
-from kdist.config.compile_rules import check_class_weight
 from kdist.config.errors import ConfigError
 from kdist.config.targets import instantiate
 from kdist.data.augment import augment, check_augment, is_enabled
 from kdist.data.class_weighting import class_weighting
 from kdist.data.files import FileSource
 from kdist.data.given_pipeline import (
-    ENDLESS,
     partial_batches,
     partial_dataset_fn,
     replica_parts,
     validation_batches_fn,
 )
-from kdist.data.source import ArraySource, Source
+from kdist.data.source import Source
 
 __all__ = [
     "DatasetFn",
@@ -31,7 +29,6 @@ __all__ = [
     "make_dataset_fn",
     "replica_parts",
     "resolve_shard_policy",
-    "run_dataset_fn",
     "steps_per_epoch",
 ]
 
@@ -139,6 +136,9 @@ def make_dataset_fn(
     class_weight: Mapping[int, float] | None = None,
     validation_steps: int | None = None,
     epoch_passes: bool = False,
+    shuffle: bool | None = None,
+    shuffle_buffer: int | None = None,
+    cache: bool | None = None,
 ) -> DatasetFn:
     """The `dataset_fn` that `distribute_datasets_from_function` calls once per pipeline.
 
@@ -174,6 +174,11 @@ def make_dataset_fn(
         epoch_passes: an epoch is one pass over data given to `fit` (no
             `steps_per_epoch`), read afresh each epoch (`partial_dataset_fn`).
             Defaults to `False`.
+        shuffle: a new order every pass. Defaults to `None`: `data_cfg.shuffle`.
+        shuffle_buffer: examples the shuffle draws from. Defaults to `None`:
+            `data_cfg.shuffle_buffer`.
+        cache: cache the examples after their first pass. Defaults to `None`:
+            `data_cfg.cache`.
 
     Returns:
         A function from `tf.distribute.InputContext` to a batched `tf.data.Dataset`. Its
@@ -182,12 +187,16 @@ def make_dataset_fn(
         Python stream, see `kdist.data.in_hand`).
     """
     training = split == "train"
+    shuffle = bool(data_cfg.shuffle if shuffle is None else shuffle)
+    cache = bool(data_cfg.cache if cache is None else cache)
+    buffer_size = int(data_cfg.shuffle_buffer if shuffle_buffer is None else shuffle_buffer)
     if not training and partial_batches(source):
         return validation_batches_fn(source, split, global_batch_size, validation_steps)
     if training and partial_batches(source):
         return partial_dataset_fn(
             source,
             data_cfg,
+            shuffle=shuffle,
             global_batch_size=global_batch_size,
             seed=seed,
             skip_examples=skip_examples,
@@ -228,11 +237,11 @@ def make_dataset_fn(
             ds = source.read(split, mine)
         else:
             ds = source.dataset(split)
-        if data_cfg.cache:
+        if cache:
             ds = ds.cache()
         if training:
-            if data_cfg.shuffle:
-                buffer = max(1, min(int(data_cfg.shuffle_buffer), source.size(split)))
+            if shuffle:
+                buffer = max(1, min(buffer_size, source.size(split)))
                 ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
             ds = ds.repeat()
             if skip_examples and mode == "file":
@@ -285,48 +294,3 @@ def build_source(node: Any) -> Source:
             value=node.get("_target_"),
         )
     return source
-
-
-def run_dataset_fn(cfg: Any, source: Source, split: str, skip_examples: int = 0) -> DatasetFn:
-    """The `dataset_fn` of a train config's `split`: batch, seed, weights from `cfg`.
-
-    Training batches are micro-batches (`trainer.global_batch_size / accumulate_steps`)
-    and carry `trainer.class_weight`; `skip_examples` is a resumed run's data position.
-    """
-    trainer = cfg.trainer
-    batch = int(trainer.global_batch_size)
-    train = split == "train"
-    steps = None if train else trainer.get("validation_steps")
-    if not train and trainer.get("validation_batch_size"):
-        batch = int(trainer.validation_batch_size)  # Keras's `validation_batch_size`
-    if not train and not steps and source.size(split) >= ENDLESS:
-        # Keras's `fit` would validate forever (its `validation_steps` documentation).
-        raise ConfigError(
-            "validation_data",
-            "is a dataset without end (repeat()): each validation would run forever",
-            hint="pass validation_steps=N (the batches each validation reads), as in Keras",
-        )
-    if train:
-        accumulate = int(trainer.get("accumulate_steps", 1))
-        # Arrays whose passes split into whole global batches leave no partial batch.
-        whole = isinstance(source, ArraySource) and source.size("train") % batch == 0
-        if accumulate > 1 and partial_batches(source) and not whole:
-            raise ConfigError(
-                "trainer.accumulate_steps",
-                "does not apply to data given to fit, whose partial last batch cannot be "
-                "cut into micro-batches",
-                value=accumulate,
-                hint="leave it at 1, or use a data.source (e.g. data=npz)",
-            )
-        batch //= accumulate
-    return make_dataset_fn(
-        source,
-        split,
-        cfg.data,
-        global_batch_size=batch,
-        seed=int(cfg.runtime.seed),
-        skip_examples=skip_examples,
-        class_weight=check_class_weight(trainer.get("class_weight")) if train else None,
-        validation_steps=int(steps) if steps else None,
-        epoch_passes=train and not trainer.get("steps_per_epoch"),
-    )

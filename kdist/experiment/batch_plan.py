@@ -12,8 +12,9 @@ from kdist.data.pipeline import check_batch_split
 from kdist.data.pipeline import steps_per_epoch as steps_per_epoch_of
 from kdist.data.source import Source
 from kdist.engine.controller import Schedule
+from kdist.experiment.run_data import DataPlan
 
-__all__ = ["global_batch_size", "schedule", "steps_within_data"]
+__all__ = ["check_split", "global_batch_size", "schedule", "steps_within_data"]
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +23,8 @@ def global_batch_size(cfg: Any, num_replicas: int) -> int:
     """The global batch, split evenly over `num_replicas` (and `accumulate_steps`).
 
     `trainer.per_replica_batch_size`, when set, is written into the config as
-    `trainer.global_batch_size`, so every later reader (data, checkpoints, metrics.json)
-    sees one number.
+    `trainer.global_batch_size`, so that the config's data plan
+    (`kdist.experiment.run_data.DataPlan.of_config`) holds one number.
 
     Raises:
         ConfigError: naming `trainer.global_batch_size` or `trainer.accumulate_steps`
@@ -51,8 +52,19 @@ def global_batch_size(cfg: Any, num_replicas: int) -> int:
             trainer.global_batch_size,
         )
     batch = int(trainer.global_batch_size)
+    check_split(batch, num_replicas, int(trainer.get("accumulate_steps", 1)))
+    return batch
+
+
+def check_split(batch: int, num_replicas: int, accumulate: int) -> None:
+    """Check that the global `batch` splits evenly over `num_replicas` and into
+    `accumulate` micro-batches.
+
+    Raises:
+        ConfigError: naming `trainer.global_batch_size` or `trainer.accumulate_steps`,
+            with a value that would split.
+    """
     check_batch_split(batch, num_replicas)
-    accumulate = int(trainer.get("accumulate_steps", 1))
     if accumulate > 1 and batch % (accumulate * num_replicas):
         raise ConfigError(
             "trainer.accumulate_steps",
@@ -62,17 +74,17 @@ def global_batch_size(cfg: Any, num_replicas: int) -> int:
             hint=f"make trainer.global_batch_size a multiple of {accumulate} x "
             f"{num_replicas} = {accumulate * num_replicas}",
         )
-    return batch
 
 
 def schedule(
     trainer: Any,
+    plan: DataPlan,
     steps_per_epoch: int,
     *,
     steps_per_execution: int | None = None,
     epoch_lengths: tuple[int, ...] | None = None,
 ) -> Schedule:
-    """The controller's `Schedule` for a `trainer` node (after `global_batch_size`).
+    """The controller's `Schedule` for a `trainer` node and the run's data `plan`.
 
     `steps_per_execution` overrides `trainer.steps_per_execution` (a model's own compile);
     `epoch_lengths`, Keras's uneven epochs (`kdist.engine.epoch_clock`).
@@ -81,8 +93,8 @@ def schedule(
         epochs=int(trainer.epochs),
         steps_per_epoch=steps_per_epoch,
         steps_per_execution=int(steps_per_execution or trainer.steps_per_execution),
-        global_batch_size=int(trainer.global_batch_size),
-        validation_freq=int(trainer.validation_freq),
+        global_batch_size=plan.global_batch_size,
+        validation_freq=plan.validation_freq,
         epoch_lengths=epoch_lengths,
     )
 

@@ -18,7 +18,6 @@ from kdist.compat.keras_private import inputs_struct
 from kdist.config.errors import ConfigError
 from kdist.config.objective import check_monitors, check_objective, metric_directions
 from kdist.data.in_hand import check_inputs
-from kdist.data.pipeline import run_dataset_fn
 from kdist.data.pipeline import steps_per_epoch as steps_per_epoch_of
 from kdist.engine import Controller, Runner, Schedule
 from kdist.engine.epoch_clock import keras_epoch_lengths
@@ -37,6 +36,7 @@ from kdist.experiment.compile_state import (
     check_optimizer,
     step_settings,
 )
+from kdist.experiment.run_data import run_dataset_fn
 from kdist.runs import resume_check
 
 log = logging.getLogger(__name__)
@@ -107,11 +107,11 @@ def schedule_of(exp: Any, settings: StepSettings) -> Schedule:
     lengths = None
     if given is not None and not given.endless:
         # Keras's epochs over data with an end (`kdist.engine.epoch_clock`).
-        batches = steps_per_epoch_of(exp.source, int(exp.cfg.trainer.global_batch_size), None)
+        batches = steps_per_epoch_of(exp.source, exp.plan.global_batch_size, None)
         if per_epoch < batches:
             lengths = keras_epoch_lengths(batches, per_epoch, per_call)
     return batch_plan.schedule(
-        exp.cfg.trainer, per_epoch, steps_per_execution=per_call, epoch_lengths=lengths
+        exp.cfg.trainer, exp.plan, per_epoch, steps_per_execution=per_call, epoch_lengths=lengths
     )
 
 
@@ -158,18 +158,19 @@ def bind(exp: Any, *, recompiled: bool = False) -> Bound:
         exp.strategy,
         model,
         exp.source,
+        exp.plan,
         schedule,
         validates=exp.validates,
         jit_compile=settings.jit_compile,
     )
     check_objective_of(exp, model)
-    # The config as resolved (batch, objective), before training; over a folder
-    # with checkpoints only once `restore` has checked it against theirs.
+    # The config as resolved (batch, objective) with the data plan, before training;
+    # over a folder with checkpoints only once `restore` has checked it against theirs.
     if exp.is_chief and (
         exp.setup.resumed_in(exp.run_dir) or not resume_check.holds_checkpoints(exp.run_dir)
     ):
-        outputs.write_config(exp.output_dir, cfg)
-    train_data = functools.partial(run_dataset_fn, cfg, exp.source, "train")
+        outputs.write_config(exp.output_dir, exp.plan.recorded(cfg))
+    train_data = functools.partial(run_dataset_fn, cfg, exp.plan, exp.source, "train")
     previous = exp.controller
     if previous is not None and previous.model is model and not recompiled:
         previous.schedule = schedule
@@ -233,7 +234,7 @@ def build_model(exp: Any, model: keras.Model | None) -> keras.Model:
     # run's length for a schedule that ends with the run (`run_data`).
     steps = None
     if not exp._own_compile and (from_config or run_data.needs_total_steps(cfg)):
-        steps = batch_plan.schedule(cfg.trainer, exp.steps_per_epoch).total_steps
+        steps = batch_plan.schedule(cfg.trainer, exp.plan, exp.steps_per_epoch).total_steps
     source = exp.source if from_config else None
     model = compiled_model(cfg, exp.strategy, source, total_steps=steps, model=model)
     exp.model, exp.optimizer = model, model.optimizer

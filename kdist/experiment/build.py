@@ -21,7 +21,6 @@ from kdist.config import compile_rules
 from kdist.config.errors import ConfigError
 from kdist.config.sync import sync_settings
 from kdist.data.checks import check_class_ids, check_label_range
-from kdist.data.pipeline import run_dataset_fn
 from kdist.data.source import ArraySource, Source
 from kdist.engine import Runner, Schedule, StandardRunner, build_for_training
 from kdist.engine.building import (
@@ -33,6 +32,7 @@ from kdist.engine.building import (
 )
 from kdist.engine.ps_runner import ParameterServerRunner
 from kdist.engine.sync.runner import LocalSGDRunner
+from kdist.experiment.run_data import DataPlan, run_dataset_fn
 from kdist.modeling import compiling, optimizers
 
 __all__ = [
@@ -387,12 +387,14 @@ def runner_for(
     strategy: tf.distribute.Strategy,
     model: keras.Model,
     source: Source,
+    plan: DataPlan,
     schedule: Schedule,
     *,
     validates: bool,
     jit_compile: bool | None = None,
 ) -> Runner:
-    """Build `model` from the data's element spec (if unbuilt) and make its runner.
+    """Build `model` from the data's element spec (if unbuilt) and make its runner, which
+    reads `source` as the run's data `plan` says (`kdist.experiment.run_data.run_dataset_fn`).
 
     Models that create their variables on the first call (subclassed models, layers
     without an input shape) are built before the optimizer, as `fit` does. The runner is
@@ -406,7 +408,7 @@ def runner_for(
     Raises:
         ConfigError: naming `model` when the runner cannot train it.
     """
-    train_fn = run_dataset_fn(cfg, source, "train")
+    train_fn = run_dataset_fn(cfg, plan, source, "train")
     parameter_server = isinstance(strategy, tf.distribute.ParameterServerStrategy)
     check_lookup_tables(model, parameter_server=parameter_server, validates=validates)
     with building_scope(model, strategy):
@@ -432,7 +434,7 @@ def runner_for(
                 model=model,
                 train_dataset_fn=train_fn,
                 validation_dataset_fn=(
-                    run_dataset_fn(cfg, source, "validation") if validates else None
+                    run_dataset_fn(cfg, plan, source, "validation") if validates else None
                 ),
                 global_batch_size=schedule.global_batch_size,
                 steps_per_execution=schedule.steps_per_execution,

@@ -2,9 +2,9 @@
 
 `FitArguments` holds `keras.Model.fit`'s arguments, in its order, with kdist's defaults
 (a test compares its fields and `Experiment.fit`'s parameters with `keras.Model.fit`'s).
-Each `fit` call starts from the configured values of the keys data given to `fit` sets
-(`DATA_KEYS`), as each `model.fit` call starts from its own arguments; the data itself
-becomes a source in `kdist.data.in_hand`.
+Each `fit` call's arguments make the run's data plan (`kdist.experiment.run_data.DataPlan`)
+over the config's, as each `model.fit` call starts from its own arguments (`plan_of`); the
+data itself becomes a source in `kdist.data.in_hand`. No config key is written.
 """
 
 from __future__ import annotations
@@ -17,24 +17,21 @@ from typing import Any
 
 import keras
 import numpy as np
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from kdist.config.errors import ConfigError
 from kdist.data.in_hand import Given, given_data
 from kdist.data.in_hand.dispatch import DEFAULT_BATCH
+from kdist.experiment.run_data import DataPlan
 
 __all__ = [
-    "DATA_KEYS",
     "FitArguments",
     "FitData",
     "check_count",
     "check_needs_x",
-    "data_keys",
-    "fit_keys",
     "keras_limits",
+    "plan_of",
     "read_fit_data",
     "same_args",
-    "set_key",
     "warn_stream_resume",
 ]
 
@@ -94,12 +91,12 @@ class FitData:
 
     Attributes:
         given: the data given to `fit` as a source, or `None` (the config's data).
-        keys: the config keys to set, dotted key -> value.
+        plan: the run's data plan for this call.
         args: the arguments, to tell the same data given again (`same_args`).
     """
 
     given: Given | None
-    keys: dict[str, Any]
+    plan: DataPlan
     args: tuple[Any, ...]
 
 
@@ -107,18 +104,18 @@ def read_fit_data(
     arguments: FitArguments,
     *,
     strategy: Any,
-    configured: dict[str, Any],
+    configured: DataPlan,
     previous: tuple[Any, ...],
     fitted_batch: int | None,
 ) -> FitData | None:
-    """`fit`'s data arguments, checked, as the run's data and config keys.
+    """`fit`'s data arguments, checked, as the run's data and its plan.
 
     Args:
         arguments: the call's arguments (`x`, `y`, `batch_size`, `validation_split`,
             `validation_data`, `shuffle`, `class_weight`, `sample_weight`,
             `steps_per_epoch` and `validation_freq` are read here).
         strategy: the run's strategy (some cannot read some data).
-        configured: the configured values of `DATA_KEYS` (`data_keys`).
+        configured: the config's data plan (`DataPlan.of_config`).
         previous: the arguments of the last call that gave data (`FitData.args`).
         fitted_batch: the global batch of the steps trained so far, or `None` before
             the first `fit`.
@@ -168,7 +165,7 @@ def read_fit_data(
             validation_steps=validation_steps,
             strategy=strategy,
         )
-    keys = fit_keys(
+    plan = plan_of(
         given,
         configured,
         batch_size=batch_size,
@@ -179,8 +176,8 @@ def read_fit_data(
         validation_steps=validation_steps,
         validation_batch_size=validation_batch_size,
     )
-    new_batch = keys.get("trainer.global_batch_size")
-    if fitted_batch is not None and new_batch is not None and int(new_batch) != fitted_batch:
+    new_batch = plan.global_batch_size
+    if fitted_batch is not None and new_batch != fitted_batch:
         raise ConfigError(
             "batch_size",
             f"cannot change from {fitted_batch} between two fit calls of one Experiment: "
@@ -188,7 +185,7 @@ def read_fit_data(
             value=new_batch,
             hint="keep the batch, or make a new kdist.Experiment",
         )
-    return FitData(given, keys, args)
+    return FitData(given, plan, args)
 
 
 def check_count(name: str, value: Any) -> None:
@@ -223,9 +220,9 @@ def check_needs_x(
                 raise ConfigError(name, "needs x: give the data it goes with")
 
 
-def fit_keys(
+def plan_of(
     given: Given | None,
-    configured: dict[str, Any],
+    configured: DataPlan,
     *,
     batch_size: int | None,
     shuffle: bool | None,
@@ -234,12 +231,12 @@ def fit_keys(
     validation_freq: int | None,
     validation_steps: int | None = None,
     validation_batch_size: int | None = None,
-) -> dict[str, Any]:
-    """The config keys a `fit` call's arguments set, over their `configured` values.
+) -> DataPlan:
+    """The data plan a `fit` call's arguments make, over the `configured` one.
 
     Args:
         given: the data given to `fit` (`kdist.data.in_hand.given_data`), or `None`.
-        configured: the configured values of `DATA_KEYS` (`data_keys`).
+        configured: the config's data plan (`DataPlan.of_config`).
         batch_size: `fit`'s `batch_size`.
         shuffle: `fit`'s `shuffle`.
         steps_per_epoch: `fit`'s `steps_per_epoch`.
@@ -250,19 +247,16 @@ def fit_keys(
             Keras's `fit` (`validation_batch_size or batch_size`), `batch_size`, else 32
             where the training data brings its own batches and the validation data are
             examples (arrays), else the training batch.
-
-    Returns:
-        Dotted key -> value.
     """
-    keys = dict(configured)
+    changes: dict[str, Any] = {}
     if given is not None:
         class_weight = given.class_weight  # arrays carry theirs in their sample weights
         size = given.source.size("train")
-        keys |= {
-            "data.shuffle": given.shuffle,
-            "data.shuffle_buffer": max(size, 1),  # all of it, as Keras shuffles arrays
-            "data.cache": given.kind == "arrays",  # a dataset's own pipeline runs each pass
-            "data.source": {
+        changes = {
+            "shuffle": given.shuffle,
+            "shuffle_buffer": max(size, 1),  # all of it, as Keras shuffles arrays
+            "cache": given.kind == "arrays",  # a dataset's own pipeline runs each pass
+            "given": {
                 "_target_": "kdist.data.in_hand.given",
                 "kind": given.kind,
                 "train_examples": size,
@@ -270,27 +264,28 @@ def fit_keys(
             },
         }
         if given.global_batch_size is not None:
-            keys |= {"trainer.global_batch_size": given.global_batch_size}
+            changes["global_batch_size"] = given.global_batch_size
         if validation_batch_size is None and batch_size is None and given.kind != "arrays":
             # Keras's `fit`: `batch_size=validation_batch_size or batch_size` for the
             # validation data, which arrays then batch by 32 (`ArrayDataAdapter`); a
             # dataset of batches keeps its own (`own_batches`).
             validation_batch_size = DEFAULT_BATCH
     elif shuffle is not None:
-        keys["data.shuffle"] = bool(shuffle)
-    for key, value in (
-        ("trainer.global_batch_size", batch_size),
-        ("trainer.steps_per_epoch", steps_per_epoch),
-        ("trainer.class_weight", class_weight),
-        ("trainer.validation_freq", validation_freq),
-        ("trainer.validation_steps", validation_steps),
-        ("trainer.validation_batch_size", validation_batch_size or batch_size),
+        changes["shuffle"] = bool(shuffle)
+    if class_weight is not None:
+        changes["class_weight"] = (
+            dict(class_weight) if isinstance(class_weight, dict) else class_weight
+        )
+    for name, count in (
+        ("global_batch_size", batch_size),
+        ("steps_per_epoch", steps_per_epoch),
+        ("validation_freq", validation_freq),
+        ("validation_steps", validation_steps),
+        ("validation_batch_size", validation_batch_size or batch_size),
     ):
-        if value is not None:
-            keys[key] = dict(value) if isinstance(value, dict) else value
-    if keys.get("trainer.global_batch_size") is not None and batch_size is not None:
-        keys["trainer.per_replica_batch_size"] = None
-    return keys
+        if count is not None:
+            changes[name] = int(count)
+    return configured.replace(**changes)
 
 
 def warn_stream_resume(given: Given | None, steps_per_epoch: int, step: int) -> None:
@@ -314,23 +309,6 @@ def warn_stream_resume(given: Given | None, steps_per_epoch: int, step: int) -> 
     )
 
 
-# The config keys that data given to `fit` sets (their configured values are kept, so
-# that each call's arguments start from the config, as each `model.fit` call does).
-DATA_KEYS = (
-    "data.source",
-    "data.shuffle",
-    "data.shuffle_buffer",
-    "data.cache",
-    "trainer.global_batch_size",
-    "trainer.per_replica_batch_size",
-    "trainer.steps_per_epoch",
-    "trainer.class_weight",
-    "trainer.validation_freq",
-    "trainer.validation_steps",
-    "trainer.validation_batch_size",
-)
-
-
 def same_args(args: tuple[Any, ...], before: tuple[Any, ...]) -> bool:
     """The same objects (arrays, datasets) and equal plain values, argument by argument."""
 
@@ -347,23 +325,6 @@ def same_args(args: tuple[Any, ...], before: tuple[Any, ...]) -> bool:
         return isinstance(a, plain) and isinstance(b, plain) and a == b
 
     return len(args) == len(before) and all(same(a, b) for a, b in zip(args, before, strict=True))
-
-
-def data_keys(cfg: DictConfig) -> dict[str, Any]:
-    """The configured values of `DATA_KEYS`, plain."""
-    values = {}
-    for key in DATA_KEYS:
-        value = OmegaConf.select(cfg, key)
-        values[key] = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-    return values
-
-
-def set_key(cfg: DictConfig, key: str, value: Any) -> None:
-    """Set `key` (dotted) in `cfg`, adding it where the schema has no such key."""
-    parent_key, _, name = key.rpartition(".")
-    parent = OmegaConf.select(cfg, parent_key)
-    with read_write(parent), open_dict(parent):
-        parent[name] = value
 
 
 def keras_limits(epochs: int | None, steps_per_epoch: int | None) -> tuple[Any, Any]:

@@ -29,7 +29,6 @@ from kdist.experiment.fit_arguments import (
     FitArguments,
     FitData,
     read_fit_data,
-    set_key,
     warn_stream_resume,
 )
 
@@ -99,30 +98,29 @@ def read_data(exp: Any, arguments: FitArguments, callbacks: Any) -> FitData | No
             strategy=exp.strategy,
             configured=exp._configured,
             previous=exp._given_args,
-            fitted_batch=int(exp.cfg.trainer.global_batch_size) if exp._fitted else None,
+            fitted_batch=exp.plan.global_batch_size if exp._fitted else None,
         )
 
 
 def use_data(exp: Any, found: FitData | None) -> None:
-    """Make `fit`'s data (`read_data`) the run's: `exp.source` and the config keys."""
+    """Make `fit`'s data (`read_data`) the run's: `exp.source` and `exp.plan`."""
     if found is None:
         return  # the data of the last call (or the config's), or the same again
-    given, args = found.given, found.args
-    cfg = exp.cfg
-    for key, value in found.keys.items():
-        set_key(cfg, key, value)
-    batch = batch_plan.global_batch_size(cfg, exp.num_replicas)
+    given, args, plan = found.given, found.args, found.plan
+    accumulate = int(exp.cfg.trainer.get("accumulate_steps", 1))
+    batch_plan.check_split(plan.global_batch_size, exp.num_replicas, accumulate)
     source = given.source if given is not None else exp.source
-    per_epoch = cfg.trainer.get("steps_per_epoch")
+    per_epoch = plan.steps_per_epoch
+    batch = plan.global_batch_size
     exp.steps_per_epoch = steps_per_epoch_of(source, batch, per_epoch)
-    exp.source, exp._given, exp._given_args = source, given or exp._given, args
+    exp.plan, exp.source, exp._given, exp._given_args = plan, source, given or exp._given, args
     if per_epoch and exp._given is not None:  # data with an end: Keras's epochs
         endless = exp._given.endless
         exp.steps_per_epoch = batch_plan.steps_within_data(
             source, batch, exp.steps_per_epoch, endless=endless
         )
-    exp.validates = bool(cfg.trainer.validation) and source.size("validation") > 0
-    exp._bound = None  # the runner reads the data anew (the pipeline's keys changed)
+    exp.validates = bool(exp.cfg.trainer.validation) and source.size("validation") > 0
+    exp._bound = None  # the runner reads the data anew (the plan changed)
     if given is not None:
         log.info("%s; %d steps per epoch", given.describe(), exp.steps_per_epoch)
 

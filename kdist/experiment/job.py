@@ -35,12 +35,8 @@ from kdist.experiment.compile_state import (
     StepSettings,
     eager_if,
 )
-from kdist.experiment.fit_arguments import (
-    FitArguments,
-    data_keys,
-    keras_limits,
-)
-from kdist.experiment.run_data import BuiltAtFirstUse
+from kdist.experiment.fit_arguments import FitArguments, keras_limits
+from kdist.experiment.run_data import BuiltAtFirstUse, DataPlan
 from kdist.process import runtime
 from kdist.run_setup import RunSetup, setup_run
 from kdist.runs import lock as run_lock
@@ -97,6 +93,10 @@ class Experiment:
         self.num_replicas = int(self.strategy.num_replicas_in_sync)
         self.is_chief = chief.is_chief(self.strategy)
         batch = batch_plan.global_batch_size(cfg, self.num_replicas)
+        # How the run reads its data: the config's, until a `fit` call gives its own
+        # arguments over it (`kdist.experiment.fit_call.use_data`); no key is written.
+        self._configured = DataPlan.of_config(cfg)
+        self.plan = self._configured
         self.output_dir = chief.writable_dir(self.run_dir, self.strategy)
         # The objective and the monitors are checked against what the model logs once it
         # is built (`build_model`): a user's model (from a notebook or `model._target_`)
@@ -107,12 +107,11 @@ class Experiment:
         self.controller: Controller | None = None
         self.result: FitResult | None = None
         self.best_model: BestModelExport | None = None
-        # Data given to `fit` (`kdist.data.in_hand`), the arguments that made it, the
-        # config keys it changes (their configured values), and the source the runner
-        # reads. After a first `fit`, later ones go on from the model as it is.
+        # Data given to `fit` (`kdist.data.in_hand`), the arguments that made it, and
+        # the source the runner reads. After a first `fit`, later ones go on from the
+        # model as it is.
         self._given: Given | None = None
         self._given_args: tuple[Any, ...] = ()
-        self._configured = data_keys(cfg)
         self._bound: Source | None = None
         self._model_from_config = False
         self._own_compile = False
@@ -309,12 +308,18 @@ class Experiment:
             ConfigError: naming the changed keys when the checkpoints were trained with
                 other settings (unless `trainer.allow_resume_changes=true`).
         """
+        recorded = self.plan.recorded(self.cfg)  # with `fit`'s data arguments
         if not self.setup.resumed_in(self.run_dir):
             # The command line's resume check (made there before the job, under the
             # folder's lock), before this run's config is written over the folder's.
-            self.setup = self.setup.checked_in(self.run_dir)
+            self.setup = self.setup.checked_in(self.run_dir, recorded)
         return resuming.restore(
-            self._controller(), self.setup, self.run_dir, self.output_dir, is_chief=self.is_chief
+            self._controller(),
+            self.setup,
+            self.run_dir,
+            self.output_dir,
+            is_chief=self.is_chief,
+            recorded=recorded,
         )
 
     def evaluate(
@@ -415,7 +420,7 @@ class Experiment:
             x, split = None, x
         model, _ = binding.model_for(self, x)
         if x is None:
-            batch_size = int(batch_size or self.cfg.trainer.global_batch_size)
+            batch_size = int(batch_size or self.plan.global_batch_size)
         return results.predict(
             model,
             self.strategy,
@@ -434,4 +439,11 @@ class Experiment:
 
     def metrics(self) -> dict[str, Any]:
         """The summary written to `metrics.json` after `fit`."""
-        return results.metrics(self.result, self.cfg, self.model, self.strategy, self.num_replicas)
+        return results.metrics(
+            self.result,
+            self.cfg,
+            self.model,
+            self.strategy,
+            self.num_replicas,
+            global_batch_size=self.plan.global_batch_size,
+        )

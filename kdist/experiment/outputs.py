@@ -36,18 +36,20 @@ def summary(
     steps: int,
     strategy_name: str,
     num_replicas: int,
+    global_batch_size: int,
 ) -> dict[str, Any]:
     """The summary `metrics.json` holds: final metrics, steps, speed and the objective.
 
     Args:
         result: what the controller's `fit` returned.
-        cfg: the train config.
+        cfg: the train config (its objective).
         steps: optimizer updates applied (`optimizer.iterations`).
         strategy_name: the strategy's class name.
         num_replicas: replicas in sync.
+        global_batch_size: examples per step over all replicas (the run's data plan's).
     """
     logs = result.final_logs
-    batch = int(cfg.trainer.global_batch_size)
+    batch = global_batch_size
     seconds = max(result.train_seconds, 1e-9)
     objective = cfg.get("objective") or {"name": "loss", "direction": "min"}
     return {

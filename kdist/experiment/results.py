@@ -157,8 +157,11 @@ def metrics(
     model: keras.Model | None,
     strategy: tf.distribute.Strategy,
     num_replicas: int,
+    *,
+    global_batch_size: int,
 ) -> dict[str, Any]:
-    """The summary of `result` written to `metrics.json`."""
+    """The summary of `result` written to `metrics.json` (`global_batch_size`: the
+    run's data plan's, `kdist.experiment.run_data.DataPlan`)."""
     if result is None or model is None:
         raise RuntimeError("`metrics()` needs a finished `fit()`.")
     return run_outputs.summary(
@@ -167,6 +170,7 @@ def metrics(
         steps=optimizer_steps(model),
         strategy_name=type(strategy).__name__,
         num_replicas=num_replicas,
+        global_batch_size=global_batch_size,
     )
 
 

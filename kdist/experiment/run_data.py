@@ -1,4 +1,13 @@
-"""The config's data of an `Experiment`, built at its first use.
+"""The data of a run: its plan (`DataPlan`), the config's source built at its first use,
+and the `dataset_fn` of a split (`run_dataset_fn`).
+
+How a run reads its data is stated once, in a `DataPlan`. The config states it in keys
+(`trainer.global_batch_size`, `data.shuffle`, ...); a notebook's `fit` call states it in its
+arguments (`batch_size`, `shuffle`, ...), over the config's values, as each `model.fit` call
+starts from its own arguments (`kdist.experiment.fit_arguments.plan_of`). Either way the
+input pipeline, the schedule, the callbacks and `metrics.json` read this value: data given
+to `fit` writes no config key. `DataPlan.recorded` is the one place that turns a plan back
+into keys, for the run folder's `config.yaml` and its resume check.
 
 A notebook that hands `fit`, `evaluate` or `predict` its own data never needs the
 config's `data.source` (the embedded digits by default): building it would read (or
@@ -10,23 +19,184 @@ them first (`kdist.experiment.fit_call.use_data`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
 
-from kdist.data.pipeline import build_source
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from kdist.config.compile_rules import check_class_weight
+from kdist.config.errors import ConfigError
+from kdist.data.given_pipeline import ENDLESS, partial_batches
+from kdist.data.pipeline import DatasetFn, build_source, make_dataset_fn
 from kdist.data.pipeline import steps_per_epoch as steps_per_epoch_of
-from kdist.data.source import Source
-from kdist.experiment import batch_plan
+from kdist.data.source import ArraySource, Source
 
 __all__ = [
     "BuiltAtFirstUse",
+    "DataPlan",
     "config_source",
     "config_steps_per_epoch",
     "config_validates",
     "needs_total_steps",
+    "run_dataset_fn",
 ]
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class DataPlan:
+    """The batch, order and length of a run's data, and how its validation reads.
+
+    Attributes:
+        global_batch_size: examples per step over all replicas
+            (`trainer.global_batch_size`, after `per_replica_batch_size`).
+        shuffle: a new order every epoch (`data.shuffle`).
+        shuffle_buffer: examples the shuffle draws from (`data.shuffle_buffer`).
+        cache: the examples are cached after their first pass (`data.cache`).
+        steps_per_epoch: steps per epoch asked for, or `None`: one pass over the data
+            (`trainer.steps_per_epoch`).
+        class_weight: `{class id: weight}` for the input pipeline to apply
+            (`trainer.class_weight`).
+        validation_freq: validate every this many epochs (`trainer.validation_freq`).
+        validation_steps: batches each validation reads, or `None`: all
+            (`trainer.validation_steps`).
+        validation_batch_size: examples per validation batch, or `None`: the training
+            batch (`trainer.validation_batch_size`).
+        given: what `config.yaml` records as `data.source` for data given to `fit`
+            (`kdist.data.in_hand.given`, which says the data is not in the folder), or
+            `None` for the config's own source.
+    """
+
+    global_batch_size: int
+    shuffle: bool
+    shuffle_buffer: int
+    cache: bool
+    steps_per_epoch: int | None = None
+    class_weight: Mapping[int, float] | None = None
+    validation_freq: int = 1
+    validation_steps: int | None = None
+    validation_batch_size: int | None = None
+    given: Mapping[str, Any] | None = None
+
+    @classmethod
+    def of_config(cls, cfg: Any) -> DataPlan:
+        """The plan a train config's keys state (its global batch already resolved,
+        `kdist.experiment.batch_plan.global_batch_size`)."""
+        trainer, data = cfg.trainer, cfg.data
+        weights = trainer.get("class_weight")
+        return cls(
+            global_batch_size=int(trainer.global_batch_size),
+            shuffle=bool(data.shuffle),
+            shuffle_buffer=int(data.shuffle_buffer),
+            cache=bool(data.cache),
+            steps_per_epoch=_count(trainer.get("steps_per_epoch")),
+            class_weight=_plain(weights) if weights is not None else None,
+            validation_freq=int(trainer.get("validation_freq", 1)),
+            validation_steps=_count(trainer.get("validation_steps")),
+            validation_batch_size=_count(trainer.get("validation_batch_size")),
+        )
+
+    def replace(self, **changes: Any) -> DataPlan:
+        """This plan with `changes` (fields by name)."""
+        return dataclasses.replace(self, **changes)
+
+    def recorded(self, cfg: DictConfig) -> DictConfig:
+        """`cfg` as the run folder records the run: a copy with this plan's values at
+        their keys (the config itself is left as it is). For `config.yaml` and the
+        resume check, which compare what a run trained with."""
+        if self == DataPlan.of_config(cfg):
+            return cfg
+        record = copy.deepcopy(cfg)
+        keys: dict[str, Any] = {
+            "trainer.global_batch_size": self.global_batch_size,
+            "data.shuffle": self.shuffle,
+            "data.shuffle_buffer": self.shuffle_buffer,
+            "data.cache": self.cache,
+            "trainer.steps_per_epoch": self.steps_per_epoch,
+            "trainer.class_weight": _plain(self.class_weight) if self.class_weight else None,
+            "trainer.validation_freq": self.validation_freq,
+            "trainer.validation_steps": self.validation_steps,
+            "trainer.validation_batch_size": self.validation_batch_size,
+        }
+        if self.global_batch_size != int(cfg.trainer.global_batch_size):
+            keys["trainer.per_replica_batch_size"] = None  # the batch is the plan's
+        if self.given is not None:
+            keys["data.source"] = dict(self.given)
+        for key, value in keys.items():
+            parent_key, _, name = key.rpartition(".")
+            parent = OmegaConf.select(record, parent_key)
+            if parent.get(name) == value:
+                continue
+            with read_write(parent), open_dict(parent):
+                parent[name] = value
+        return record
+
+
+def _count(value: Any) -> int | None:
+    return int(value) if value else None
+
+
+def _plain(weights: Any) -> Any:
+    """A `class_weight` as a plain dict, its keys and values as given (the pipeline
+    checks them: `kdist.config.compile_rules.check_class_weight`)."""
+    if OmegaConf.is_config(weights):
+        weights = OmegaConf.to_container(weights)
+    return dict(weights) if isinstance(weights, Mapping) else weights
+
+
+def run_dataset_fn(
+    cfg: Any, plan: DataPlan, source: Source, split: str, skip_examples: int = 0
+) -> DatasetFn:
+    """The `dataset_fn` of a run's `split`: batch, order and weights from its `plan`.
+
+    Training batches are micro-batches (`global_batch_size / trainer.accumulate_steps`)
+    and carry the plan's `class_weight`; `skip_examples` is a resumed run's data
+    position. `cfg` gives the rest of the pipeline (`data.shard_policy`, `data.augment`,
+    `runtime.seed`).
+    """
+    batch = plan.global_batch_size
+    train = split == "train"
+    steps = None if train else plan.validation_steps
+    if not train and plan.validation_batch_size:
+        batch = plan.validation_batch_size  # Keras's `validation_batch_size`
+    if not train and not steps and source.size(split) >= ENDLESS:
+        # Keras's `fit` would validate forever (its `validation_steps` documentation).
+        raise ConfigError(
+            "validation_data",
+            "is a dataset without end (repeat()): each validation would run forever",
+            hint="pass validation_steps=N (the batches each validation reads), as in Keras",
+        )
+    if train:
+        accumulate = int(cfg.trainer.get("accumulate_steps", 1))
+        # Arrays whose passes split into whole global batches leave no partial batch.
+        whole = isinstance(source, ArraySource) and source.size("train") % batch == 0
+        if accumulate > 1 and partial_batches(source) and not whole:
+            raise ConfigError(
+                "trainer.accumulate_steps",
+                "does not apply to data given to fit, whose partial last batch cannot be "
+                "cut into micro-batches",
+                value=accumulate,
+                hint="leave it at 1, or use a data.source (e.g. data=npz)",
+            )
+        batch //= accumulate
+    return make_dataset_fn(
+        source,
+        split,
+        cfg.data,
+        global_batch_size=batch,
+        seed=int(cfg.runtime.seed),
+        skip_examples=skip_examples,
+        class_weight=check_class_weight(plan.class_weight) if train else None,
+        validation_steps=steps,
+        epoch_passes=train and not plan.steps_per_epoch,
+        shuffle=plan.shuffle,
+        shuffle_buffer=plan.shuffle_buffer,
+        cache=plan.cache,
+    )
 
 
 class BuiltAtFirstUse(Generic[T]):
@@ -67,10 +237,9 @@ def config_source(experiment: Any) -> Source:
 
 
 def config_steps_per_epoch(experiment: Any) -> int:
-    """`trainer.steps_per_epoch`, or the full global batches of one pass of the source."""
-    cfg = experiment.cfg
-    batch = batch_plan.global_batch_size(cfg, experiment.num_replicas)
-    return steps_per_epoch_of(experiment.source, batch, cfg.trainer.get("steps_per_epoch"))
+    """The plan's `steps_per_epoch`, or the full global batches of one pass of the source."""
+    plan = experiment.plan
+    return steps_per_epoch_of(experiment.source, plan.global_batch_size, plan.steps_per_epoch)
 
 
 def config_validates(experiment: Any) -> bool:
