@@ -4,8 +4,8 @@ It holds the global step and the checkpoint, restores at the start, saves on its
 schedule, drives the Keras `CallbackList`, runs validation and ends training. A runner
 (`kdist.engine.runner.Runner`) only runs steps.
 
-`Controller._train` is Keras's `fit` loop transcribed
-(`fit` in Keras 3.15's `backend/tensorflow/trainer.py`): the same hooks in the
+`Controller._train` (with `_epoch_calls`, the calls of one epoch) is Keras's `fit` loop
+transcribed (`fit` in Keras 3.15's `backend/tensorflow/trainer.py`): the same hooks in the
 same order with the same logs, Keras's own rules called where Keras has them
 (`CallbackList`, `Trainer._should_eval` and the model's `_initial_epoch` through
 `kdist.compat.keras_private`, `optimizer.finalize_variable_values`). kdist's additions
@@ -304,10 +304,55 @@ class Controller:
             result.final_logs = {f"val_{k}": v for k, v in val.items()}
         return result
 
+    def _epoch_calls(
+        self,
+        step: int,
+        per_epoch: int,
+        callbacks: keras.callbacks.CallbackList,
+        savers: Sequence[Saver],
+    ) -> tuple[int, Sequence[Saver]]:
+        """An epoch's calls of the train function, from its `step` to `per_epoch` (or
+        until a callback stops training or the data ends).
+
+        Returns:
+            The epoch's step where its calls ended, and the savers that still save (none
+            once Keras's `TerminateOnNaN` stopped training on a non-finite loss).
+        """
+        schedule, runner, model = self.schedule, self.runner, self.model
+        intervals = [saver.every_n_steps for saver in savers]
+        # Keras: `for begin_step, end_step, iterator in epoch_iterator`, one call of
+        # `train_function` (`steps_per_execution` steps) between the batch hooks.
+        # kdist: a call also ends on each saver's step multiple, and runs under the
+        # call gate (background writes wait for the call to start).
+        while step < per_epoch and not model.stop_training:
+            # kdist: data that may end inside an epoch (`Runner.open_ended`), a step a call.
+            per_call = 1 if runner.open_ended else schedule.steps_per_execution
+            limit = min(per_call, per_epoch - step)
+            count = _next_count(step, self.global_step, limit, intervals)
+            callbacks.on_train_batch_begin(step)
+            TRAIN_CALLS.open()  # background writes may start (`CallGate`)
+            try:
+                batch_logs = runner.train_steps(count)
+            finally:
+                TRAIN_CALLS.close()
+            if runner.data_ended:  # Keras: the call finding the data ended has no end hook
+                break
+            # Keras: `end_step = begin_step + steps_per_execution - 1`, past the
+            # epoch's last batch for its last call. kdist: a call cut short at a
+            # saver's step ends at its own last step.
+            end = step + per_call - 1 if count == limit else step + count - 1
+            step += count
+            self.global_step += count
+            callbacks.on_train_batch_end(end, batch_logs)
+            if model.stop_training and non_finite_loss(batch_logs):
+                savers = ()  # a TerminateOnNaN stopped it: nothing of this state saved
+            for saver in savers:
+                saver.after_steps(self.global_step)
+        return step, savers
+
     def _train(self, callbacks: keras.callbacks.CallbackList, savers: Sequence[Saver]) -> FitResult:
         schedule, runner, model = self.schedule, self.runner, self.model
         clock = schedule.clock
-        intervals = [saver.every_n_steps for saver in savers]
         model.stop_training = False
         runner.fit_begin()  # Keras: `self._maybe_symbolic_build(iterator=epoch_iterator)`
         callbacks.on_train_begin()  # Keras: `self.stop_training = False` ... on_train_begin
@@ -333,35 +378,9 @@ class Controller:
             # metrics restored with the checkpoint.
             runner.train_loop_begin(reset_metrics=step == 0, first_step=step)
             callbacks.on_epoch_begin(epoch)
-            # Keras: `for begin_step, end_step, iterator in epoch_iterator`, one call of
-            # `train_function` (`steps_per_execution` steps) between the batch hooks.
-            # kdist: a call also ends on each saver's step multiple, and runs under the
-            # call gate (background writes wait for the call to start).
-            while step < per_epoch and not model.stop_training:
-                # kdist: data that may end inside an epoch (`Runner.open_ended`), a step a call.
-                per_call = 1 if runner.open_ended else schedule.steps_per_execution
-                limit = min(per_call, per_epoch - step)
-                count = _next_count(step, self.global_step, limit, intervals)
-                callbacks.on_train_batch_begin(step)
-                TRAIN_CALLS.open()  # background writes may start (`CallGate`)
-                try:
-                    batch_logs = runner.train_steps(count)
-                finally:
-                    TRAIN_CALLS.close()
-                if runner.data_ended:  # Keras: the call finding the data ended has no end hook
-                    break
-                # Keras: `end_step = begin_step + steps_per_execution - 1`, past the
-                # epoch's last batch for its last call. kdist: a call cut short at a
-                # saver's step ends at its own last step.
-                end = step + per_call - 1 if count == limit else step + count - 1
-                step += count
-                steps_run += count
-                self.global_step += count
-                callbacks.on_train_batch_end(end, batch_logs)
-                if model.stop_training and non_finite_loss(batch_logs):
-                    savers = ()  # a TerminateOnNaN stopped it: nothing of this state saved
-                for saver in savers:
-                    saver.after_steps(self.global_step)
+            begun = step
+            step, savers = self._epoch_calls(step, per_epoch, callbacks, savers)
+            steps_run += step - begun
             # Keras: `epoch_logs = dict(self._get_metrics_result_or_logs(logs))`: the
             # runner returns the model's metrics as floats.
             logs = runner.train_loop_end(complete=step >= per_epoch or runner.data_ended)
