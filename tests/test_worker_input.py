@@ -11,8 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 import tensorflow as tf
+from helpers import compose
 from tensorflow.python.distribute import multi_worker_util
 
+import kdist
 from kdist.engine.standard_runner import worker_input_context
 
 CLUSTERS = [
@@ -70,3 +72,25 @@ def test_a_worker_with_one_cpu_iterates_its_own_pipeline(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "steps 8" in done.stdout
+
+
+def test_the_default_strategy_reads_its_data_through_the_strategy(tmp_path):
+    # `tf.distribute.get_strategy()` lists no devices (`worker_devices` raises): its input
+    # goes the strategy's own way. 940e68a asked it for its devices first, and a run under
+    # the default strategy failed before its first step.
+    exp = kdist.Experiment(
+        compose(
+            [
+                "model=mlp",
+                "trainer=fast_dev",
+                "trainer.verbose=0",
+                "callbacks=minimal",
+                "strategy=auto",
+                "strategy._target_=tensorflow.distribute.get_strategy",
+            ]
+        ),
+        run_dir=tmp_path / "run",
+    )
+    assert exp.strategy is tf.distribute.get_strategy()
+    exp.fit()
+    assert int(exp.optimizer.iterations.numpy()) == exp.controller.end_step() > 0

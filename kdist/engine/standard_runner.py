@@ -208,15 +208,17 @@ class StandardRunner(StepRunner):
         same global batch as before. Other cases keep the default path.
         """
         strategy = self.strategy
-        devices = tuple(strategy.extended.worker_devices)
-        on_cpu = all(tf.DeviceSpec.from_string(d).device_type == "CPU" for d in devices)
+        local = (tf.distribute.OneDeviceStrategy, tf.distribute.MirroredStrategy)
         multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        # Only these strategies list their devices (the default strategy raises).
+        listed = multi_worker or type(strategy) in local
+        devices = tuple(strategy.extended.worker_devices) if listed else ()
+        on_cpu = all(tf.DeviceSpec.from_string(d).device_type == "CPU" for d in devices)
         if multi_worker and on_cpu and len(devices) == 1:
             # No partial batch handling either: a worker's data given to `fit` ends at the
             # same step as every other's (`every_replica_every_step`), and config data
             # repeats without end.
             return dataset_fn(worker_input_context(strategy))
-        local = (tf.distribute.OneDeviceStrategy, tf.distribute.MirroredStrategy)
         if type(strategy) not in local:
             if getattr(dataset_fn, "every_replica_every_step", False):
                 # Data given to `fit`: every worker reads every global batch and its passes
