@@ -9,6 +9,7 @@ data itself becomes a source in `kdist.data.in_hand`. No config key is written.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import warnings
 from collections.abc import Sequence
@@ -285,7 +286,7 @@ def plan_of(
     ):
         if count is not None:
             changes[name] = int(count)
-    return configured.replace(**changes)
+    return dataclasses.replace(configured, **changes)
 
 
 def warn_stream_resume(given: Given | None, steps_per_epoch: int, step: int) -> None:

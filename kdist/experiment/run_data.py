@@ -20,7 +20,6 @@ them first (`kdist.experiment.fit_call.use_data`).
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
@@ -100,10 +99,6 @@ class DataPlan:
             validation_batch_size=_count(trainer.get("validation_batch_size")),
         )
 
-    def replace(self, **changes: Any) -> DataPlan:
-        """This plan with `changes` (fields by name)."""
-        return dataclasses.replace(self, **changes)
-
     def recorded(self, cfg: DictConfig) -> DictConfig:
         """`cfg` as the run folder records the run: a copy with this plan's values at
         their keys (the config itself is left as it is). For `config.yaml` and the
@@ -117,7 +112,7 @@ class DataPlan:
             "data.shuffle_buffer": self.shuffle_buffer,
             "data.cache": self.cache,
             "trainer.steps_per_epoch": self.steps_per_epoch,
-            "trainer.class_weight": _plain(self.class_weight) if self.class_weight else None,
+            "trainer.class_weight": self.class_weight or None,
             "trainer.validation_freq": self.validation_freq,
             "trainer.validation_steps": self.validation_steps,
             "trainer.validation_batch_size": self.validation_batch_size,
