@@ -16,7 +16,6 @@ from kdist.strategies.compression import (
     ErrorFeedback,
     ReducedBytes,
     compress_all_reduce,
-    error_feedback_of,
     reduced_bytes,
 )
 
@@ -155,7 +154,7 @@ def test_feed_keeps_what_the_cast_dropped_and_only_casts_other_variables():
 
 def test_a_run_keeps_its_residuals_in_the_checkpoints_and_can_turn_them_off(tmp_path: Path):
     fed = _fit(tmp_path, "fed", "trainer.allreduce_dtype=bfloat16", "callbacks=default")
-    feedback = error_feedback_of(fed.optimizer)
+    feedback = fed.runner.error_feedback
     assert feedback is not None
     assert reduced_bytes(fed.optimizer).error_feedback == len(fed.model.trainable_variables)
     assert any(np.abs(v.numpy()).max() > 0 for v in feedback.residuals)
@@ -168,7 +167,7 @@ def test_a_run_keeps_its_residuals_in_the_checkpoints_and_can_turn_them_off(tmp_
         "trainer.allreduce_dtype=bfloat16",
         "trainer.allreduce_error_feedback=false",
     )
-    assert error_feedback_of(plain.optimizer) is None
+    assert plain.runner.error_feedback is None
     assert reduced_bytes(plain.optimizer).error_feedback == 0
 
 
@@ -177,20 +176,20 @@ def test_a_resume_restores_the_residuals_and_a_float32_checkpoint_starts_them_at
     tmp_path: Path,
 ):
     first = _fit(tmp_path, "run", "trainer.allreduce_dtype=bfloat16", "callbacks=default")
-    saved = [v.numpy() for v in error_feedback_of(first.optimizer).residuals]
+    saved = [v.numpy() for v in first.runner.error_feedback.residuals]
     more = ("trainer.allreduce_dtype=bfloat16", "callbacks=default", "trainer.epochs=2")
     resumed = kdist.Experiment(compose(_overrides(tmp_path, "run", *more)))
     resumed.build_model()
     resumed.restore()
     # Saved as the sum over the replicas, restored as that sum spread evenly over them.
-    for variable, total in zip(error_feedback_of(resumed.optimizer).residuals, saved, strict=True):
+    for variable, total in zip(resumed.runner.error_feedback.residuals, saved, strict=True):
         np.testing.assert_allclose(variable.numpy(), total, rtol=1e-6, atol=1e-12)
     _fit(tmp_path, "f32", "callbacks=default")
     changed = ("trainer.allow_resume_changes=true", *more)
     later = kdist.Experiment(compose(_overrides(tmp_path, "f32", *changed)))
     later.fit()
     assert int(later.optimizer.iterations.numpy()) == 40
-    assert error_feedback_of(later.optimizer) is not None
+    assert later.runner.error_feedback is not None
 
 
 @pytest.mark.slow

@@ -448,6 +448,39 @@ def test_a_resume_of_its_own_mode_keeps_the_anchor_and_the_momentum(tmp_path: Pa
     )
 
 
+def test_a_later_fit_of_the_same_model_carries_on_its_averager_and_residuals(tmp_path: Path):
+    # A notebook's next `fit` on new data makes a new runner. It trains with the first
+    # runner's averager (DiLoCo's anchor and momentum) and all-reduce residuals, which
+    # the checkpoint goes on holding; a recompile (a new optimizer) starts new ones.
+    from kdist.engine.checkpoint.parts import AVERAGER, RESIDUALS
+
+    more = [*_local("diloco", 4), "trainer.allreduce_dtype=bfloat16"]
+    exp = kdist.Experiment(compose([*JOB, *MLP, *SGD, *more]), run_dir=tmp_path / "run")
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(128, 16)).astype("float32"), rng.integers(0, 4, size=128)
+    exp.fit(x, y, batch_size=32, epochs=1)
+    first = exp.runner
+    averager, residuals = first.averager, first.error_feedback
+    assert averager is not None and residuals is not None
+    syncs = averager.count.syncs
+    exp.fit(x[:64], y[:64], batch_size=32, epochs=2)
+    assert exp.runner is not first
+    assert exp.runner.averager is averager and exp.runner.error_feedback is residuals
+    assert averager.count.syncs > syncs
+    parts = {part.node: part.value for part in exp.controller.parts}
+    assert parts[AVERAGER] is averager and parts[RESIDUALS] is residuals
+    with exp.strategy.scope():
+        exp.model.compile(
+            optimizer=tf.keras.optimizers.SGD(0.1),
+            loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+        )
+    exp.fit(x, y, batch_size=32, epochs=1)
+    assert exp.runner.averager is not averager and exp.runner.error_feedback is not residuals
+    parts = {part.node: part.value for part in exp.controller.parts}
+    assert parts[AVERAGER] is exp.runner.averager
+
+
 # -- refusals ---------------------------------------------------------------------------
 
 

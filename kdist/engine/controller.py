@@ -131,7 +131,7 @@ class Controller:
         self._metrics = tf.Module(name="kdist_running_metrics")
         self._metrics.variables_list = list(runner.metric_variables)
         # Every part of the checkpoint, each required or not (`kdist.engine.checkpoint.parts`).
-        self.parts = run_parts(model, self.state, self._metrics)
+        self.parts = run_parts(model, self.state, self._metrics, runner)
         self.checkpoint = checkpoint_of(self.parts)
 
     # -- resuming ------------------------------------------------------------------------
@@ -213,7 +213,7 @@ class Controller:
         self._data_at = None  # the new data starts at its beginning
         # The runner may keep another averager (`strategy.sync`) for the model: a new
         # checkpoint then (its savers are made for the next `fit`).
-        parts = run_parts(self.model, self.state, self._metrics)
+        parts = run_parts(self.model, self.state, self._metrics, runner)
         if [p.value for p in parts if not p.required] != [
             p.value for p in self.parts if not p.required
         ]:

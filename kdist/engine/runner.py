@@ -69,9 +69,23 @@ class Runner(SnapshotTaker, abc.ABC):
     # and the call that finds the data ended runs none and sets `data_ended`.
     open_ended = False
     data_ended = False
+    # The checkpoint's optional parts this runner trains with
+    # (`kdist.engine.checkpoint.parts.run_parts`): the all-reduce's error-feedback
+    # residuals (`kdist.strategies.compression.ErrorFeedback`) and `strategy.sync`'s
+    # averager (`kdist.engine.sync.averaging.WeightAverager`). The next runner of the
+    # same optimizer (a notebook's next `fit`) carries them on (`carried_on`).
+    error_feedback: Any = None
+    averager: Any = None
 
     def fit_begin(self) -> None:
         """Start a `fit` call, before `on_train_begin` (nothing by default)."""
+
+    def carried_on(self, previous: Runner | None) -> Runner | None:
+        """`previous` when it trained this runner's optimizer, else `None`."""
+        optimizer = getattr(self, "optimizer", None)
+        if optimizer is None or getattr(previous, "optimizer", None) is not optimizer:
+            return None
+        return previous
 
     @abc.abstractmethod
     def train_loop_begin(self, *, reset_metrics: bool = True, first_step: int = 0) -> None:

@@ -24,7 +24,7 @@ from kdist.data.pipeline import DatasetFn
 from kdist.engine.left_out import first_given
 from kdist.engine.runner import Logs, Runner, flat_logs
 from kdist.engine.sharded import has_sharded_variables, training_variables
-from kdist.strategies.compression import ErrorFeedback, compress_all_reduce, error_feedback_of
+from kdist.strategies.compression import ErrorFeedback, compress_all_reduce
 
 __all__ = ["StepRunner", "as_fit_packs", "compiled_reset", "overrides"]
 
@@ -88,6 +88,9 @@ class StepRunner(Runner):
             whole global batch (Keras 3's own `gradient_accumulation_steps` fails under
             `tf.distribute`, keras-team/keras#20582). `optimizer.iterations` counts
             updates. Defaults to `1`.
+        previous: the runner this one follows (a notebook's earlier `fit` of the same
+            model): with the same optimizer, its residuals (and `strategy.sync`'s
+            averager) carry on here. Defaults to `None`.
 
     Raises:
         ValueError: naming the argument, for values out of range, or a model whose own
@@ -107,6 +110,7 @@ class StepRunner(Runner):
         accumulate_steps: int = 1,
         allreduce_dtype: str = "float32",
         allreduce_error_feedback: bool = True,
+        previous: Runner | None = None,
     ):
         for name, value in (
             ("global_batch_size", global_batch_size),
@@ -164,13 +168,13 @@ class StepRunner(Runner):
         if allreduce_dtype != "float32":
             # One set of residuals per optimizer: a new runner of the same model (new data
             # in a notebook) carries on with them, and the checkpoints hold them.
-            feedback = error_feedback_of(self.optimizer)
-            if allreduce_error_feedback and feedback is None:
-                with strategy.scope():
-                    feedback = ErrorFeedback(model.trainable_variables)
-            compress_all_reduce(
-                self.optimizer, allreduce_dtype, feedback if allreduce_error_feedback else None
-            )
+            kept = self.carried_on(previous)
+            if allreduce_error_feedback:
+                self.error_feedback = kept.error_feedback if kept is not None else None
+                if self.error_feedback is None:
+                    with strategy.scope():
+                        self.error_feedback = ErrorFeedback(model.trainable_variables)
+            compress_all_reduce(self.optimizer, allreduce_dtype, self.error_feedback)
         self.train_dataset_fn = train_dataset_fn
         self.validation_dataset_fn = validation_dataset_fn
         self.replica_train_step = self._make_replica_train_step(jit_compile)

@@ -162,6 +162,7 @@ def bind(exp: Any, *, recompiled: bool = False) -> Bound:
         schedule,
         validates=exp.validates,
         jit_compile=settings.jit_compile,
+        previous=exp.runner,
     )
     check_objective_of(exp, model)
     # The config as resolved (batch, objective) with the data plan, before training;

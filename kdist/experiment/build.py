@@ -392,18 +392,18 @@ def runner_for(
     *,
     validates: bool,
     jit_compile: bool | None = None,
+    previous: Runner | None = None,
 ) -> Runner:
     """Build `model` from the data's element spec (if unbuilt) and make its runner, which
     reads `source` as the run's data `plan` says (`kdist.experiment.run_data.run_dataset_fn`).
 
     Models that create their variables on the first call (subclassed models, layers
     without an input shape) are built before the optimizer, as `fit` does. The runner is
-    the strategy's: a `ParameterServerRunner` (the chief schedules
-    `strategy.steps_per_schedule` steps a function on a worker), a `LocalSGDRunner` for a
-    local `strategy.sync` mode (`local_sgd`, `diloco`), else a `StandardRunner`.
-
-    `jit_compile` overrides `runtime.jit_compile` (a model's own compile); the steps per
-    call are `schedule.steps_per_execution`.
+    the strategy's: a `ParameterServerRunner`, a `LocalSGDRunner` for a local
+    `strategy.sync` mode, else a `StandardRunner`. `jit_compile` overrides
+    `runtime.jit_compile` (a model's own compile); the steps per call are
+    `schedule.steps_per_execution`. `previous`: the runner of the model's earlier `fit`,
+    whose all-reduce residuals and averager the new one carries on.
 
     Raises:
         ConfigError: naming `model` when the runner cannot train it.
@@ -442,6 +442,7 @@ def runner_for(
                 accumulate_steps=int(cfg.trainer.get("accumulate_steps", 1)),
                 allreduce_dtype=str(cfg.trainer.get("allreduce_dtype", "float32")),
                 allreduce_error_feedback=bool(cfg.trainer.get("allreduce_error_feedback", True)),
+                previous=previous,
             )
         except ConfigError:
             raise  # already names its key (e.g. trainer.allreduce_dtype on one device)

@@ -46,7 +46,6 @@ __all__ = [
     "ErrorFeedback",
     "ReducedBytes",
     "compress_all_reduce",
-    "error_feedback_of",
     "reduced_bytes",
 ]
 
@@ -198,23 +197,14 @@ def compress_all_reduce(
     # An instance attribute: Keras's `_backend_update_step` calls it on this optimizer.
     replace_all_reduce(inner, all_reduce_sum)
     _COUNTERS[inner] = counter
-    _FEEDBACK.pop(inner, None)
     if error_feedback is not None and wire != tf.float32:
         counter.error_feedback = len(error_feedback.residuals)
-        # The checkpoints hold it as a part of its own (`kdist.engine.checkpoint.parts`),
-        # and a checkpoint without it must still restore.
-        _FEEDBACK[inner] = error_feedback
     return counter
 
 
-# What `compress_all_reduce` made for each optimizer (not attributes of Keras's optimizer).
+# The counter `compress_all_reduce` made for each optimizer (not an attribute of
+# Keras's optimizer).
 _COUNTERS: weakref.WeakKeyDictionary[Any, ReducedBytes] = weakref.WeakKeyDictionary()
-_FEEDBACK: weakref.WeakKeyDictionary[Any, ErrorFeedback] = weakref.WeakKeyDictionary()
-
-
-def error_feedback_of(optimizer: Any) -> ErrorFeedback | None:
-    """The residuals `compress_all_reduce` gave `optimizer`, or `None`."""
-    return _FEEDBACK.get(getattr(optimizer, "inner_optimizer", optimizer))
 
 
 def reduced_bytes(optimizer: Any) -> ReducedBytes | None:

@@ -40,8 +40,7 @@ import tensorflow as tf
 from kdist.compat.keras_private import optimizer_variables
 from kdist.engine.building import optimizer_steps
 from kdist.engine.state import CheckpointError, TrainingState, restore_newest, seed_states
-from kdist.engine.sync.averaging import WeightAverager, averager_of, running_statistics
-from kdist.strategies.compression import error_feedback_of
+from kdist.engine.sync.averaging import WeightAverager, running_statistics
 
 __all__ = [
     "AVERAGER",
@@ -86,8 +85,12 @@ class Part:
         return self.restore is None
 
 
-def run_parts(model: keras.Model, state: TrainingState, metrics: tf.Module) -> list[Part]:
-    """The parts of the checkpoint of a run that trains `model` (table above)."""
+def run_parts(
+    model: keras.Model, state: TrainingState, metrics: tf.Module, runner: Any
+) -> list[Part]:
+    """The parts of the checkpoint of a run that trains `model` with `runner` (table
+    above): the optional ones are those the runner trains with (`runner.error_feedback`,
+    `runner.averager`)."""
     parts = [
         Part("model", model),
         Part("optimizer", model.optimizer),
@@ -95,7 +98,7 @@ def run_parts(model: keras.Model, state: TrainingState, metrics: tf.Module) -> l
         Part("metrics", metrics),
         Part("seeds", seed_states(model)),
     ]
-    residuals = error_feedback_of(model.optimizer)
+    residuals = runner.error_feedback
     if residuals is not None:
         parts.append(
             Part(
@@ -104,7 +107,7 @@ def run_parts(model: keras.Model, state: TrainingState, metrics: tf.Module) -> l
                 restore=lambda path, names: _read(RESIDUALS, residuals, path, names),
             )
         )
-    averager = averager_of(model.optimizer)
+    averager = runner.averager
     if averager is not None:
         parts.append(
             Part(

@@ -1,6 +1,6 @@
 """Local SGD and DiLoCo: replicas that train apart and average their weights (`strategy.sync`)."""
 
-from kdist.engine.sync.averaging import SyncCount, WeightAverager, averager_of
+from kdist.engine.sync.averaging import SyncCount, WeightAverager
 from kdist.engine.sync.local_updates import install_local_updates
 from kdist.engine.sync.replica_state import ReplicaStates
 from kdist.engine.sync.runner import LocalSGDRunner
@@ -10,6 +10,5 @@ __all__ = [
     "ReplicaStates",
     "SyncCount",
     "WeightAverager",
-    "averager_of",
     "install_local_updates",
 ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +14,7 @@ from kdist.compat.keras_private import flatten_layers
 from kdist.config.sync import SyncSettings
 from kdist.strategies.compression import ErrorFeedback
 
-__all__ = ["SyncCount", "WeightAverager", "averager_of", "keep_averager", "running_statistics"]
+__all__ = ["SyncCount", "WeightAverager", "running_statistics"]
 
 
 @dataclass
@@ -405,18 +404,3 @@ def _banks_of(states: Any) -> tf.Module:
     view = tf.Module(name="kdist_replica_states")
     view.banks, view.gathered_at = states.banks, states.gathered_at
     return view
-
-
-# The averager of each optimizer, kept across runners (not an attribute of Keras's
-# optimizer: the checkpoint holds it as a part of its own, `kdist.engine.checkpoint.parts`).
-_AVERAGERS: weakref.WeakKeyDictionary[Any, WeightAverager] = weakref.WeakKeyDictionary()
-
-
-def averager_of(optimizer: Any) -> WeightAverager | None:
-    """The averager a `LocalSGDRunner` kept for `optimizer` (`keep_averager`), or `None`."""
-    return _AVERAGERS.get(getattr(optimizer, "inner_optimizer", optimizer))
-
-
-def keep_averager(optimizer: Any, averager: WeightAverager) -> None:
-    """Keep `averager` as `optimizer`'s, for the next runner of the same model."""
-    _AVERAGERS[getattr(optimizer, "inner_optimizer", optimizer)] = averager

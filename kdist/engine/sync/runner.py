@@ -16,8 +16,6 @@ from kdist.engine.runner import Logs
 from kdist.engine.standard_runner import StandardRunner
 from kdist.engine.sync.averaging import (
     WeightAverager,
-    averager_of,
-    keep_averager,
     running_statistics,
 )
 from kdist.engine.sync.local_reads import own_results, reset_in_replicas
@@ -114,7 +112,8 @@ class LocalSGDRunner(StandardRunner):
             install_local_updates(optimizer, lambda: self._warming)
         dtype = _allreduce_dtype(kwargs)
         feedback = bool(kwargs.get("allreduce_error_feedback", True))
-        averager = averager_of(self.optimizer)
+        kept = self.carried_on(kwargs.get("previous"))
+        averager = kept.averager if kept is not None else None
         statistics = running_statistics(self.model)
         if averager is None or not averager.matches(self.variables, sync, dtype, statistics):
             with strategy.scope():
@@ -144,9 +143,8 @@ class LocalSGDRunner(StandardRunner):
                     ReplicaStates(strategy=strategy, optimizer=optimizer)
                     for optimizer in own_optimizers(self.model)
                 ]
-            # Kept for the next runner of this model; every checkpoint holds it as its
-            # `weight_average` part (`kdist.engine.checkpoint.parts`).
-            keep_averager(self.optimizer, averager)
+        # The next runner of this model carries it on; every checkpoint holds it as its
+        # `weight_average` part (`kdist.engine.checkpoint.parts`).
         self.averager = averager
         log.info(
             "strategy.sync: %s, averaging every %d steps after %d synchronous steps",
