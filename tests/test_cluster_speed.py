@@ -8,7 +8,9 @@ import keras
 import numpy as np
 import pytest
 
-from kdist.callbacks.progress import LOCAL_CLUSTER_ENV, ClusterSpeed, cluster_speed
+from kdist.callbacks.progress import ClusterSpeed
+from kdist.cluster import resolve
+from kdist.config.constants import LOCAL_CLUSTER_ENV
 from kdist.launcher.tasks import plan_tasks
 
 
@@ -26,15 +28,15 @@ def test_the_launcher_tells_every_task_the_shape_of_its_cluster(tmp_path: Path):
         assert {t.env[LOCAL_CLUSTER_ENV] for t in tasks} == {f"{workers},{ps}"}
 
 
-def test_cluster_speed(monkeypatch):
-    monkeypatch.delenv(LOCAL_CLUSTER_ENV, raising=False)
-    assert cluster_speed(64) is None  # not under kdist.launch
-    monkeypatch.setenv(LOCAL_CLUSTER_ENV, "2,1")
-    speed = cluster_speed(64)
-    assert speed is not None and (speed.workers, speed.ps) == (2, 1)
-    assert cluster_speed(None) is None
-    monkeypatch.setenv(LOCAL_CLUSTER_ENV, "junk")
-    assert cluster_speed(64) is None
+def test_the_cluster_says_when_kdist_launch_started_it():
+    tf_config = '{"cluster": {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}, '
+    tf_config += '"task": {"type": "worker", "index": 0}}'
+    assert resolve({"TF_CONFIG": tf_config}).launched is None  # not under kdist.launch
+    launched = resolve({"TF_CONFIG": tf_config, LOCAL_CLUSTER_ENV: "2,1"})
+    assert launched.launched == (2, 1)
+    for junk in ("junk", "0,0", "2", "2,-1"):
+        assert resolve({"TF_CONFIG": tf_config, LOCAL_CLUSTER_ENV: junk}).launched is None
+    assert resolve({LOCAL_CLUSTER_ENV: "2,1"}).launched is None  # no cluster: one process
     with pytest.raises(ValueError, match="workers"):
         ClusterSpeed(examples_per_step=64, workers=0)
 

@@ -22,9 +22,10 @@ import tensorflow as tf
 from kdist.callbacks.best_model import BestModelExport
 from kdist.callbacks.curves import Curves, RunCSVLogger, RunCurves
 from kdist.callbacks.guards import NonFiniteGuard, PreemptionSave
-from kdist.callbacks.progress import ProgressBar, cluster_speed
+from kdist.callbacks.progress import ClusterSpeed, ProgressBar
 from kdist.callbacks.run_hparams import RunHParams, overridden_values, task_overrides
 from kdist.callbacks.tensorboard import EpochTensorBoard, ProfileSteps, TrainingSpeed, profile_range
+from kdist.cluster.info import ClusterInfo
 from kdist.config.errors import ConfigError
 from kdist.config.objective import monitor_mode
 from kdist.config.targets import instantiate
@@ -168,6 +169,7 @@ def build_run(
     directions: Mapping[str, str],
     extra: Sequence[keras.callbacks.Callback] = (),
     verbose: int = 0,
+    cluster: ClusterInfo | None = None,
 ) -> RunCallbacks:
     """Every callback and saver of a run, for `kdist.engine.controller.Controller.fit`.
 
@@ -184,6 +186,9 @@ def build_run(
         extra: the caller's callbacks, after the configured ones. Defaults to `()`.
         verbose: 0 silent, 1 progress bar (one line per epoch when standard output is
             not a terminal), 2 one line per epoch. Defaults to `0`.
+        cluster: this process's cluster (the run's setup): in a local cluster that
+            `kdist.launch` started, the chief prints what one process must beat
+            (`ClusterSpeed`). Defaults to `None`.
 
     Returns:
         The callbacks in the order they run, the savers, and the best-model export.
@@ -264,11 +269,10 @@ def build_run(
             epoch_shift=epoch_shift,
         )
         run.callbacks.append(run.curves)
-    if is_chief:
+    if is_chief and cluster is not None and cluster.launched is not None:
         # Under `kdist.launch` on one machine: what one process must beat (printed once).
-        speed = cluster_speed(batch)
-        if speed is not None:
-            run.callbacks.append(speed)
+        workers, ps = cluster.launched
+        run.callbacks.append(ClusterSpeed(examples_per_step=batch, workers=workers, ps=ps))
     if verbose != 0:
         # Keras adds no bar of its own when a ProgbarLogger is in the list.
         run.callbacks.append(ProgressBar(examples_per_step=batch))

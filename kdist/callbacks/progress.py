@@ -28,7 +28,6 @@ cluster trained and the rate one process on the same machine would need to beat 
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Mapping
@@ -37,14 +36,11 @@ from typing import Any
 import keras
 import numpy as np
 
-from kdist.config.constants import LOCAL_CLUSTER_ENV
 from kdist.runs.log_file import to_log_files
 
 __all__ = [
-    "LOCAL_CLUSTER_ENV",
     "ClusterSpeed",
     "ProgressBar",
-    "cluster_speed",
     "epoch_line",
     "is_terminal",
 ]
@@ -335,17 +331,3 @@ class ClusterSpeed(keras.callbacks.Callback):
             "overrides and strategy=one_device"
         )
         print(self.printed, flush=True)
-
-
-def cluster_speed(examples_per_step: int | None) -> ClusterSpeed | None:
-    """The callback for a task `kdist.launch` started in a local cluster, or `None`."""
-    value = os.environ.get(LOCAL_CLUSTER_ENV, "").strip()
-    if not value or not examples_per_step:
-        return None
-    try:
-        workers, ps = (int(part) for part in value.split(","))
-    except ValueError:
-        return None
-    if workers < 1:
-        return None
-    return ClusterSpeed(examples_per_step=examples_per_step, workers=workers, ps=ps)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 
@@ -9,6 +10,7 @@ from kdist.cluster.info import ClusterInfo
 from kdist.cluster.slurm import slurm_info
 from kdist.cluster.submitit import LOCAL_TASKS, submitit_local_info
 from kdist.cluster.tf_config import parse_tf_config
+from kdist.config.constants import LOCAL_CLUSTER_ENV
 from kdist.config.errors import ConfigError
 
 __all__ = ["resolve"]
@@ -47,7 +49,7 @@ def resolve(
         return ClusterInfo()
     text = env.get("TF_CONFIG", "").strip()
     if mode in ("auto", "tf_config") and text:
-        return parse_tf_config(text)
+        return dataclasses.replace(parse_tf_config(text), launched=_launched(env))
     if mode == "tf_config":
         raise ConfigError("TF_CONFIG", "is not set but strategy.cluster=tf_config asks for it")
     slurm_tasks = env.get("SLURM_STEP_NUM_TASKS")
@@ -57,3 +59,12 @@ def resolve(
     if mode == "auto" and local_tasks.isdigit() and int(local_tasks) > 1:
         return submitit_local_info(env, port_base=port_base)
     return ClusterInfo()
+
+
+def _launched(env: Mapping[str, str]) -> tuple[int, int] | None:
+    """The `(workers, ps)` of the local cluster `kdist.launch` started, or `None`."""
+    try:
+        workers, ps = (int(part) for part in env.get(LOCAL_CLUSTER_ENV, "").split(","))
+    except ValueError:
+        return None
+    return (workers, ps) if workers >= 1 and ps >= 0 else None

@@ -23,6 +23,8 @@ class ClusterInfo:
         task_type: this process's job (`"worker"`, `"chief"`, `"ps"`, ...), or `None`.
         task_index: this process's index in its job.
         port_base: first port of each SLURM node's tasks (SLURM only).
+        launched: `(workers, ps)` when `kdist.launch` started this task in a local
+            cluster (its `KDIST_LOCAL_CLUSTER`), else `None`.
     """
 
     source: str = "none"
@@ -30,6 +32,7 @@ class ClusterInfo:
     task_type: str | None = None
     task_index: int = 0
     port_base: int = 8888
+    launched: tuple[int, int] | None = None
 
     @property
     def num_workers(self) -> int:

@@ -40,7 +40,8 @@ LAZY_OPTIMIZERS = {
 }
 LR_SCHEDULES = (None, "cosine")
 # Set by `kdist.launch` on the tasks of a local cluster: "<workers>,<ps>"
-# (kdist.callbacks.progress.ClusterSpeed prints what one process must beat).
+# (`kdist.cluster.ClusterInfo.launched`; kdist.callbacks.progress.ClusterSpeed prints what
+# one process must beat).
 LOCAL_CLUSTER_ENV = "KDIST_LOCAL_CLUSTER"
 # `trainer.allreduce_dtype`: the type gradients are summed across replicas in.
 ALLREDUCE_DTYPES = ("float32", "bfloat16", "float16")

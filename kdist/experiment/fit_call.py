@@ -81,6 +81,7 @@ def run_callbacks(exp: Any, controller: Controller, callbacks: Any, verbose: int
         directions=metric_directions(exp.model),
         extra=callbacks,
         verbose=verbose,
+        cluster=exp.setup.cluster,
     )
 
 
