@@ -26,6 +26,7 @@ from kdist.config.validate import validate
 from kdist.runs import lock as run_lock
 from kdist.runs import resume_check
 from kdist.runs.layout import foreign_entries, linked_entries
+from kdist.runs.sweep import TrainJob
 
 __all__ = [
     "FOREIGN_KEY",
@@ -71,6 +72,8 @@ class RunSetup:
         objective_auto: `objective.name` was `auto` before it was resolved.
         direction_auto: `objective.direction` was `auto` before it was resolved.
         resume: the run folder's resume decision (`checked_in`); `None` before it.
+        job: the `kdist.train` job Hydra runs (its overrides, its place in a sweep:
+            `kdist.runs.sweep.train_job`); `None` in a notebook or a tuner trial.
     """
 
     cfg: DictConfig
@@ -78,6 +81,7 @@ class RunSetup:
     objective_auto: bool = False
     direction_auto: bool = False
     resume: Resume | None = None
+    job: TrainJob | None = None
 
     def checked_in(self, run_dir: str | Path, recorded: Any = None) -> RunSetup:
         """This setup with `run_dir`'s resume decision (the folder's lock held, chief).

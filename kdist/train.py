@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import errno
 import logging
 import re
@@ -66,7 +67,7 @@ from kdist.runs.layout import (
     clean_leftovers,
 )
 from kdist.runs.refusal import as_it_was_on_refusal
-from kdist.runs.sweep import set_chief
+from kdist.runs.sweep import set_chief, train_job
 
 __all__ = ["accept_run_dir", "hydra_output_dir", "main", "non_chief_overrides", "precheck", "run"]
 
@@ -229,6 +230,7 @@ def _run(cfg: DictConfig) -> tuple[dict[str, Any], RunSetup | None]:
     try:
         if setup is None:
             setup = setup_run(cfg, cluster=known_cluster())  # a sweep's job
+        setup = dataclasses.replace(setup, job=train_job())  # overrides, sweep
         # Hydra composed its own config for this job (its folder, its logging): the run
         # trains on the one `precheck` composed and checked, the same overrides.
         cfg = setup.cfg

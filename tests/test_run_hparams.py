@@ -8,12 +8,8 @@ import pytest
 from hparams_events import sessions
 from omegaconf import OmegaConf
 
-from kdist.callbacks.run_hparams import (
-    RunHParams,
-    overridden_values,
-    session_name,
-    task_overrides,
-)
+from kdist.callbacks.run_hparams import RunHParams, overridden_values, session_name
+from kdist.runs.sweep import train_job
 
 
 def test_overridden_values_take_the_configs_typed_value():
@@ -44,8 +40,8 @@ def test_overridden_values_take_the_configs_typed_value():
     }
 
 
-def test_outside_a_hydra_app_there_are_no_overrides():
-    assert task_overrides() is None
+def test_outside_a_hydra_app_there_is_no_train_job():
+    assert train_job() is None
 
 
 def test_the_session_holds_the_values_and_the_final_metrics(tmp_path: Path):

@@ -23,7 +23,7 @@ from kdist.callbacks.best_model import BestModelExport
 from kdist.callbacks.curves import Curves, RunCSVLogger, RunCurves
 from kdist.callbacks.guards import NonFiniteGuard, PreemptionSave
 from kdist.callbacks.progress import ClusterSpeed, ProgressBar
-from kdist.callbacks.run_hparams import RunHParams, overridden_values, task_overrides
+from kdist.callbacks.run_hparams import RunHParams, overridden_values
 from kdist.callbacks.tensorboard import EpochTensorBoard, ProfileSteps, TrainingSpeed, profile_range
 from kdist.cluster.info import ClusterInfo
 from kdist.config.errors import ConfigError
@@ -34,6 +34,7 @@ from kdist.engine.checkpoint import PeriodicCheckpoint
 from kdist.engine.runner import say_batch_hooks
 from kdist.runs import layout
 from kdist.runs.fileio import read_csv_numbers
+from kdist.runs.sweep import TrainJob
 
 __all__ = ["RunCallbacks", "build", "build_run"]
 
@@ -170,6 +171,7 @@ def build_run(
     extra: Sequence[keras.callbacks.Callback] = (),
     verbose: int = 0,
     cluster: ClusterInfo | None = None,
+    job: TrainJob | None = None,
 ) -> RunCallbacks:
     """Every callback and saver of a run, for `kdist.engine.controller.Controller.fit`.
 
@@ -189,6 +191,9 @@ def build_run(
         cluster: this process's cluster (the run's setup): in a local cluster that
             `kdist.launch` started, the chief prints what one process must beat
             (`ClusterSpeed`). Defaults to `None`.
+        job: the `kdist.train` job Hydra runs (the run's setup): its overrides and final
+            metrics make the run's TensorBoard HParams session (`RunHParams`). Defaults
+            to `None`: none (a notebook).
 
     Returns:
         The callbacks in the order they run, the savers, and the best-model export.
@@ -224,16 +229,16 @@ def build_run(
             steps_per_execution=int(controller.schedule.steps_per_execution),
             parameter_server=isinstance(strategy, tf.distribute.ParameterServerStrategy),
         )
-    overrides = task_overrides()
-    if is_chief and node.tensorboard.enabled and overrides is not None:
+    if is_chief and node.tensorboard.enabled and job is not None:
         # The command's overrides with the final metrics: TensorBoard's HParams tab.
-        hparams = overridden_values(overrides, cfg)
+        hparams = overridden_values(job.overrides, cfg)
         objective = (cfg.get("objective") or {}).get("name")
         run.callbacks.append(
             RunHParams(
                 log_dir=output_dir / layout.TENSORBOARD,
                 hparams=hparams,
                 objective=None if objective in (None, "auto") else str(objective),
+                job=job.sweep,
             )
         )
     savers = _savers(

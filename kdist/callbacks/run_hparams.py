@@ -25,73 +25,20 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import keras
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from kdist.runs.hparams import write_session
-from kdist.runs.sweep_board import job_label, link_job_board, swept_keys
+from kdist.runs.sweep import SweepJob
+from kdist.runs.sweep_board import link_job_board
 
-__all__ = [
-    "RunHParams",
-    "SweepJob",
-    "overridden_values",
-    "session_name",
-    "sweep_job",
-    "task_overrides",
-]
+__all__ = ["RunHParams", "overridden_values", "session_name"]
 
 log = logging.getLogger(__name__)
 
 Scalar = bool | int | float | str
-
-
-def task_overrides() -> list[str] | None:
-    """The overrides of a `kdist.train` command (`hydra.overrides.task`), else `None`.
-
-    `None` outside a Hydra app (a notebook) and in `kdist.tune`, whose trials the tuner
-    records itself (`kdist.tuning.tuner`).
-    """
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return None
-    hydra_cfg = HydraConfig.get()
-    if hydra_cfg.job.name != "train":
-        return None
-    return [str(o) for o in hydra_cfg.overrides.task]
-
-
-class SweepJob(NamedTuple):
-    """A multirun job's place: its sweep folder, its own folder, its label and number."""
-
-    sweep_dir: Path
-    run_dir: Path
-    label: str
-    num: int
-
-    @property
-    def session(self) -> str:
-        """Its HParams session name: the swept values, then `(<sweep folder>/<num>)`."""
-        return f"{self.label} ({self.sweep_dir.name}/{self.num})"
-
-
-def sweep_job() -> SweepJob | None:
-    """This process's multirun job of `kdist.train`, else `None` (a single run, a notebook)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if task_overrides() is None:
-        return None
-    hydra_cfg = HydraConfig.get()
-    if hydra_cfg.mode != RunMode.MULTIRUN:
-        return None
-    sweep_dir = Path(str(hydra_cfg.sweep.dir))
-    num = int(hydra_cfg.job.num)
-    overrides = [str(o) for o in hydra_cfg.overrides.task]
-    label = job_label(overrides, swept=swept_keys(sweep_dir), num=num)
-    return SweepJob(sweep_dir, Path(str(hydra_cfg.runtime.output_dir)), label, num)
 
 
 def overridden_values(overrides: Sequence[str], cfg: Any) -> dict[str, Scalar]:
@@ -160,6 +107,8 @@ class RunHParams(keras.callbacks.Callback):
             (`log_dir`'s parent) as `session_name` gives it.
         objective: the metric the run is judged by (`objective.name`), declared first
             among the session's metrics. Defaults to `None`: none declared.
+        job: the run's place in a multirun (the run's setup, `RunSetup.sweep`). Defaults
+            to `None`: a single run.
     """
 
     def __init__(
@@ -169,11 +118,12 @@ class RunHParams(keras.callbacks.Callback):
         hparams: Mapping[str, Scalar],
         session: str | None = None,
         objective: str | None = None,
+        job: SweepJob | None = None,
     ):
         super().__init__()
         self.log_dir = Path(log_dir)
         self.hparams = dict(hparams)
-        self._job = sweep_job() if session is None else None
+        self._job = job if session is None else None
         if session is None:
             session = self._job.session if self._job else session_name(self.log_dir.parent)
         self.session = session

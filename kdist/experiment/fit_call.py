@@ -82,6 +82,7 @@ def run_callbacks(exp: Any, controller: Controller, callbacks: Any, verbose: int
         extra=callbacks,
         verbose=verbose,
         cluster=exp.setup.cluster,
+        job=exp.setup.job,
     )
 
 

@@ -16,6 +16,9 @@ The same holds on Hydra's launchers that run the jobs in other processes (`jobli
 `submitit_local`, `submitit_slurm`): the callback's `on_job_end` runs in the process that ran
 the job, which records the job's row (status, error, objective) in `.jobs/<num>.json` of the
 sweep folder; the sweep's own process reads these records back at the end.
+
+`train_job` reads once what Hydra says of a `kdist.train` job (its overrides, its place in
+the sweep) for the run's setup (`kdist.run_setup.RunSetup.job`).
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ import json
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
@@ -37,16 +41,19 @@ from kdist.compat.tools_private import job_return_value
 from kdist.config.yaml_limits import load_yaml
 from kdist.runs.fileio import read_text_limited, write_csv_atomic, write_text_atomic
 from kdist.runs.layout import METRICS, SUMMARY, TENSORBOARD
-from kdist.runs.sweep_board import sweep_board
+from kdist.runs.sweep_board import job_label, sweep_board, swept_keys
 
 __all__ = [
     "JOBS",
     "SummaryCallback",
+    "SweepJob",
+    "TrainJob",
     "best_row",
     "plot_table",
     "set_chief",
     "summary_row",
     "sweep_log_keys",
+    "train_job",
     "where_message",
 ]
 
@@ -369,3 +376,48 @@ def best_row(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     directions = {str(row.get("objective_direction") or "max") for _, row in scored}
     pick = min if directions == {"min"} else max
     return pick(scored, key=lambda pair: pair[0])[1]
+
+
+class SweepJob(NamedTuple):
+    """A multirun job's place: its sweep folder, its own folder, its label and number."""
+
+    sweep_dir: Path
+    run_dir: Path
+    label: str
+    num: int
+
+    @property
+    def session(self) -> str:
+        """Its HParams session name: the swept values, then `(<sweep folder>/<num>)`."""
+        return f"{self.label} ({self.sweep_dir.name}/{self.num})"
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """A `kdist.train` job as Hydra runs it: the command's overrides (`hydra.overrides.task`)
+    and, in a multirun, its place in the sweep (`None` for a single run)."""
+
+    overrides: tuple[str, ...]
+    sweep: SweepJob | None = None
+
+
+def train_job() -> TrainJob | None:
+    """This process's `kdist.train` job, read from Hydra once (`kdist.train` keeps it in
+    the run's setup, `RunSetup.job`), else `None`: outside a Hydra app (a
+    notebook) and in `kdist.tune`, whose trials the tuner records itself."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return None
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.job.name != "train":
+        return None
+    overrides = tuple(str(o) for o in hydra_cfg.overrides.task)
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return TrainJob(overrides)
+    sweep_dir = Path(str(hydra_cfg.sweep.dir))
+    num = int(hydra_cfg.job.num)
+    label = job_label(overrides, swept=swept_keys(sweep_dir), num=num)
+    run_dir = Path(str(hydra_cfg.runtime.output_dir))
+    return TrainJob(overrides, SweepJob(sweep_dir, run_dir, label, num))
