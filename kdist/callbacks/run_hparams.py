@@ -107,7 +107,7 @@ class RunHParams(keras.callbacks.Callback):
             (`log_dir`'s parent) as `session_name` gives it.
         objective: the metric the run is judged by (`objective.name`), declared first
             among the session's metrics. Defaults to `None`: none declared.
-        job: the run's place in a multirun (the run's setup, `RunSetup.sweep`). Defaults
+        job: the run's place in a multirun (`RunSetup.job.sweep`). Defaults
             to `None`: a single run.
     """
 
