@@ -88,9 +88,8 @@ class StepRunner(Runner):
             whole global batch (Keras 3's own `gradient_accumulation_steps` fails under
             `tf.distribute`, keras-team/keras#20582). `optimizer.iterations` counts
             updates. Defaults to `1`.
-        previous: the runner this one follows (a notebook's earlier `fit` of the same
-            model): with the same optimizer, its residuals (and `strategy.sync`'s
-            averager) carry on here. Defaults to `None`.
+        previous: the runner of the model's earlier `fit`: with the same optimizer, its
+            residuals (and averager) carry on here (`Runner.carried_on`). Defaults to `None`.
 
     Raises:
         ValueError: naming the argument, for values out of range, or a model whose own
@@ -166,11 +165,9 @@ class StepRunner(Runner):
                 hint="use strategy=mirrored or multi_worker_mirrored, or allreduce_dtype=float32",
             )
         if allreduce_dtype != "float32":
-            # One set of residuals per optimizer: a new runner of the same model (new data
-            # in a notebook) carries on with them, and the checkpoints hold them.
-            kept = self.carried_on(previous)
+            # One set a optimizer, carried on by its next runner; the checkpoints hold it.
             if allreduce_error_feedback:
-                self.error_feedback = kept.error_feedback if kept is not None else None
+                self.error_feedback = getattr(self.carried_on(previous), "error_feedback", None)
                 if self.error_feedback is None:
                     with strategy.scope():
                         self.error_feedback = ErrorFeedback(model.trainable_variables)
