@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,11 +44,12 @@ def run_command(
     timeout: float = 600,
     prefix: str = "",
     cpus: Sequence[int] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Finished:
     """Run `python args...` and collect the probes' lines from its output.
 
     `cpus`: the cores the process may use (it sizes TensorFlow's threads to them);
-    defaults to this process's.
+    defaults to this process's. `env`: variables set for it beside this process's.
     """
     started = time.time()
     clock = time.perf_counter()
@@ -56,7 +57,7 @@ def run_command(
     done = subprocess.run(
         [sys.executable, *args],
         cwd=cwd,
-        env=_env(),
+        env={**_env(), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

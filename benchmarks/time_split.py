@@ -16,8 +16,10 @@ this process may use), `KDIST_SPLIT_BATCH` (global batch, default 16 per core: 3
 KDIST_BENCH_STEPS=48` gives the 16-core rows; `--half` adds one process on half the
 cores at half the batch (weak scaling), and `--apart` two such processes at once, each on
 its half, with nothing between them (the cluster's ceiling on this machine: shared caches,
-memory and clocks included). `benchmarks/device_split.py` runs the 16-core
-rows on the lent machine.
+memory and clocks included), and `--lone` the same two processes, each the one worker of
+a cluster of its own (a worker's runtime without a peer). The `local_sgd_epoch` mode
+averages only at the epoch's end: what a peer costs the local steps, the averages aside.
+`benchmarks/device_split.py` runs the 16-core rows on the lent machine.
 
 **The split** (`benchmarks.probes.TimeSplitProbe` in every process, each writing its
 timestamps to a file of its own under this benchmark's folder): from the second epoch's
@@ -83,6 +85,9 @@ MODES: dict[str, list[str]] = {
         "strategy.sync.sync_every=32",
         "strategy.sync.overlap_steps=4",
     ],
+    # No average inside the epoch but its last (64 steps an epoch): what being in a
+    # cluster costs the local steps, apart from the averages.
+    "local_sgd_epoch": ["strategy.sync.mode=local_sgd", "strategy.sync.sync_every=100000"],
     # The default callbacks (TensorBoard, CSV, checkpoints, a backup every 100 steps: one in
     # the measured epoch, between two averages): the chief's own work and the saves.
     "diloco_32_default_callbacks": [
@@ -225,19 +230,33 @@ def one_row(
 
 
 def apart_row(
-    work: Path, tag: str, *, cpus: Sequence[int], batch: int, steps: int, timeout: float = 600
+    work: Path,
+    tag: str,
+    *,
+    cpus: Sequence[int],
+    batch: int,
+    steps: int,
+    timeout: float = 600,
+    lone: bool = False,
 ) -> dict[str, Any]:
     """Two independent processes at once (`strategy=one_device`, no cluster), each pinned
     to its half of `cpus` at half the global `batch`: their examples/s summed.
 
     The cluster's ceiling on this machine: the two workers' work with nothing between
     them, the cores' shared caches, memory and clocks included (one process on half the
-    cores, run alone, leaves those to it).
+    cores, run alone, leaves those to it). With `lone`, each process is instead the one
+    worker of a cluster of its own (`strategy=multi_worker_mirrored`, a `TF_CONFIG` of one
+    worker on a loopback port, `local_sgd` with no average inside the epoch): a worker's
+    runtime (its gRPC server, the collective context, the distributed dataset) with no
+    other worker to talk to.
     """
     from benchmarks.cluster import _throughput
+    from kdist.launcher.tasks import free_ports
 
     halves = [cpus[: len(cpus) // 2], cpus[len(cpus) // 2 :]]
     done: dict[int, Any] = {}
+
+    ports = free_ports(2) if lone else []
 
     def run(index: int) -> None:
         done[index] = _one_process(
@@ -247,6 +266,7 @@ def apart_row(
             batch=batch // 2,
             steps=steps,
             timeout=timeout,
+            lone_port=ports[index] if lone else None,
         )
 
     threads = [threading.Thread(target=run, args=(index,)) for index in (0, 1)]
@@ -261,27 +281,43 @@ def apart_row(
         one_value, _ = _throughput(done[index], f"{tag}-{index}")
         value += one_value
         for task, found in _read_split(work / f"{tag}-{index}-split").items():
-            split[f"apart-{index}" if task.startswith("single") else task] = found
+            split[f"apart-{index}" if task.startswith(("single", "worker")) else task] = found
     return {"examples_per_sec": value, "split": split}
 
 
 def _one_process(
-    work: Path, tag: str, *, cpus: Sequence[int], batch: int, steps: int, timeout: float
+    work: Path,
+    tag: str,
+    *,
+    cpus: Sequence[int],
+    batch: int,
+    steps: int,
+    timeout: float,
+    lone_port: int | None = None,
 ) -> Any:
     from benchmarks.processes import run_command
 
     _importable()
+    strategy, env = ["strategy=one_device"], None
+    if lone_port is not None:  # the one worker of a cluster of its own
+        strategy = ["strategy=multi_worker_mirrored", *MODES["local_sgd_epoch"]]
+        tf_config = {
+            "cluster": {"worker": [f"127.0.0.1:{lone_port}"]},
+            "task": {"type": "worker", "index": 0},
+        }
+        env = {"TF_CONFIG": json.dumps(tf_config)}
     return run_command(
         [
             "-m",
             "kdist.train",
             *_job(batch, steps, work / f"{tag}-split"),
-            "strategy=one_device",
+            *strategy,
             f"hydra.run.dir={work / tag}",
         ],
         cwd=work,
         timeout=timeout,
         cpus=cpus,
+        env=env,
     )
 
 
@@ -323,6 +359,7 @@ def measure(
     *,
     half: bool,
     apart: bool = False,
+    lone: bool = False,
     timeout: float = 600,
     on_row: Callable[[str, dict[str, Any]], None] | None = None,
     keep_going: bool = False,
@@ -335,6 +372,9 @@ def measure(
         half: add one process on half the cores at half the batch.
         apart: add two independent processes at once, each on its half of the cores at
             half the batch (`apart_row`: the cluster's ceiling). Defaults to `False`.
+        lone: add the same two processes, each the one worker of a cluster of its own
+            (`apart_row(lone=True)`: a worker's runtime without a peer). Defaults to
+            `False`.
         timeout: seconds for each side's run. Defaults to `600`.
         on_row: called with each side's name and row as soon as it exists (a failed one:
             `{"error": ...}`). Defaults to `None`.
@@ -351,6 +391,8 @@ def measure(
         sides.append(f"one_{cores // 2}cores_b{batch // 2}")
     if apart:
         sides.append(f"apart2_{cores // 2}cores_b{batch // 2}")
+    if lone:
+        sides.append(f"lone2_{cores // 2}cores_b{batch // 2}")
     rows: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="kdist-time-split-") as tmp:
@@ -364,9 +406,15 @@ def measure(
                         row = one_row(
                             work, tag, cpus=cpus, batch=batch, steps=steps, timeout=timeout
                         )
-                    elif side.startswith("apart2_"):
+                    elif side.startswith(("apart2_", "lone2_")):
                         row = apart_row(
-                            work, tag, cpus=cpus, batch=batch, steps=steps, timeout=timeout
+                            work,
+                            tag,
+                            cpus=cpus,
+                            batch=batch,
+                            steps=steps,
+                            timeout=timeout,
+                            lone=side.startswith("lone2_"),
                         )
                     elif side.startswith("one_"):
                         row = one_row(
@@ -503,11 +551,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--apart", action="store_true", help="add two independent processes, one per half"
     )
+    parser.add_argument(
+        "--lone",
+        action="store_true",
+        help="add two independent processes, each the one worker of a cluster of its own",
+    )
     parser.add_argument("--name", default="time-split", help="results file stem")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     parser.add_argument("--note", action="append", default=[], help="a line for the page")
     args = parser.parse_args(argv)
-    results = measure(args.rounds, args.modes, half=args.half, apart=args.apart)
+    results = measure(args.rounds, args.modes, half=args.half, apart=args.apart, lone=args.lone)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n")
     notes = [*args.note, ""] if args.note else []

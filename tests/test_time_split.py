@@ -95,7 +95,8 @@ def test_the_apart_row_runs_both_halves_at_once_and_sums_them(tmp_path, monkeypa
     both = threading.Barrier(2, timeout=60)  # broken if the two ran one after the other
     calls = []
 
-    def one_process(work, tag, *, cpus, batch, steps, timeout):
+    def one_process(work, tag, *, cpus, batch, steps, timeout, lone_port=None):
+        assert lone_port is None
         calls.append((tag, list(cpus), batch))
         both.wait()
         seconds = {"apart-0": 2.0, "apart-1": 4.0}[tag]
@@ -111,6 +112,36 @@ def test_the_apart_row_runs_both_halves_at_once_and_sums_them(tmp_path, monkeypa
     assert sorted(calls) == [("apart-0", [0], 16), ("apart-1", [1], 16)]
     assert row["examples_per_sec"] == 8 * 16 / 2.0 + 8 * 16 / 4.0  # exact in binary
     assert sorted(row["split"]) == ["apart-0", "apart-1"]
+
+
+def test_lone_workers_are_each_the_one_worker_of_a_cluster_on_its_own_port(tmp_path, monkeypatch):
+    import json
+
+    from benchmarks import processes, time_split
+    from benchmarks.processes import Finished
+
+    commands = []
+
+    def run_command(args, *, cwd, timeout, cpus, env=None):
+        commands.append((list(args), list(cpus), dict(env or {})))
+        epochs = [("epoch", {"steps": "8", "batch": "16", "seconds": "2.0"})] * 2
+        return Finished(0, "", 1.0, 0.0, epochs)
+
+    monkeypatch.setattr(processes, "run_command", run_command)
+    # both processes name their task worker-0: the row tells them apart by their index
+    monkeypatch.setattr(time_split, "_read_split", lambda folder: {"worker-0": {"wall": 1.0}})
+    row = time_split.apart_row(tmp_path, "lone", cpus=[0, 1], batch=32, steps=8, lone=True)
+    assert sorted(row["split"]) == ["apart-0", "apart-1"]
+    ports = set()
+    for args, _cpus, env in commands:
+        assert "strategy=multi_worker_mirrored" in args
+        assert "strategy.sync.mode=local_sgd" in args
+        tf_config = json.loads(env["TF_CONFIG"])
+        assert tf_config["task"] == {"type": "worker", "index": 0}
+        (address,) = tf_config["cluster"]["worker"]
+        ports.add(address)
+    assert len(ports) == 2, "each process is a cluster of its own, on its own port"
+    assert sorted(cpus for _, cpus, _ in commands) == [[0], [1]]
 
 
 def test_cpu_between_counts_each_kind_and_threads_that_started_between():
