@@ -21,6 +21,11 @@ call whose code lies under `kdist/`, until `StandardRunner.train_steps` is enter
 first training step) or the walk's call returns. The calls of the import hook
 (`kdist.compat.moved`'s `find_spec`, asked for each module first imported during the
 walk, TensorFlow's lazy ones among them) are imports, and are left out too.
+
+**The deciding files.** When the first step begins, the kdist calls on the stack are the
+functions that decided the run's order; their files, in the order the stack enters them,
+are the walk's deciding files, and each time the stack comes back to a file it had left
+(`train.py` -> Hydra -> `train.py`) is a return.
 """
 
 from __future__ import annotations
@@ -58,6 +63,8 @@ class Walk:
         self.stopped = False
         self.within: Any = None  # a code object: count only the calls made inside it
         self._stop_at: Any = None
+        # The kdist calls on the stack when the first step began, outermost first.
+        self.chain: list[tuple[str, str]] = []
 
     def profile(self, frame: FrameType, event: str, arg: Any) -> None:
         if self.stopped or event != "call":
@@ -65,6 +72,7 @@ class Walk:
         code = frame.f_code
         if code is self._stop_at:
             self.stopped = True
+            self.chain = self._stack(frame)
             return
         if code.co_filename.startswith(self.root) and code.co_name not in IMPORT_CALLS:
             if self.within is not None and not _inside(frame, self.within):
@@ -84,6 +92,27 @@ class Walk:
         finally:
             sys.setprofile(None)
             threading.setprofile(None)  # type: ignore[arg-type]
+
+    def _stack(self, frame: FrameType | None) -> list[tuple[str, str]]:
+        calls = []
+        while frame is not None:
+            code = frame.f_code
+            if code.co_filename.startswith(self.root):
+                calls.append((os.path.relpath(code.co_filename, self.root), code.co_name))
+            frame = frame.f_back
+        return calls[::-1]
+
+    def deciding(self) -> list[str]:
+        """The files of the calls on the stack when the first step began (the functions
+        that decide the order of the run), in the order the stack first enters them."""
+        return list(dict.fromkeys(name for name, _ in self.chain))
+
+    def returns(self) -> int:
+        """How often that stack comes back to a file it had left (back and forth)."""
+        runs = [
+            name for i, (name, _) in enumerate(self.chain) if i == 0 or name != self.chain[i - 1][0]
+        ]
+        return len(runs) - len(set(runs))
 
     def packages(self) -> dict[str, int]:
         found = collections.Counter(
@@ -211,14 +240,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("walk", choices=sorted(WALKS), help="the walk to count")
     parser.add_argument("--list", action="store_true", help="name each file and its calls")
     parser.add_argument(
-        "--json", type=Path, help='also write {"files": {file: [calls]}, "stepped": bool} here'
+        "--json",
+        type=Path,
+        help='also write {"files": {file: [calls]}, "stepped": bool, "deciding": [file], '
+        '"returns": int} here',
     )
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     walk = count(args.walk)
     print(f"{args.walk}: {len(walk.files)} kdist files {walk.packages()}")
+    if walk.chain:
+        print(
+            f"{args.walk}: the first step's stack: {len(walk.deciding())} deciding files, "
+            f"{walk.returns()} return(s) to a file left: "
+            + " -> ".join(f"{name}:{function}" for name, function in walk.chain)
+        )
     if args.json is not None:
-        args.json.write_text(json.dumps({"files": walk.files, "stepped": walk.stopped}, indent=1))
+        found = {"files": walk.files, "stepped": walk.stopped, "deciding": walk.deciding()}
+        args.json.write_text(json.dumps({**found, "returns": walk.returns()}, indent=1))
     if args.list:
         for name, calls in walk.files.items():
             print(f"  {name} ({len(calls)}): {', '.join(sorted(set(calls)))}")
