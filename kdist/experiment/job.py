@@ -166,7 +166,6 @@ class Experiment:
         self._watch.seen(self.model)
         self._bound = self.source
 
-    @run_lock.owns_run_dir  # one owner per run folder, whatever the entry
     def fit(
         self,
         x: Any = None,
@@ -256,44 +255,45 @@ class Experiment:
             ConfigError: naming the argument (or key), for data that does not fit the
                 model or the strategy, before any training.
         """
-        epochs, steps_per_epoch = keras_limits(epochs, steps_per_epoch)
-        batch_size = fit_call.keras_batch_size(self, x, batch_size)
-        arguments = FitArguments(
-            x,
-            y,
-            batch_size=batch_size,
-            epochs=epochs,
-            verbose=verbose,
-            callbacks=callbacks,
-            validation_split=validation_split,
-            validation_data=validation_data,
-            shuffle=shuffle,
-            class_weight=class_weight,
-            sample_weight=sample_weight,
-            initial_epoch=initial_epoch,
-            steps_per_epoch=steps_per_epoch,
-            validation_steps=validation_steps,
-            validation_batch_size=validation_batch_size,
-            validation_freq=validation_freq,
-        )
-        # Keras: `epoch_iterator = TFEpochIterator(...)`: the data as its adapters read it.
-        fit_call.use_data(self, fit_call.read_data(self, arguments, callbacks))
-        controller = self._controller()  # Keras: `self.make_train_function()`
-        fit_call.check_validation(self, controller)
-        if verbose is None:
-            verbose = int(self.cfg.trainer.verbose) if self.is_chief else 0
-        fit_call.plan_epochs(self, controller, arguments)
-        # Keras: `callbacks = callbacks_module.CallbackList(...)`: the run's, then the user's.
-        run = fit_call.run_callbacks(self, controller, callbacks, verbose)
-        self.best_model = run.best_model
-        started = time.perf_counter()
-        self._fitted = True
-        with data_errors(), eager_if(self._settings.run_eagerly):
-            # data_errors: what a PyDataset or generator raised, as its one line
-            self.result = controller.fit(run.callbacks, savers=run.savers, verbose=verbose)
-        # `use_ema`: the controller ends with `finalize_variable_values`, as Keras's `fit`.
-        fit_call.write_outputs(self, run, started)  # kdist's addition: the run's files
-        return self.result.history
+        with run_lock.owned_by(self.run_dir, chief=self.is_chief):  # one owner per folder
+            epochs, steps_per_epoch = keras_limits(epochs, steps_per_epoch)
+            batch_size = fit_call.keras_batch_size(self, x, batch_size)
+            arguments = FitArguments(
+                x,
+                y,
+                batch_size=batch_size,
+                epochs=epochs,
+                verbose=verbose,
+                callbacks=callbacks,
+                validation_split=validation_split,
+                validation_data=validation_data,
+                shuffle=shuffle,
+                class_weight=class_weight,
+                sample_weight=sample_weight,
+                initial_epoch=initial_epoch,
+                steps_per_epoch=steps_per_epoch,
+                validation_steps=validation_steps,
+                validation_batch_size=validation_batch_size,
+                validation_freq=validation_freq,
+            )
+            # Keras: `epoch_iterator = TFEpochIterator(...)`: the data as its adapters read it.
+            fit_call.use_data(self, fit_call.read_data(self, arguments, callbacks))
+            controller = self._controller()  # Keras: `self.make_train_function()`
+            fit_call.check_validation(self, controller)
+            if verbose is None:
+                verbose = int(self.cfg.trainer.verbose) if self.is_chief else 0
+            fit_call.plan_epochs(self, controller, arguments)
+            # Keras: `callbacks = callbacks_module.CallbackList(...)`: the run's, then the user's.
+            run = fit_call.run_callbacks(self, controller, callbacks, verbose)
+            self.best_model = run.best_model
+            started = time.perf_counter()
+            self._fitted = True
+            with data_errors(), eager_if(self._settings.run_eagerly):
+                # data_errors: what a PyDataset or generator raised, as its one line
+                self.result = controller.fit(run.callbacks, savers=run.savers, verbose=verbose)
+            # `use_ema`: the controller ends with `finalize_variable_values`, as Keras's `fit`.
+            fit_call.write_outputs(self, run, started)  # kdist's addition: the run's files
+            return self.result.history
 
     def restore(self) -> int:
         """Resume from `<run_dir>/backup` (else `checkpoints/`): `Controller.restore`.

@@ -16,7 +16,7 @@ lock file while it holds it and leaves it there when done (`recorded_kind`), so 
 `check_free(..., kind="run")` refuses a search's folder even after the search ended.
 
 Every entry that trains takes it: `kdist train`, `kdist tune`, and `Experiment.fit` in a
-notebook (`owns_run_dir`), which holds it for the length of the call unless this process
+notebook (`owned_by`), which holds it for the length of the call unless this process
 holds it already (`kdist train` around its `fit`).
 """
 
@@ -25,14 +25,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import functools
 import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from kdist.config.errors import ConfigError
 from kdist.runs.layout import LOCK
@@ -44,7 +42,7 @@ __all__ = [
     "held_here",
     "hold",
     "holder",
-    "owns_run_dir",
+    "owned_by",
     "recorded_kind",
 ]
 
@@ -57,9 +55,6 @@ _SEARCH = "search"
 _WHAT = {"run": "a training run (kdist.train)", "search": "a hyperparameter search (kdist.tune)"}
 # The lock files this process holds (`hold`): (resolved folder, lock file name) -> depth.
 _HELD: dict[tuple[str, str], int] = {}
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
 
 
 def holder(run_dir: str | os.PathLike[str], *, name: str = LOCK_NAME) -> str:
@@ -314,25 +309,17 @@ def held_here(run_dir: str | os.PathLike[str], *, name: str = LOCK_NAME) -> bool
     return _held_key(run_dir, name) in _HELD
 
 
-def owns_run_dir(
-    method: Callable[Concatenate[Any, _P], _R],
-) -> Callable[Concatenate[Any, _P], _R]:
-    """Hold the folder's lock while a method of an `Experiment` runs (its `fit`).
+def owned_by(
+    run_dir: str | os.PathLike[str], *, chief: bool
+) -> contextlib.AbstractContextManager[None]:
+    """Hold the folder's lock while an `Experiment` trains in it (its `fit`).
 
-    The object's `run_dir` is held when its `is_chief` is true and this process does not
-    hold it already (`kdist train` holds it around `Experiment.fit`); it is released
-    when the call returns or raises, so a later `fit` of the same object takes it again.
+    `run_dir` is held when `chief` is true and this process does not hold it already
+    (`kdist train` holds it around `Experiment.fit`); it is released when the block
+    ends or raises, so a later `fit` of the same object takes it again.
 
     Raises:
         ConfigError: naming `run_dir`, the folder and the owner's pid when another
             process (a `kdist train`, another notebook) holds the folder.
     """
-
-    @functools.wraps(method)
-    def owned(self: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        run_dir = self.run_dir
-        mine = bool(self.is_chief) and not held_here(run_dir)
-        with hold(run_dir, key="run_dir", enabled=mine):
-            return method(self, *args, **kwargs)
-
-    return owned
+    return hold(run_dir, key="run_dir", enabled=chief and not held_here(run_dir))
