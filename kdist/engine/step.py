@@ -165,7 +165,7 @@ class StepRunner(Runner):
                 hint="use strategy=mirrored or multi_worker_mirrored, or allreduce_dtype=float32",
             )
         if allreduce_dtype != "float32":
-            # One set a optimizer, carried on by its next runner; the checkpoints hold it.
+            # One set per optimizer, carried on by its next runner; the checkpoints hold it.
             if allreduce_error_feedback:
                 self.error_feedback = getattr(self.carried_on(previous), "error_feedback", None)
                 if self.error_feedback is None:
