@@ -16,21 +16,22 @@ import copy
 import dataclasses
 import errno
 import logging
-import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
+from hydra.core.utils import configure_log, run_job
+from hydra.types import HydraContext, RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from kdist.cluster import ClusterInfo, non_chief_overrides
 from kdist.cluster import resolve as resolve_cluster
 from kdist.command import prepare_command
 from kdist.compat import moved
-from kdist.compat.tools_private import app_hydra, hydra_args_parser, run_composed
+from kdist.compat.tools_private import app_hydra, hydra_args_parser, hydra_run_parts
 from kdist.config import ConfigError, exit_with, register
 from kdist.config.compose import check_config_dir, compose, format_hydra_error
 from kdist.config.groups import check_choices
@@ -44,7 +45,7 @@ from kdist.process.exit_codes import (
     EXIT_WRITE_FAILED,
 )
 from kdist.process.interrupt import exit_on_ctrl_c
-from kdist.process.log_level import requested_log_level
+from kdist.process.log_level import requested_log_level, stop_file_logging
 from kdist.process.runtime import quiet_tensorflow
 from kdist.run_setup import (
     RunSetup,
@@ -69,7 +70,15 @@ from kdist.runs.layout import (
 from kdist.runs.refusal import as_it_was_on_refusal
 from kdist.runs.sweep import set_chief, train_job
 
-__all__ = ["accept_run_dir", "hydra_output_dir", "main", "non_chief_overrides", "precheck", "run"]
+__all__ = [
+    "accept_run_dir",
+    "hydra_output_dir",
+    "main",
+    "non_chief_overrides",
+    "precheck",
+    "run",
+    "run_composed",
+]
 
 log = logging.getLogger("kdist.train")
 
@@ -174,6 +183,36 @@ def _compose_app(
     return cfg
 
 
+def run_composed(
+    hydra: Any, cfg: Any, config_name: str, task: Callable[[Any], Any], logging: bool = True
+) -> Any:
+    """`Hydra.run` (the run of `hydra.main`) on the config `_compose_app` made: Hydra's
+    logging, callbacks and job (its output folder, its log file), without composing it
+    again; a job's exception is reported as `hydra.main` reports it."""
+    callbacks_class, report = hydra_run_parts()
+
+    def run() -> Any:
+        if logging:
+            configure_log(cfg.hydra.hydra_logging, cfg.hydra.verbose)
+        if cfg.hydra.mode is None:
+            cfg.hydra.mode = RunMode.RUN
+        callbacks = callbacks_class(cfg)
+        callbacks.on_run_start(config=cfg, config_name=config_name)
+        context = HydraContext(config_loader=hydra.config_loader, callbacks=callbacks)
+        done = run_job(
+            hydra_context=context,
+            task_function=task,
+            config=cfg,
+            job_dir_key="hydra.run.dir",
+            job_subdir_key=None,
+            configure_logging=logging,
+        )
+        callbacks.on_run_end(config=cfg, config_name=config_name, job_return=done)
+        return done.return_value  # re-raises the job's exception
+
+    return report(run)
+
+
 def _write_run_config(run_dir: str, cfg: DictConfig) -> None:
     """`.hydra/` as Hydra writes it (config, hydra, overrides), once the run is accepted.
 
@@ -239,7 +278,7 @@ def _run(cfg: DictConfig) -> tuple[dict[str, Any], RunSetup | None]:
         is_chief = setup.cluster.is_chief
         set_chief(is_chief)  # the multirun summary's row is the chief's to write
         if not is_chief:
-            _stop_file_logging(run_dir)
+            stop_file_logging(run_dir)
         with contextlib.ExitStack() as held:
             if is_chief and not setup.resumed_in(run_dir):
                 accept_run_dir(run_dir, cfg)  # reads only: a refused run changes nothing
@@ -257,22 +296,6 @@ def _run(cfg: DictConfig) -> tuple[dict[str, Any], RunSetup | None]:
         log.warning("%s", message)
         print(f"kdist: {message}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_INTERRUPTED) from None
-
-
-def _stop_file_logging(run_dir: str) -> None:
-    """A non-chief task writes nothing in the run folder, its `train.log` included.
-
-    `kdist.train.main` keeps Hydra from opening the file in a task it starts; a task of a
-    multi-task job that Hydra's submitit launcher started (`tasks_per_node` > 1) had its
-    logging set up by Hydra in that task, so its file handlers are closed here.
-    """
-    folder = Path(run_dir).resolve()
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        name = getattr(handler, "baseFilename", None)
-        if name is not None and Path(name).resolve().parent == folder:
-            root.removeHandler(handler)
-            handler.close()
 
 
 def _train(setup: RunSetup, run_dir: str | None, *, write_config: bool = False) -> dict[str, Any]:
@@ -294,6 +317,7 @@ def _train(setup: RunSetup, run_dir: str | None, *, write_config: bool = False) 
     import tensorflow as tf
 
     from kdist.callbacks.guards import EXIT_NON_FINITE, NonFiniteLossError
+    from kdist.data.tfrecords.checks import corrupt_file_message
     from kdist.engine.checkpoint import CheckpointWriteError
     from kdist.engine.ps_runner import ParameterServerUnavailableError
     from kdist.engine.state import CheckpointError
@@ -313,7 +337,7 @@ def _train(setup: RunSetup, run_dir: str | None, *, write_config: bool = False) 
             said or f"writing {error.filename or 'a file'} failed: {error}", experiment.run_dir
         )
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
-        message = _data_error(error)
+        message = corrupt_file_message(error)
         if message is None:
             raise
         log.error("%s", message)
@@ -349,43 +373,19 @@ def _stop_on_write_error(message: str, run_dir: Path) -> NoReturn:
     raise SystemExit(EXIT_WRITE_FAILED) from None
 
 
-def _data_error(error: Exception) -> str | None:
-    """The one line to show for a data file found corrupt while training, else `None`.
-
-    kdist's TFRecord check fails with a message naming the file ("... is corrupt or
-    truncated ..."); TensorFlow's own reader (`data.integrity=off`) with a DataLossError.
-    """
-    text = str(getattr(error, "message", "") or error)
-    named = re.search(r'file \\?"([^"\\]+)\\?" (is corrupt or truncated[^\]\n]*)', text)
-    if named:
-        return f"{named.group(1)}: {named.group(2).strip()}"
-    for line in text.splitlines():
-        if "corrupt or truncated" in line:
-            return line[line.find("kdist: ") + 7 if "kdist: " in line else 0 :].strip()
-    import tensorflow as tf
-
-    if isinstance(error, tf.errors.DataLossError):
-        first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
-        return f"a data file is corrupt (TensorFlow: {first[:300]})"
-    return None
-
-
 def _what_is_saved(run_dir: Path) -> str:
     """What a run stopped on non-finite values leaves: what a re-run resumes from, or none.
 
     A re-run resumes from `backup/` when it holds a checkpoint, else from `checkpoints/`.
     """
     from kdist.engine.checkpoint import finish_writes
+    from kdist.engine.state import checkpoints_in
 
     finish_writes()  # a backup of finite weights still being written is complete now
     for folder, what in ((BACKUP, "backup"), (CHECKPOINTS, "checkpoint")):
-        steps = [
-            int(path.name[len("ckpt-") : -len(".index")])
-            for path in (Path(run_dir) / folder).glob("ckpt-*.index")
-            if path.name[len("ckpt-") : -len(".index")].isdigit()
-        ]
-        if steps:
-            return f"the newest {what}, step {max(steps)}, holds finite weights"
+        found = checkpoints_in(Path(run_dir) / folder)
+        if found:
+            return f"the newest {what}, step {found[0][0]}, holds finite weights"
     return "no backup was saved before it: a re-run starts afresh"
 
 

@@ -294,6 +294,7 @@ def _hydra_run_composed(tmp_path: Path):
     from hydra.types import RunMode
 
     from kdist.config import register
+    from kdist.train import run_composed
 
     register()  # kdist's schemas, as `kdist train` registers them first
     GlobalHydra.instance().clear()
@@ -308,7 +309,8 @@ def _hydra_run_composed(tmp_path: Path):
         )
         seen = []
         job = lambda job_cfg: seen.append((job_cfg, HydraConfig.get().job.name)) or 7  # noqa: E731
-        assert tt.run_composed(hydra, cfg, "train", job, logging=False) == 7
+        # kdist.train runs Hydra's job with Hydra's private Callbacks and run_and_report.
+        assert run_composed(hydra, cfg, "train", job, logging=False) == 7
         assert "hydra" not in seen[0][0] and "trainer" in seen[0][0]
         assert seen[0][1] == "train"  # the app's name: its log file is train.log
         assert (tmp_path / "run").is_dir()

@@ -29,12 +29,12 @@ __all__ = [
     "hydra_class",
     "hydra_config_search_path",
     "hydra_locate",
+    "hydra_run_parts",
     "job_return_value",
     "oracle_client_class",
     "oracle_servicer_class",
     "resolver_registry",
     "resolvers_replaced",
-    "run_composed",
     "set_oracle_seed",
     "space_has",
     "tuner_protos",
@@ -128,38 +128,14 @@ def app_hydra(task_name: str, config_path: str, config_dir: str | None) -> Any:
     return hydra.create_main_hydra2(task_name=task_name, config_search_path=search_path)
 
 
-def run_composed(
-    hydra: Any, cfg: Any, config_name: str, task: Callable[[Any], Any], logging: bool = True
-) -> Any:
-    """`Hydra.run` (the run of `hydra.main`) on a config `hydra.compose_config` made:
-    Hydra's logging, callbacks and job (its output folder, its log file), without
-    composing it again. An exception the job raises is reported as `hydra.main` reports
-    it (`run_and_report`: a short trace, exit status 1)."""
-    from hydra.core.utils import configure_log, run_job
-    from hydra.types import HydraContext, RunMode
-
+def hydra_run_parts() -> tuple[type, Callable[[Callable[[], Any]], Any]]:
+    """What `Hydra.run` (the run of `hydra.main`) needs besides public names: Hydra's
+    `Callbacks` class and `run_and_report`, which reports a job's exception as
+    `hydra.main` reports it (a short trace, exit status 1). `kdist.train.run_composed`
+    runs the sequence."""
     callbacks_class = private_import("hydra._internal.callbacks", "Callbacks", _APP)
     report = private_import("hydra._internal.utils", "run_and_report", _APP)
-
-    def run() -> Any:
-        if logging:
-            configure_log(cfg.hydra.hydra_logging, cfg.hydra.verbose)
-        if cfg.hydra.mode is None:
-            cfg.hydra.mode = RunMode.RUN
-        callbacks = callbacks_class(cfg)
-        callbacks.on_run_start(config=cfg, config_name=config_name)
-        done = run_job(
-            hydra_context=HydraContext(config_loader=hydra.config_loader, callbacks=callbacks),
-            task_function=task,
-            config=cfg,
-            job_dir_key="hydra.run.dir",
-            job_subdir_key=None,
-            configure_logging=logging,
-        )
-        callbacks.on_run_end(config=cfg, config_name=config_name, job_return=done)
-        return done.return_value  # re-raises the job's exception
-
-    return report(run)
+    return callbacks_class, report
 
 
 def set_oracle_seed(oracle: Any, seed: int) -> None:

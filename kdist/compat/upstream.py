@@ -294,7 +294,7 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "hydra._internal.utils.create_automatic_config_search_path, "
         "hydra._internal.hydra.Hydra.create_main_hydra2, hydra._internal.callbacks.Callbacks, "
         "hydra._internal.utils.run_and_report",
-        "kdist.train (app_hydra, run_composed)",
+        "kdist.train (app_hydra, hydra_run_parts)",
         "runs the job of `kdist train` on the config it composed and checked before Hydra "
         "started, as `hydra.main` runs it, where `hydra.main` would compose it twice more",
     ),

@@ -29,6 +29,7 @@ __all__ = [
     "CheckpointError",
     "ResumePoint",
     "TrainingState",
+    "checkpoints_in",
     "describe_resume",
     "restore_latest",
     "restore_newest",
@@ -105,7 +106,8 @@ class ResumePoint:
     saved_batch: int
 
 
-def _candidates(directory: Path) -> list[tuple[int, str]]:
+def checkpoints_in(directory: Path) -> list[tuple[int, str]]:
+    """`(step, path)` of each `ckpt-N` in `directory`, the newest first."""
     found = []
     if directory.is_dir():
         for entry in directory.iterdir():
@@ -135,7 +137,7 @@ def restore_latest(checkpoint: tf.train.Checkpoint, directory: Path) -> str | No
     Raises:
         CheckpointError: when checkpoints exist but none can be read.
     """
-    candidates = _candidates(directory)
+    candidates = checkpoints_in(directory)
     if not candidates:
         leftovers = [p.name for p in directory.glob("ckpt-*")] if directory.is_dir() else []
         if any(name.endswith(".data-00000-of-00001") for name in leftovers):

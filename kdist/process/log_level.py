@@ -5,9 +5,11 @@ Plain Python: they run before anything imports TensorFlow.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from pathlib import Path
 
-__all__ = ["DEFAULT_TF_LOG_LEVEL", "requested_log_level"]
+__all__ = ["DEFAULT_TF_LOG_LEVEL", "requested_log_level", "stop_file_logging"]
 
 # `runtime.tf_log_level`'s default (conf/runtime/default.yaml): no INFO, no WARNING.
 DEFAULT_TF_LOG_LEVEL = 2
@@ -31,3 +33,19 @@ def requested_log_level(argv: Sequence[str]) -> int:
             if value in ("0", "1", "2", "3"):
                 return int(value)
     return DEFAULT_TF_LOG_LEVEL
+
+
+def stop_file_logging(run_dir: str) -> None:
+    """A non-chief task writes nothing in the run folder, its `train.log` included.
+
+    `kdist.train.main` keeps Hydra from opening the file in a task it starts; a task of a
+    multi-task job that Hydra's submitit launcher started (`tasks_per_node` > 1) had its
+    logging set up by Hydra in that task, so its file handlers are closed here.
+    """
+    folder = Path(run_dir).resolve()
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        name = getattr(handler, "baseFilename", None)
+        if name is not None and Path(name).resolve().parent == folder:
+            root.removeHandler(handler)
+            handler.close()

@@ -8,6 +8,7 @@ with the count its manifest lists, so both cases fail naming the file.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import tensorflow as tf
@@ -15,7 +16,7 @@ import tensorflow as tf
 from kdist.data.tfrecords.manifest import FRAME_BYTES
 from kdist.data.tfrecords.readers import READ_BATCH, record_batches
 
-__all__ = ["check_batch", "checked_records", "scan_file"]
+__all__ = ["check_batch", "checked_records", "corrupt_file_message", "scan_file"]
 
 
 def scan_file(path: str, compression: str | None = None) -> tuple[int, int, bool]:
@@ -118,3 +119,22 @@ def checked_records(
     return batches.map(
         check_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     ).unbatch()
+
+
+def corrupt_file_message(error: Exception) -> str | None:
+    """The one line to show for a data file found corrupt while training, else `None`.
+
+    kdist's TFRecord check fails with a message naming the file ("... is corrupt or
+    truncated ..."); TensorFlow's own reader (`data.integrity=off`) with a DataLossError.
+    """
+    text = str(getattr(error, "message", "") or error)
+    named = re.search(r'file \\?"([^"\\]+)\\?" (is corrupt or truncated[^\]\n]*)', text)
+    if named:
+        return f"{named.group(1)}: {named.group(2).strip()}"
+    for line in text.splitlines():
+        if "corrupt or truncated" in line:
+            return line[line.find("kdist: ") + 7 if "kdist: " in line else 0 :].strip()
+    if isinstance(error, tf.errors.DataLossError):
+        first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+        return f"a data file is corrupt (TensorFlow: {first[:300]})"
+    return None
