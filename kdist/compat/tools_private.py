@@ -30,6 +30,7 @@ __all__ = [
     "hydra_config_search_path",
     "hydra_locate",
     "hydra_run_parts",
+    "is_basic_sweeper",
     "job_return_value",
     "oracle_client_class",
     "oracle_servicer_class",
@@ -136,6 +137,16 @@ def hydra_run_parts() -> tuple[type, Callable[[Callable[[], Any]], Any]]:
     callbacks_class = private_import("hydra._internal.callbacks", "Callbacks", _APP)
     report = private_import("hydra._internal.utils", "run_and_report", _APP)
     return callbacks_class, report
+
+
+# Hydra's default sweeper (its `hydra/sweeper: basic`), whose class is in Hydra's `_internal`.
+_BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+
+def is_basic_sweeper(target: Any) -> bool:
+    """Whether `target` (a `hydra.sweeper._target_`) names Hydra's basic sweeper, whose
+    jobs are the product of the sweeps (`kdist.launcher.sweep_launchers.sweep_jobs`)."""
+    return str(target or "") == _BASIC_SWEEPER
 
 
 def set_oracle_seed(oracle: Any, seed: int) -> None:

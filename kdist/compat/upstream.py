@@ -330,6 +330,12 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "the whole config of the tuner node, to resolve the objective",
     ),
     PrivateName(
+        "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+        "kdist.launcher.sweep_launchers.sweep_jobs",
+        "Hydra's default sweeper, named by `hydra.sweeper._target_`: its jobs are the product "
+        "of the sweeps, so a multirun's size is checked before any job starts",
+    ),
+    PrivateName(
         "hydra.core.utils.JobReturn._return_value",
         "kdist.runs.sweep.SummaryCallback",
         "a failed job's exception, which JobReturn.return_value re-raises",

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kdist.compat.tools_private import is_basic_sweeper
 from kdist.config.errors import ConfigError
 from kdist.launcher.checks import machine_bound
 
@@ -47,7 +48,6 @@ _TARGETS = {
     "hydra_submitit_launcher.submitit_launcher.LocalLauncher": SUBMITIT_LOCAL,
     "hydra_submitit_launcher.submitit_launcher.SlurmLauncher": SUBMITIT_SLURM,
 }
-_BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 # The overrides that shape the launcher and the sweeper (the rest are the jobs' own).
 _HYDRA_PREFIXES = ("hydra/launcher", "hydra.launcher.", "hydra/sweeper", "hydra.sweeper.")
 
@@ -94,7 +94,7 @@ def sweep_jobs(overrides: Sequence[str], sweeper: Mapping[str, Any]) -> int | No
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    if str(sweeper.get("_target_") or "") != _BASIC_SWEEPER:
+    if not is_basic_sweeper(sweeper.get("_target_")):
         return None
     params = sweeper.get("params") or {}
     texts = [*(f"{key}={value}" for key, value in params.items()), *overrides]
