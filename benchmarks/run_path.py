@@ -26,6 +26,12 @@ walk, TensorFlow's lazy ones among them) are imports, and are left out too.
 functions that decided the run's order; their files, in the order the stack enters them,
 are the walk's deciding files, and each time the stack comes back to a file it had left
 (`train.py` -> Hydra -> `train.py`) is a return.
+
+**Back and forth.** Over the whole walk, not only the first step's stack: a call into a
+kdist file that is still on the stack below the calling file (`binding.py` calling
+`job.py` while `job.py` waits on `binding.py`) is a call back into a file left; the walk
+names each (`caller -> callee`). Calls from Python's or TensorFlow's frames count too
+(TensorFlow calling a kdist override back into the module that called TensorFlow).
 """
 
 from __future__ import annotations
@@ -65,6 +71,8 @@ class Walk:
         self._stop_at: Any = None
         # The kdist calls on the stack when the first step began, outermost first.
         self.chain: list[tuple[str, str]] = []
+        # Calls back into a kdist file still on the stack below another: "caller -> callee".
+        self.reentries: list[str] = []
 
     def profile(self, frame: FrameType, event: str, arg: Any) -> None:
         if self.stopped or event != "call":
@@ -79,6 +87,17 @@ class Walk:
                 return
             name = os.path.relpath(code.co_filename, self.root)
             self.files.setdefault(name, []).append(code.co_name)
+            self._note_reentry(frame, name)
+
+    def _note_reentry(self, frame: FrameType, name: str) -> None:
+        """Record a call into `name` made by another kdist file while `name` is still
+        on the stack below it (a call back into a file left: back and forth)."""
+        below = self._stack(frame.f_back)
+        if not below or below[-1][0] == name:
+            return
+        if any(file == name for file, _ in below[:-1]):
+            caller = ":".join(below[-1])
+            self.reentries.append(f"{caller} -> {name}:{frame.f_code.co_name}")
 
     @contextmanager
     def recording(self) -> Iterator[None]:
@@ -97,7 +116,7 @@ class Walk:
         calls = []
         while frame is not None:
             code = frame.f_code
-            if code.co_filename.startswith(self.root):
+            if code.co_filename.startswith(self.root) and code.co_name not in IMPORT_CALLS:
                 calls.append((os.path.relpath(code.co_filename, self.root), code.co_name))
             frame = frame.f_back
         return calls[::-1]
@@ -243,7 +262,7 @@ def main(argv: list[str] | None = None) -> None:
         "--json",
         type=Path,
         help='also write {"files": {file: [calls]}, "stepped": bool, "deciding": [file], '
-        '"returns": int} here',
+        '"returns": int, "reentries": ["caller -> callee"]} here',
     )
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -255,9 +274,13 @@ def main(argv: list[str] | None = None) -> None:
             f"{walk.returns()} return(s) to a file left: "
             + " -> ".join(f"{name}:{function}" for name, function in walk.chain)
         )
+    print(f"{args.walk}: {len(walk.reentries)} call(s) back into a file on the stack")
+    for call, times in collections.Counter(walk.reentries).most_common():
+        print(f"  {call}" + (f" (x{times})" if times > 1 else ""))
     if args.json is not None:
         found = {"files": walk.files, "stepped": walk.stopped, "deciding": walk.deciding()}
-        args.json.write_text(json.dumps({**found, "returns": walk.returns()}, indent=1))
+        found |= {"returns": walk.returns(), "reentries": walk.reentries}
+        args.json.write_text(json.dumps(found, indent=1))
     if args.list:
         for name, calls in walk.files.items():
             print(f"  {name} ({len(calls)}): {', '.join(sorted(set(calls)))}")

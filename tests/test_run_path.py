@@ -61,3 +61,49 @@ def test_a_path_enters_no_more_files_than_its_budget(tmp_path, name):
         assert walk["deciding"][-1] == "engine/standard_runner.py", walk["deciding"]
     calls = {call for names in files.values() for call in names}
     assert not calls & {"find_spec", "exec_module"}, "the import hook's calls are imports"
+    # No back and forth anywhere on the path: no call into a file still waiting below.
+    assert walk["reentries"] == [], f"{name}: calls back into a file left: {walk['reentries']}"
+
+
+def test_the_walk_names_a_call_back_into_a_file_left(tmp_path):
+    """The back-and-forth check can fail: a kdist function that calls into a module
+    whose function is still on the stack below it is named `caller -> callee`."""
+    from benchmarks.run_path import Walk
+
+    root = tmp_path / "pkg"
+    root.mkdir()
+    a_source = "def outer(b):\n    return b.middle()\n\n\ndef back():\n    return 1\n"
+    (root / "a.py").write_text(a_source)
+    (root / "b.py").write_text("import a\n\ndef middle():\n    return a.back()\n")
+    sys.path.insert(0, str(root))
+    try:
+        import a
+        import b
+
+        walk = Walk(root)
+        sys.setprofile(walk.profile)
+        try:
+            a.outer(b)
+        finally:
+            sys.setprofile(None)
+    finally:
+        sys.path.remove(str(root))
+        sys.modules.pop("a", None)
+        sys.modules.pop("b", None)
+    assert walk.reentries == ["b.py:middle -> a.py:back"]
+    assert list(walk.files) == ["a.py", "b.py"]
+
+
+def test_experiment_fit_reads_in_sixty_lines():
+    """Issue 51: `Experiment.fit` in at most 60 lines without its docstring."""
+    import ast
+    import inspect
+    import textwrap
+
+    from kdist.experiment.job import Experiment
+
+    node = ast.parse(textwrap.dedent(inspect.getsource(Experiment.fit))).body[0]
+    assert isinstance(node, ast.FunctionDef)
+    docstring = node.body[0]
+    lines = node.end_lineno - node.lineno + 1 - (docstring.end_lineno - docstring.lineno + 1)
+    assert ast.get_docstring(node) and lines <= 60, lines

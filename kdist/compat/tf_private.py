@@ -19,6 +19,7 @@ from kdist.compat.upstream import private_attribute, private_import
 __all__ = [
     "async_helper",
     "bump_collective_key_base",
+    "copy_keras_variable_to_cpu",
     "copy_trackable_to_cpu",
     "dataset_inputs",
     "disable_op_determinism",
@@ -174,6 +175,26 @@ def copy_trackable_to_cpu(variable: Any, object_map: dict[Any, Any]) -> None:
         variable, "_copy_trackable_to_cpu", "tf.Variable._copy_trackable_to_cpu", _ASYNC
     )
     copy(object_map)
+
+
+def copy_keras_variable_to_cpu(self: Any, object_map: dict[Any, Any]) -> None:
+    """`_copy_trackable_to_cpu` for a Keras 3 TensorFlow variable that can run twice.
+
+    Keras 3.15.1 (its TensorFlow backend's `Variable`) makes a new `tf.Variable` for
+    the host copy at every call; TensorFlow's async checkpoint helper calls it inside a
+    `tf.function` at every save after the first, which fails ("tf.function only supports
+    singleton tf.Variables created on the first call"). This one creates the copy once
+    and assigns to it afterwards, as `ResourceVariable._copy_trackable_to_cpu` does.
+    Kept here, beside the helper that calls it, so that TensorFlow's call comes back
+    into the module it left (`kdist.engine.checkpoint.host_copies` installs it).
+    """
+    import tensorflow as tf
+
+    copy_trackable_to_cpu(self.value, object_map)
+    if self in object_map:
+        object_map[self].assign(object_map[self.value])
+    else:
+        object_map[self] = tf.Variable(object_map[self.value])
 
 
 def set_saved_tensors(

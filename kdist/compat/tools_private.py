@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from kdist.compat.upstream import (
@@ -177,14 +177,14 @@ _RESOLVERS = threading.RLock()
 
 
 @contextlib.contextmanager
-def resolvers_replaced(choose: Callable[[dict[str, Any]], dict[str, Any]]) -> Iterator[None]:
-    """Within the block, OmegaConf resolves with the resolvers `choose` makes of its whole
-    registry (name -> function); the whole registry is back when the block ends, however
-    it ends. The registry is process-wide: the block holds a lock."""
+def resolvers_replaced(keep: Collection[str]) -> Iterator[None]:
+    """Within the block, OmegaConf resolves with the registered resolvers named in `keep`
+    only; the whole registry is back when the block ends, however it ends. The registry
+    is process-wide: the block holds a lock."""
     owner = resolver_registry()
     with _RESOLVERS:
         saved = owner._resolvers
-        owner._resolvers = choose(dict(saved))
+        owner._resolvers = {name: found for name, found in saved.items() if name in keep}
         try:
             yield
         finally:

@@ -225,7 +225,7 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     ),
     PrivateName(
         "tf.Variable._copy_trackable_to_cpu",
-        "kdist.engine.checkpoint.host_copies.copy_keras_variable_to_cpu",
+        "kdist.compat.tf_private.copy_keras_variable_to_cpu",
         "the host copy of the TensorFlow variable inside a Keras variable",
     ),
     PrivateName(

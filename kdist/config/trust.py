@@ -199,7 +199,7 @@ def safe_resolvers() -> Iterator[None]:
     `resolve_untrusted` and `check_trusted_targets`). The registry is process-wide: the
     block holds a lock, and the full registry is back when it ends, however it ends.
     """
-    with resolvers_replaced(lambda every: {n: f for n, f in every.items() if n in SAFE_RESOLVERS}):
+    with resolvers_replaced(SAFE_RESOLVERS):
         yield
 
 

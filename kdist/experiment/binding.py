@@ -48,6 +48,7 @@ __all__ = [
     "check_objective_of",
     "controller_of",
     "model_for",
+    "rebind",
     "schedule_of",
     "takes_source",
 ]
@@ -194,25 +195,33 @@ def bind(exp: Any, *, recompiled: bool = False) -> Bound:
     return Bound(runner, controller, settings)
 
 
+def rebind(exp: Any, *, recompiled: bool = False) -> None:
+    """Bind `exp`'s model to its data anew (`bind`): its runner, controller and step
+    settings, kept on `exp` with the compile and the source they were made for."""
+    exp.runner, exp.controller, exp._settings = bind(exp, recompiled=recompiled)
+    exp._watch.seen(exp.model)
+    exp._bound = exp.source
+
+
 def controller_of(exp: Any) -> Controller:
     """`exp`'s controller for its model, compile and data, bound anew where one changed."""
     if exp.model is None:
-        exp.build_model()
+        build_model(exp, None)
     elif exp._watch.changed(exp.model):
         # Keras's `compile` drops its `train_function`: a new optimizer, loss,
         # metrics, trainable set and step settings, so kdist's step is built anew.
         log.info("%s was compiled again: its step is built anew", exp.model.name)
         exp._own_compile = True
         exp.optimizer = exp.model.optimizer
-        exp._bind(recompiled=True)
+        rebind(exp, recompiled=True)
     elif exp._bound is not exp.source:
         if exp._model_from_config and not exp._fitted and not takes_source(exp, exp.model):
             # kdist's own model, built for other data and not trained: built anew
             # for the data given to `fit`.
             log.info("building %s again for the data given to fit", exp.model.name)
-            exp.build_model()
+            build_model(exp, None)
         else:
-            exp._bind()
+            rebind(exp)
     assert exp.controller is not None
     return exp.controller
 
@@ -246,7 +255,7 @@ def build_model(exp: Any, model: keras.Model | None) -> keras.Model:
     # is given, in the strategy's scope; it meets the config's data only at a call
     # that trains or evaluates on it.
     if from_config or exp._given is not None:
-        exp._bind()
+        rebind(exp)
     return model
 
 

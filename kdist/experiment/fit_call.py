@@ -1,10 +1,11 @@
 """The parts of one `Experiment.fit` call, in the order Keras's `fit` takes them.
 
 `Experiment.fit` (`kdist.experiment.job`) reads as `TensorFlowTrainer.fit`: the data
-(`read_data`, `use_data`: Keras's data adapter and `EpochIterator`), the epochs of the
-call (`plan_epochs`: `initial_epoch .. epochs - 1`, with kdist's resume first), the
-callbacks, the loop (`kdist.engine.controller.Controller.fit`), and kdist's addition at
-the end, the run's files (`write_outputs`). Each takes the `Experiment` it works for.
+(`read_data`, `use_data`: Keras's data adapter and `EpochIterator`), the call's schedule
+(`schedule_call`), kdist's resume of the run folder at the first call (`resumes`), the
+epochs of the call (`plan_epochs`: `initial_epoch .. epochs - 1`), the callbacks, the
+loop (`kdist.engine.controller.Controller.fit`), and kdist's addition at the end, the
+run's files (`write_outputs`). Each takes the `Experiment` it works for.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ __all__ = [
     "keras_batch_size",
     "plan_epochs",
     "read_data",
+    "resumes",
     "run_callbacks",
+    "schedule_call",
     "use_data",
     "write_outputs",
 ]
@@ -70,8 +73,9 @@ def check_validation(exp: Any, controller: Controller) -> None:
 
 
 def run_callbacks(exp: Any, controller: Controller, callbacks: Any, verbose: int) -> RunCallbacks:
-    """The run's callbacks and savers (`kdist.callbacks.factory`), then the user's."""
-    return build_run(
+    """The run's callbacks and savers (`kdist.callbacks.factory`), then the user's; the
+    run's best-model export is `exp.best_model`."""
+    run = build_run(
         exp.cfg,
         controller=controller,
         strategy=exp.strategy,
@@ -84,6 +88,8 @@ def run_callbacks(exp: Any, controller: Controller, callbacks: Any, verbose: int
         cluster=exp.setup.cluster,
         job=exp.setup.job,
     )
+    exp.best_model = run.best_model
+    return run
 
 
 def read_data(exp: Any, arguments: FitArguments, callbacks: Any) -> FitData | None:
@@ -127,28 +133,38 @@ def use_data(exp: Any, found: FitData | None) -> None:
         log.info("%s; %d steps per epoch", given.describe(), exp.steps_per_epoch)
 
 
-def plan_epochs(exp: Any, controller: Controller, arguments: FitArguments) -> None:
-    """The epochs this call trains (`arguments.epochs`, `initial_epoch`,
-    `validation_freq`), on `controller.schedule`.
+def schedule_call(exp: Any, controller: Controller, arguments: FitArguments) -> None:
+    """The call's schedule on `controller`: the config's (a notebook may change
+    `trainer.epochs` between two `fit` calls), with Keras's validation rule alone when
+    the call gives `validation_freq` (`Schedule.validate_last`)."""
+    controller.schedule = binding.schedule_of(exp, exp._settings)
+    if arguments.validation_freq is not None:
+        controller.schedule = dataclasses.replace(controller.schedule, validate_last=False)
 
-    kdist's addition first: the first `fit` of an `Experiment` resumes the run folder's
-    backup (when backups are on). Then Keras's numbers: `initial_epoch .. epochs - 1` for
-    the callbacks and the `History`, a later `fit` too (kdist's run files go on counting
-    the run's epochs, `EpochNumbers.run_shift`); `epochs=None` trains to the run's
-    `trainer.epochs`. A call that trains nothing says so.
+
+def resumes(exp: Any) -> bool:
+    """Whether this call first resumes the run folder's backup (`Experiment.restore`):
+    kdist's addition, at the first `fit` of an `Experiment` with backups on."""
+    return not exp._fitted and bool(exp.cfg.callbacks.backup.enabled)
+
+
+def plan_epochs(
+    exp: Any, controller: Controller, arguments: FitArguments, *, resumed: bool
+) -> None:
+    """The epochs this call trains (`arguments.epochs`, `initial_epoch`), on
+    `controller.schedule` (`schedule_call`), after the resume (`resumed`: a backup was
+    restored).
+
+    Keras's numbers: `initial_epoch .. epochs - 1` for the callbacks and the `History`,
+    a later `fit` too (kdist's run files go on counting the run's epochs,
+    `EpochNumbers.run_shift`); `epochs=None` trains to the run's `trainer.epochs`. A
+    call that trains nothing says so.
     """
     epochs, initial_epoch = arguments.epochs, arguments.initial_epoch
-    # A notebook may change `trainer.epochs` between two `fit` calls.
-    controller.schedule = binding.schedule_of(exp, exp._settings)
-    if arguments.validation_freq is not None:  # Keras's rule alone (`Schedule.validate_last`)
-        controller.schedule = dataclasses.replace(controller.schedule, validate_last=False)
-    resumed = False
-    if not exp._fitted:
-        if exp.cfg.callbacks.backup.enabled:
-            resumed = exp.restore() > 0
-            warn_stream_resume(exp._given, exp.steps_per_epoch, controller.global_step)
-        else:
-            controller.global_step = 0
+    if resumes(exp):
+        warn_stream_resume(exp._given, exp.steps_per_epoch, controller.global_step)
+    elif not exp._fitted:
+        controller.global_step = 0
     if epochs is not None:
         if not resumed:
             controller.start_at_epoch(int(initial_epoch), again=exp._fitted)

@@ -161,11 +161,6 @@ class Experiment:
     def _controller(self) -> Controller:
         return binding.controller_of(self)  # Keras: `self.make_train_function()`
 
-    def _bind(self, *, recompiled: bool = False) -> None:
-        self.runner, self.controller, self._settings = binding.bind(self, recompiled=recompiled)
-        self._watch.seen(self.model)
-        self._bound = self.source
-
     def fit(
         self,
         x: Any = None,
@@ -282,10 +277,11 @@ class Experiment:
             fit_call.check_validation(self, controller)
             if verbose is None:
                 verbose = int(self.cfg.trainer.verbose) if self.is_chief else 0
-            fit_call.plan_epochs(self, controller, arguments)
+            fit_call.schedule_call(self, controller, arguments)
+            resumed = fit_call.resumes(self) and self.restore() > 0  # kdist's: the backup
+            fit_call.plan_epochs(self, controller, arguments, resumed=resumed)
             # Keras: `callbacks = callbacks_module.CallbackList(...)`: the run's, then the user's.
             run = fit_call.run_callbacks(self, controller, callbacks, verbose)
-            self.best_model = run.best_model
             started = time.perf_counter()
             self._fitted = True
             with data_errors(), eager_if(self._settings.run_eagerly):

@@ -2,8 +2,9 @@
 
 `HostCopies` holds one set of copies and `Deferred` a save waiting for its copy. Keras
 3.15.1's TensorFlow `Variable` cannot take part in TensorFlow's async checkpoint copies as
-it is: `enable_async_copies` patches its host copy once per process, through
-`kdist.compat.keras_private.patch_variable_copy_to_cpu`; `supports_async` says which
+it is: `enable_async_copies` patches its host copy once per process
+(`kdist.compat.tf_private.copy_keras_variable_to_cpu`, through
+`kdist.compat.keras_private.patch_variable_copy_to_cpu`); `supports_async` says which
 strategies allow the copies. `TRAIN_CALLS` is the process's gate between the training
 thread and the background writer.
 """
@@ -19,7 +20,7 @@ import tensorflow as tf
 
 from kdist.compat.keras_private import patch_variable_copy_to_cpu
 from kdist.compat.tf_private import (
-    copy_trackable_to_cpu,
+    copy_keras_variable_to_cpu,
     helper_copy_function,
     helper_device,
     helper_host_variables,
@@ -31,7 +32,6 @@ __all__ = [
     "CallGate",
     "Deferred",
     "HostCopies",
-    "copy_keras_variable_to_cpu",
     "enable_async_copies",
     "supports_async",
 ]
@@ -158,22 +158,6 @@ class Deferred:
                 job()
 
         return gated
-
-
-def copy_keras_variable_to_cpu(self: Any, object_map: dict[Any, Any]) -> None:
-    """`_copy_trackable_to_cpu` for a Keras 3 TensorFlow variable that can run twice.
-
-    Keras 3.15.1 (its TensorFlow backend's `Variable`) makes a new `tf.Variable` for
-    the host copy at every call; TensorFlow's async checkpoint helper calls it inside a
-    `tf.function` at every save after the first, which fails ("tf.function only supports
-    singleton tf.Variables created on the first call"). This one creates the copy once
-    and assigns to it afterwards, as `ResourceVariable._copy_trackable_to_cpu` does.
-    """
-    copy_trackable_to_cpu(self.value, object_map)
-    if self in object_map:
-        object_map[self].assign(object_map[self.value])
-    else:
-        object_map[self] = tf.Variable(object_map[self.value])
 
 
 def enable_async_copies() -> None:
