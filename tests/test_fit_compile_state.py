@@ -283,7 +283,7 @@ def test_accumulate_steps_takes_arrays_without_a_partial_batch(tmp_path: Path):
 
 
 def test_a_parameter_server_refuses_jit_and_eager_compiles_in_one_line(caplog: Any):
-    from kdist.experiment.compile_state import step_settings  # new in issue 42
+    from kdist.experiment.binding import step_settings  # new in issue 42
 
     strategy = mock.Mock(spec=tf.distribute.ParameterServerStrategy)
     cfg = kdist.compose(BASE)
@@ -292,7 +292,7 @@ def test_a_parameter_server_refuses_jit_and_eager_compiles_in_one_line(caplog: A
         with pytest.raises(ConfigError, match=name) as error:
             step_settings(model, cfg, own_compile=True, strategy=strategy)
         assert "\n" not in str(error.value)
-    with caplog.at_level(logging.INFO, logger="kdist.experiment.compile_state"):
+    with caplog.at_level(logging.INFO, logger="kdist.experiment.binding"):
         settings = step_settings(
             _plain_model(), cfg, own_compile=True, strategy=tf.distribute.get_strategy()
         )

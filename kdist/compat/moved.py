@@ -46,7 +46,7 @@ MOVED: dict[str, str] = {
     "kdist.elastic": "kdist.launcher.elastic",
     "kdist.sandbox": "kdist.launcher.sandbox",
     "kdist.gpus": "kdist.launcher.gpus",
-    "kdist.batch_plan": "kdist.experiment.batch_plan",
+    "kdist.batch_plan": "kdist.experiment.run_data",
     "kdist.optimizers": "kdist.modeling.optimizers",
     "kdist.schedules": "kdist.modeling.schedules",
     "kdist.lazy_optimizers": "kdist.modeling.lazy_optimizers",
@@ -58,7 +58,7 @@ MOVED: dict[str, str] = {
     "kdist.callbacks.checkpoint": "kdist.engine.checkpoint",
     # kdist 0.11: the Experiment's own helpers live in its package.
     "kdist.modeling.build": "kdist.experiment.build",
-    "kdist.modeling.batch_plan": "kdist.experiment.batch_plan",
+    "kdist.modeling.batch_plan": "kdist.experiment.run_data",
     "kdist.runs.outputs": "kdist.experiment.outputs",
     "kdist.evaluation.predicting": "kdist.experiment.predicting",
     # kdist 0.12 (issue 51): small modules joined to the one their run path enters anyway.
@@ -72,6 +72,8 @@ MOVED: dict[str, str] = {
     "kdist.engine.checkpoint.compatibility": "kdist.engine.checkpoint.host_copies",
     "kdist.config.build": "kdist.config.targets",
     "kdist.compat.keras_loop": "kdist.compat.keras_private",
+    "kdist.experiment.batch_plan": "kdist.experiment.run_data",
+    "kdist.experiment.compile_state": "kdist.experiment.binding",
 }
 
 

@@ -25,7 +25,7 @@ from kdist.data.in_hand.arrays import non_finite_allowed
 from kdist.data.in_hand.dispatch import kind_of
 from kdist.data.pipeline import steps_per_epoch as steps_per_epoch_of
 from kdist.engine import Controller
-from kdist.experiment import batch_plan, binding, outputs
+from kdist.experiment import binding, outputs, run_data
 from kdist.experiment.fit_arguments import (
     FitArguments,
     FitData,
@@ -116,7 +116,7 @@ def use_data(exp: Any, found: FitData | None) -> None:
         return  # the data of the last call (or the config's), or the same again
     given, args, plan = found.given, found.args, found.plan
     accumulate = int(exp.cfg.trainer.get("accumulate_steps", 1))
-    batch_plan.check_split(plan.global_batch_size, exp.num_replicas, accumulate)
+    run_data.check_split(plan.global_batch_size, exp.num_replicas, accumulate)
     source = given.source if given is not None else exp.source
     per_epoch = plan.steps_per_epoch
     batch = plan.global_batch_size
@@ -124,7 +124,7 @@ def use_data(exp: Any, found: FitData | None) -> None:
     exp.plan, exp.source, exp._given, exp._given_args = plan, source, given or exp._given, args
     if per_epoch and exp._given is not None:  # data with an end: Keras's epochs
         endless = exp._given.endless
-        exp.steps_per_epoch = batch_plan.steps_within_data(
+        exp.steps_per_epoch = run_data.steps_within_data(
             source, batch, exp.steps_per_epoch, endless=endless
         )
     exp.validates = bool(exp.cfg.trainer.validation) and source.size("validation") > 0

@@ -29,12 +29,8 @@ from kdist.data.in_hand import Given
 from kdist.data.in_hand.raised import data_errors
 from kdist.data.source import Source
 from kdist.engine import Controller, FitResult, Runner
-from kdist.experiment import batch_plan, binding, fit_call, results, resuming, run_data
-from kdist.experiment.compile_state import (
-    CompileWatch,
-    StepSettings,
-    eager_if,
-)
+from kdist.experiment import binding, fit_call, results, resuming, run_data
+from kdist.experiment.binding import CompileWatch, StepSettings, eager_if
 from kdist.experiment.fit_arguments import FitArguments, keras_limits
 from kdist.experiment.run_data import BuiltAtFirstUse, DataPlan
 from kdist.process import runtime
@@ -92,7 +88,7 @@ class Experiment:
         self.strategy: tf.distribute.Strategy = strategies.build(cfg.strategy, setup.cluster)
         self.num_replicas = int(self.strategy.num_replicas_in_sync)
         self.is_chief = chief.is_chief(self.strategy)
-        batch = batch_plan.global_batch_size(cfg, self.num_replicas)
+        batch = run_data.global_batch_size(cfg, self.num_replicas)
         # How the run reads its data: the config's, until a `fit` call gives its own
         # arguments over it (`kdist.experiment.fit_call.use_data`); no key is written.
         self._configured = DataPlan.of_config(cfg)

@@ -21,7 +21,7 @@ from kdist.engine import FitResult, Runner
 from kdist.engine.building import optimizer_steps
 from kdist.engine.runner import TEST_HOOKS, overridden_hooks, wants_test_hooks
 from kdist.experiment import outputs as run_outputs
-from kdist.experiment.compile_state import eager_if
+from kdist.experiment.binding import eager_if
 from kdist.experiment.evaluating import evaluate_batches, keras_return
 from kdist.experiment.predicting import predict_dataset, predict_split
 

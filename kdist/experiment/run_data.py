@@ -1,5 +1,6 @@
-"""The data of a run: its plan (`DataPlan`), the config's source built at its first use,
-and the `dataset_fn` of a split (`run_dataset_fn`).
+"""The data of a run: its plan (`DataPlan`), how big and how long it is (the global batch
+over the replicas, `global_batch_size`, and the controller's `schedule`), the config's
+source built at its first use, and the `dataset_fn` of a split (`run_dataset_fn`).
 
 How a run reads its data is stated once, in a `DataPlan`. The config states it in keys
 (`trainer.global_batch_size`, `data.shuffle`, ...); a notebook's `fit` call states it in its
@@ -20,6 +21,7 @@ them first (`kdist.experiment.fit_call.use_data`).
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
@@ -29,19 +31,26 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from kdist.config.compile_rules import check_class_weight
 from kdist.config.errors import ConfigError
 from kdist.data.given_pipeline import ENDLESS, partial_batches
-from kdist.data.pipeline import DatasetFn, build_source, make_dataset_fn
+from kdist.data.pipeline import DatasetFn, build_source, check_batch_split, make_dataset_fn
 from kdist.data.pipeline import steps_per_epoch as steps_per_epoch_of
 from kdist.data.source import ArraySource, Source
+from kdist.engine.controller import Schedule
 
 __all__ = [
     "BuiltAtFirstUse",
     "DataPlan",
+    "check_split",
     "config_source",
     "config_steps_per_epoch",
     "config_validates",
+    "global_batch_size",
     "needs_total_steps",
     "run_dataset_fn",
+    "schedule",
+    "steps_within_data",
 ]
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -84,7 +93,7 @@ class DataPlan:
     @classmethod
     def of_config(cls, cfg: Any) -> DataPlan:
         """The plan a train config's keys state (its global batch already resolved,
-        `kdist.experiment.batch_plan.global_batch_size`)."""
+        `global_batch_size`)."""
         trainer, data = cfg.trainer, cfg.data
         weights = trainer.get("class_weight")
         return cls(
@@ -141,6 +150,107 @@ def _plain(weights: Any) -> Any:
     if OmegaConf.is_config(weights):
         weights = OmegaConf.to_container(weights)
     return dict(weights) if isinstance(weights, Mapping) else weights
+
+
+def global_batch_size(cfg: Any, num_replicas: int) -> int:
+    """The global batch, split evenly over `num_replicas` (and `accumulate_steps`).
+
+    `trainer.per_replica_batch_size`, when set, is written into the config as
+    `trainer.global_batch_size`, so that the config's data plan
+    (`DataPlan.of_config`) holds one number.
+
+    Raises:
+        ConfigError: naming `trainer.global_batch_size` or `trainer.accumulate_steps`
+            when the batch does not split evenly, with a value that would.
+    """
+    trainer = cfg.trainer
+    per_replica = trainer.get("per_replica_batch_size")
+    if per_replica is not None:
+        with read_write(trainer), open_dict(trainer):
+            trainer.global_batch_size = int(per_replica) * num_replicas
+        log.info(
+            "global batch %d = trainer.per_replica_batch_size %d x %d replica(s)",
+            trainer.global_batch_size,
+            per_replica,
+            num_replicas,
+        )
+    elif num_replicas > 1 and cfg.optimizer.get("lr_scaling", "none") != "none":
+        log.warning(
+            "optimizer.lr_scaling=%s scales the learning rate by the %d replicas, but "
+            "trainer.global_batch_size=%d stays fixed; set trainer.per_replica_batch_size "
+            "(with trainer.global_batch_size=null) so the batch grows with them, or "
+            "optimizer.lr_scaling=none",
+            cfg.optimizer.lr_scaling,
+            num_replicas,
+            trainer.global_batch_size,
+        )
+    batch = int(trainer.global_batch_size)
+    check_split(batch, num_replicas, int(trainer.get("accumulate_steps", 1)))
+    return batch
+
+
+def check_split(batch: int, num_replicas: int, accumulate: int) -> None:
+    """Check that the global `batch` splits evenly over `num_replicas` and into
+    `accumulate` micro-batches.
+
+    Raises:
+        ConfigError: naming `trainer.global_batch_size` or `trainer.accumulate_steps`,
+            with a value that would split.
+    """
+    check_batch_split(batch, num_replicas)
+    if accumulate > 1 and batch % (accumulate * num_replicas):
+        raise ConfigError(
+            "trainer.accumulate_steps",
+            f"does not split the global batch of {batch} into micro-batches that the "
+            f"{num_replicas} replica(s) share evenly",
+            value=accumulate,
+            hint=f"make trainer.global_batch_size a multiple of {accumulate} x "
+            f"{num_replicas} = {accumulate * num_replicas}",
+        )
+
+
+def schedule(
+    trainer: Any,
+    plan: DataPlan,
+    steps_per_epoch: int,
+    *,
+    steps_per_execution: int | None = None,
+    epoch_lengths: tuple[int, ...] | None = None,
+) -> Schedule:
+    """The controller's `Schedule` for a `trainer` node and the run's data `plan`.
+
+    `steps_per_execution` overrides `trainer.steps_per_execution` (a model's own compile);
+    `epoch_lengths`, Keras's uneven epochs (`kdist.engine.epoch_clock`).
+    """
+    return Schedule(
+        epochs=int(trainer.epochs),
+        steps_per_epoch=steps_per_epoch,
+        steps_per_execution=int(steps_per_execution or trainer.steps_per_execution),
+        global_batch_size=plan.global_batch_size,
+        validation_freq=plan.validation_freq,
+        epoch_lengths=epoch_lengths,
+    )
+
+
+def steps_within_data(source: Source, global_batch: int, requested: int, *, endless: bool) -> int:
+    """An epoch's steps of data given to `fit` with `steps_per_epoch=requested`.
+
+    Keras's `EpochIterator`: an epoch of data with an end stops where the data runs out
+    ("Your input ran out of data"), and the next epoch reads it afresh; so `requested`
+    beyond the data's batches is the batches of one pass.
+    """
+    if endless:
+        return requested
+    batches = steps_per_epoch_of(source, global_batch, None)
+    if batches >= requested:
+        return requested
+    log.warning(
+        "steps_per_epoch=%d is more than the %d batches of the data given to fit: each "
+        "epoch ends when the data runs out, as Keras's fit does",
+        requested,
+        batches,
+    )
+    return batches
 
 
 def run_dataset_fn(

@@ -3,5 +3,5 @@
 `compiling` builds the loss, metrics and loss weights, `optimizers`, `schedules` and
 `lazy_optimizers` the optimizer. Building the run's model in the strategy's scope and
 planning its batches belong to the job that uses them (`kdist.experiment.build`,
-`kdist.experiment.batch_plan`).
+`kdist.experiment.run_data`).
 """
