@@ -156,7 +156,7 @@ def non_chief_overrides(info: Any, *, multirun: bool = False) -> list[str]:
     Returns:
         Overrides to append to the command line (empty on the chief).
     """
-    if is_chief_task(info.task_type, info.task_index, info.cluster):  # `info.is_chief`
+    if is_chief_task(info.task_type, info.task_index, info.cluster):  # info.is_chief's rule
         return []
     quiet = ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
     if not multirun:

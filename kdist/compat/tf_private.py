@@ -185,8 +185,8 @@ def copy_keras_variable_to_cpu(self: Any, object_map: dict[Any, Any]) -> None:
     `tf.function` at every save after the first, which fails ("tf.function only supports
     singleton tf.Variables created on the first call"). This one creates the copy once
     and assigns to it afterwards, as `ResourceVariable._copy_trackable_to_cpu` does.
-    Kept here, beside the helper that calls it, so that TensorFlow's call comes back
-    into the module it left (`kdist.engine.checkpoint.host_copies` installs it).
+    It sits beside `initialize_helper`, whose call into TensorFlow runs it, so that the
+    call stays in this module (`kdist.engine.checkpoint.host_copies` installs it).
     """
     import tensorflow as tf
 
