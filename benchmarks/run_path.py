@@ -2,7 +2,8 @@
 training step, imports aside.
 
 Run with `python -m benchmarks.run_path [walk ...]` (`--list` names each file with the
-functions entered there). The walks:
+functions entered there; `--why`, the calls that first brought the walk into each file,
+innermost first: where to look to take a file off the path). The walks:
 
 - `notebook`: `kdist.Experiment(kdist.compose([]))`, a model of the user's built in its
   scope (`exp.build_model(model=...)`), then `exp.fit(x, y, epochs=1)` on arrays;
@@ -73,6 +74,8 @@ class Walk:
         self.chain: list[tuple[str, str]] = []
         # Calls back into a kdist file still on the stack below another: "caller -> callee".
         self.reentries: list[str] = []
+        # Each file's first entry: the kdist calls on the stack below it, outermost first.
+        self.entered_from: dict[str, list[str]] = {}
 
     def profile(self, frame: FrameType, event: str, arg: Any) -> None:
         if self.stopped or event != "call":
@@ -86,6 +89,8 @@ class Walk:
             if self.within is not None and not _inside(frame, self.within):
                 return
             name = os.path.relpath(code.co_filename, self.root)
+            if name not in self.files:
+                self.entered_from[name] = [":".join(call) for call in self._stack(frame.f_back)]
             self.files.setdefault(name, []).append(code.co_name)
             self._note_reentry(frame, name)
 
@@ -259,6 +264,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("walk", choices=sorted(WALKS), help="the walk to count")
     parser.add_argument("--list", action="store_true", help="name each file and its calls")
     parser.add_argument(
+        "--why",
+        action="store_true",
+        help="name, for each file, the kdist call that first entered it and that call's callers",
+    )
+    parser.add_argument(
         "--json",
         type=Path,
         help='also write {"files": {file: [calls]}, "stepped": bool, "deciding": [file], '
@@ -284,6 +294,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.list:
         for name, calls in walk.files.items():
             print(f"  {name} ({len(calls)}): {', '.join(sorted(set(calls)))}")
+    if args.why:
+        for name, stack in walk.entered_from.items():
+            print(f"  {name} <- " + (" <- ".join(reversed(stack)) or "the walk"))
 
 
 if __name__ == "__main__":

@@ -92,6 +92,8 @@ def test_the_walk_names_a_call_back_into_a_file_left(tmp_path):
         sys.modules.pop("b", None)
     assert walk.reentries == ["b.py:middle -> a.py:back"]
     assert list(walk.files) == ["a.py", "b.py"]
+    # What first brought the walk into each file: `b.py` came from `a.outer`.
+    assert walk.entered_from["b.py"] == ["a.py:outer"]
 
 
 def test_experiment_fit_reads_in_sixty_lines():
