@@ -40,7 +40,7 @@ from kdist.cluster import resolve as resolve_cluster
 from kdist.command import prepare_command
 from kdist.config import ConfigError, exit_with, register
 from kdist.process.exit_codes import EXIT_FAILED
-from kdist.process.interrupt import exit_on_ctrl_c
+from kdist.process.interrupt import ctrl_c_kept, exit_on_ctrl_c
 from kdist.process.log_level import requested_log_level
 from kdist.process.runtime import quiet_tensorflow
 from kdist.runs.layout import CONFIG, HYDRA, check_run_dir
@@ -115,14 +115,15 @@ def _app(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(cfg.tuner.distributed.run_dir or hydra_cfg.runtime.output_dir)
     try:
-        result = run_search(
-            cfg,
-            run_dir=run_dir,
-            overrides=list(hydra_cfg.overrides.task),
-            config_name=str(hydra_cfg.job.config_name),
-            config_dir=_config_dir(hydra_cfg),
-            on_accepted=lambda: _write_hydra_files(run_dir, cfg),
-        )
+        with ctrl_c_kept():  # past Hydra's report of the job's errors, to `main`'s one line
+            result = run_search(
+                cfg,
+                run_dir=run_dir,
+                overrides=list(hydra_cfg.overrides.task),
+                config_name=str(hydra_cfg.job.config_name),
+                config_dir=_config_dir(hydra_cfg),
+                on_accepted=lambda: _write_hydra_files(run_dir, cfg),
+            )
     except ConfigError as error:
         exit_with(error)
     except FatalConfigError as error:

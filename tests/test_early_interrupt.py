@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kdist.process.exit_codes import EXIT_INTERRUPTED
-from kdist.process.interrupt import exit_on_ctrl_c
+from kdist.process.interrupt import ctrl_c_kept, exit_on_ctrl_c
 
 
 def test_an_error_caused_by_ctrl_c_exits_130_with_one_line(capsys):
@@ -28,6 +28,38 @@ def test_an_error_caused_by_ctrl_c_exits_130_with_one_line(capsys):
     assert capsys.readouterr().err == "kdist.x: interrupted (Ctrl-C)\n"
     with pytest.raises(ValueError), exit_on_ctrl_c("unused"):
         raise ValueError("an error of its own stays itself")
+
+
+def _hydra_read_interrupted(*args, **kwargs):
+    """Hydra 1.3's config source when Ctrl-C lands in its `open`: its `finally:
+    f.close()` raises `UnboundLocalError` over the interrupt (found by test_poor_cli's
+    Ctrl-C to `kdist tune`, which then ended with status 1 and Hydra's traceback)."""
+    try:
+        raise KeyboardInterrupt
+    finally:
+        raise UnboundLocalError("cannot access local variable 'f'")
+
+
+def test_an_error_ctrl_c_caused_passes_code_that_catches_exception_as_the_interrupt():
+    with pytest.raises(KeyboardInterrupt) as raised, ctrl_c_kept():
+        _hydra_read_interrupted()
+    assert isinstance(raised.value.__cause__, UnboundLocalError)
+    with pytest.raises(ValueError), ctrl_c_kept():
+        raise ValueError("an error of its own stays itself")
+
+
+def test_ctrl_c_while_a_trial_composes_stops_the_search_not_the_trial(monkeypatch):
+    """`TrialPlan.compose` (the search's base config, and each trial's) keeps a Ctrl-C in
+    Hydra's file reading a `KeyboardInterrupt`: the tuner's trial catches `Exception`
+    (a failed trial) and Hydra's job report does too (status 1)."""
+    from kdist.config import compose as compose_module
+    from kdist.tuning.plan import TrialPlan
+    from kdist.tuning.space import Space
+
+    monkeypatch.setattr(compose_module, "compose", _hydra_read_interrupted)
+    plan = TrialPlan(space=Space([]), config_name="train")
+    with pytest.raises(KeyboardInterrupt):
+        plan.compose(["trainer.epochs=1"])
 
 
 def _interrupt_after(seconds: float, args: list[str], cwd: Path) -> subprocess.CompletedProcess:

@@ -10,7 +10,7 @@ from typing import Any
 
 from kdist.process.exit_codes import EXIT_INTERRUPTED
 
-__all__ = ["exit_on_ctrl_c", "one_line_on_ctrl_c_while_starting"]
+__all__ = ["ctrl_c_kept", "exit_on_ctrl_c", "one_line_on_ctrl_c_while_starting"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,27 @@ def exit_on_ctrl_c(message: str) -> Iterator[None]:
             log.warning("%s", message)
         print(message, file=sys.stderr, flush=True)
         raise SystemExit(EXIT_INTERRUPTED) from None
+
+
+@contextmanager
+def ctrl_c_kept() -> Iterator[None]:
+    """Raise an error that a Ctrl-C caused inside the block as the `KeyboardInterrupt`.
+
+    Hydra's config source closes its file in a `finally` that fails when the interrupt
+    lands in `open` (an `UnboundLocalError` over the interrupt); Hydra's error report
+    (around a job, `run_and_report`) and a trial's error handling catch `Exception`, so
+    that error would end the command with status 1 and a traceback, or fail one trial.
+    A `KeyboardInterrupt` passes them, to `exit_on_ctrl_c`.
+
+    Raises:
+        KeyboardInterrupt: for an error whose cause or context is one.
+    """
+    try:
+        yield
+    except Exception as error:
+        if _is_ctrl_c(error):
+            raise KeyboardInterrupt from error
+        raise
 
 
 def one_line_on_ctrl_c_while_starting() -> None:

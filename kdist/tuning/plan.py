@@ -87,11 +87,13 @@ class TrialPlan:
         from hydra.core.global_hydra import GlobalHydra
 
         from kdist.config.compose import compose
+        from kdist.process.interrupt import ctrl_c_kept
 
         every = list(self.base if overrides is None else overrides)
-        if GlobalHydra.instance().is_initialized():
-            return hydra_compose(config_name=self.config_name, overrides=every)
-        return compose(every, config_name=self.config_name, config_dir=self.config_dir)
+        with ctrl_c_kept():  # a Ctrl-C in Hydra's file reading stays one (not a failed trial)
+            if GlobalHydra.instance().is_initialized():
+                return hydra_compose(config_name=self.config_name, overrides=every)
+            return compose(every, config_name=self.config_name, config_dir=self.config_dir)
 
     def objective_overrides(self, base_cfg: DictConfig | None = None) -> list[str]:
         """`objective.*` overrides when the search's objective differs from the config's."""
