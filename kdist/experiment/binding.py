@@ -81,6 +81,15 @@ class StepSettings:
     jit_compile: bool
     run_eagerly: bool = False
 
+    @classmethod
+    def of_config(cls, cfg: Any) -> StepSettings:
+        """The settings the config asks for (`trainer.steps_per_execution`,
+        `runtime.jit_compile`), before any compile of the user's."""
+        return cls(
+            steps_per_execution=int(cfg.trainer.steps_per_execution),
+            jit_compile=bool(cfg.runtime.jit_compile),
+        )
+
 
 def step_settings(
     model: keras.Model, cfg: Any, *, own_compile: bool, strategy: tf.distribute.Strategy
@@ -101,10 +110,7 @@ def step_settings(
         ConfigError: naming `jit_compile` or `run_eagerly` for a compile a parameter-server
             run cannot honour.
     """
-    configured = StepSettings(
-        steps_per_execution=int(cfg.trainer.steps_per_execution),
-        jit_compile=bool(cfg.runtime.jit_compile),
-    )
+    configured = StepSettings.of_config(cfg)
     if not own_compile:
         return configured
     compiled = StepSettings(

@@ -114,10 +114,7 @@ class Experiment:
         # The compile kdist's step was built for: a recompile rebuilds it, as Keras's
         # `compile` drops its `train_function`; the step settings it was built with.
         self._watch = CompileWatch()
-        self._settings = StepSettings(
-            steps_per_execution=int(cfg.trainer.steps_per_execution),
-            jit_compile=bool(cfg.runtime.jit_compile),
-        )
+        self._settings = StepSettings.of_config(cfg)
         self._fitted = False
         log.info(
             "strategy %s with %d replica(s); global batch %d",

@@ -62,17 +62,11 @@ def count_examples(ds: tf.data.Dataset, name: str) -> int:
     return _count(ds, name, per_element=lambda *_: tf.constant(1, tf.int64))
 
 
-def count_batched_examples(batches: tf.data.Dataset, name: str) -> int:
-    """Examples in one pass over a batched dataset: the rows of each batch's first
-    component (a zip of datasets batched by different sizes cannot be unbatched, as in
-    keras.io's semi-supervised SimCLR, and `fit` never unbatches it)."""
-
-    return count_batches(batches, name)[1]
-
-
 def count_batches(batches: tf.data.Dataset, name: str) -> tuple[int, int]:
     """Batches and examples in one pass over a batched dataset whose cardinality
-    TensorFlow cannot tell, in one reading of it (`count_batched_examples`).
+    TensorFlow cannot tell, in one reading of it; the examples are the rows of each
+    batch's first component (a zip of datasets batched by different sizes cannot be
+    unbatched, as in keras.io's semi-supervised SimCLR, and `fit` never unbatches it).
 
     Keras would find the number of batches when the first epoch runs out; kdist's
     controller needs it before training, so this dataset is read once before it.

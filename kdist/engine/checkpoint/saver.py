@@ -317,8 +317,3 @@ class PeriodicCheckpoint:
             self._writer.detach(self)
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
-
-    @property
-    def latest(self) -> str | None:
-        """The newest checkpoint written here (chief: in `directory`)."""
-        return self._manager.latest_checkpoint if self._manager else None
