@@ -62,6 +62,89 @@ def test_ctrl_c_while_a_trial_composes_stops_the_search_not_the_trial(monkeypatc
         plan.compose(["trainer.epochs=1"])
 
 
+def test_ctrl_c_while_kdist_composes_is_the_interrupt(monkeypatch):
+    """`kdist.compose` (a notebook's, and the commands' checks) raises the interrupt, not
+    Hydra's `UnboundLocalError` (before: that error, which `kdist launch` took for a command
+    line its tasks would report, and `kdist.tune.best_config` for a `best.yaml` that does
+    not compose)."""
+    from kdist.config import compose as compose_module
+
+    monkeypatch.setattr(compose_module, "hydra_compose", _hydra_read_interrupted)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        compose_module.compose(["trainer.epochs=1"])
+    assert isinstance(raised.value.__cause__, UnboundLocalError)
+
+
+def test_ctrl_c_while_the_launcher_composes_stops_the_launch(monkeypatch):
+    from kdist.config import compose as compose_module
+    from kdist.launcher import checks
+
+    monkeypatch.setattr(compose_module, "hydra_compose", _hydra_read_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        checks._job_config(["strategy=multi_worker_mirrored"])
+    monkeypatch.undo()  # a command line that does not compose: left to the tasks
+    assert checks._job_config(["strategy=no_such_strategy"]) is None
+
+
+def test_ctrl_c_while_a_best_trial_composes_is_no_bad_best_yaml(monkeypatch, tmp_path: Path):
+    from kdist.config import compose as compose_module
+    from kdist.tuning.results import load_best
+
+    (tmp_path / "best.yaml").write_text("overrides: [trainer.epochs=1]\n")
+    monkeypatch.setattr(compose_module, "hydra_compose", _hydra_read_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        load_best(tmp_path, trust=True)
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_ctrl_c_while_train_composes_is_the_interrupt_not_a_config_error(
+    monkeypatch, tmp_path: Path, capsys, held: bool
+):
+    """`kdist train` reports what its composition raises as a config error (status 2):
+    an error a Ctrl-C caused is the interrupt instead, through `kdist.compose` (the checks
+    alone) or Hydra's app (a run: `_compose_app`). Before: `kdist: config error: cannot
+    access local variable 'f'` and status 2 (found by reading the commands after
+    `test_poor_cli`'s tune case)."""
+    import contextlib
+
+    import kdist.train as train
+    from kdist.config import compose as compose_module
+
+    monkeypatch.setattr(compose_module, "hydra_compose", _hydra_read_interrupted)
+    monkeypatch.setattr(train, "_compose_app", _hydra_read_interrupted)
+    monkeypatch.chdir(tmp_path)
+    with contextlib.ExitStack() as stack, pytest.raises(KeyboardInterrupt):
+        train.precheck(["trainer.epochs=1"], held=stack if held else None)
+    assert "config error" not in capsys.readouterr().err
+
+
+def test_a_config_error_exit_over_an_interrupt_is_the_interrupt(capsys):
+    from kdist.config.errors import ConfigError, exit_with
+
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            _hydra_read_interrupted()
+        except Exception:
+            exit_with("a line made of the error")
+
+    def locate() -> None:  # as `kdist.config.targets` says an import that failed
+        try:
+            _hydra_read_interrupted()
+        except Exception as error:
+            raise ConfigError("model._target_", "is not importable") from error
+
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            locate()
+        except ConfigError as error:
+            exit_with(error)
+    assert capsys.readouterr().err == ""
+    with pytest.raises(SystemExit) as raised:
+        exit_with(ConfigError("trainer.epochs", "must be positive", value=0))
+    assert raised.value.code == 2
+    assert capsys.readouterr().err == "kdist: config error: trainer.epochs=0: must be positive\n"
+
+
 def _interrupt_after(seconds: float, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     """`python -m kdist ARGS`, SIGINT after `seconds` (its imports take longer than that)."""
     process = subprocess.Popen(

@@ -23,6 +23,7 @@ from kdist.config.errors import ConfigError
 from kdist.config.groups import check_choices
 from kdist.config.schema import register
 from kdist.config.yaml_limits import check_config_folder
+from kdist.process.interrupt import ctrl_c_kept
 
 __all__ = ["CONFIG_MODULE", "compose", "format_hydra_error"]
 
@@ -55,6 +56,7 @@ def compose(
         ConfigError: for a typed schema picked as an option (`strategy=base_mirrored`).
         hydra.errors.ConfigCompositionException: for unknown keys, wrong types or options;
             `format_hydra_error` turns it into one line.
+        KeyboardInterrupt: for a Ctrl-C, also where Hydra turns it into another error.
 
     Example:
 
@@ -66,11 +68,14 @@ def compose(
     # The config may name module paths that moved (`_target_: kdist.sweep.SummaryCallback`).
     moved.install()
     check_choices(overrides)
-    if config_dir is None:
-        with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+    # Hydra's config source turns a Ctrl-C in its `open` into an `UnboundLocalError`:
+    # raised as the interrupt, which no caller takes for a config that does not compose.
+    with ctrl_c_kept():
+        if config_dir is None:
+            with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+                return hydra_compose(config_name=config_name, overrides=list(overrides))
+        with _initialize_with_dir(Path(config_dir).resolve()):
             return hydra_compose(config_name=config_name, overrides=list(overrides))
-    with _initialize_with_dir(Path(config_dir).resolve()):
-        return hydra_compose(config_name=config_name, overrides=list(overrides))
 
 
 def check_config_dir(config_dir: Path) -> None:

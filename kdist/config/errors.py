@@ -6,6 +6,7 @@ import sys
 from typing import Any, NoReturn
 
 from kdist.process.exit_codes import EXIT_CONFIG_ERROR
+from kdist.process.interrupt import caused_by_ctrl_c
 
 __all__ = ["EXIT_CONFIG_ERROR", "ConfigError", "exit_with"]
 
@@ -35,6 +36,20 @@ class ConfigError(ValueError):
 
 
 def exit_with(error: BaseException | str) -> NoReturn:
-    """Print `error` as one line on stderr and exit with status 2."""
+    """Print `error` as one line on stderr and exit with status 2.
+
+    An error that a Ctrl-C caused is no bad input: Hydra's config source turns an
+    interrupt in its `open` into an `UnboundLocalError`, which the commands' `except
+    Exception` around a composition would report as a config error. Such an error (or
+    the error being handled) is raised as the `KeyboardInterrupt`, for the
+    command's one line and status 130 (`kdist.process.interrupt.exit_on_ctrl_c`).
+
+    Raises:
+        SystemExit: with `EXIT_CONFIG_ERROR` (2).
+        KeyboardInterrupt: for an error a Ctrl-C caused.
+    """
+    for handled in (error, sys.exception()):
+        if isinstance(handled, BaseException) and caused_by_ctrl_c(handled):
+            raise KeyboardInterrupt from handled
     print(f"kdist: config error: {error}", file=sys.stderr, flush=True)
     raise SystemExit(EXIT_CONFIG_ERROR)

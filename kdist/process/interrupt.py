@@ -10,7 +10,12 @@ from typing import Any
 
 from kdist.process.exit_codes import EXIT_INTERRUPTED
 
-__all__ = ["ctrl_c_kept", "exit_on_ctrl_c", "one_line_on_ctrl_c_while_starting"]
+__all__ = [
+    "caused_by_ctrl_c",
+    "ctrl_c_kept",
+    "exit_on_ctrl_c",
+    "one_line_on_ctrl_c_while_starting",
+]
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +36,7 @@ def exit_on_ctrl_c(message: str) -> Iterator[None]:
     try:
         yield
     except BaseException as error:
-        if not _is_ctrl_c(error):
+        if not caused_by_ctrl_c(error):
             raise
         if log.hasHandlers():  # else logging's last resort would print the line twice
             log.warning("%s", message)
@@ -55,7 +60,7 @@ def ctrl_c_kept() -> Iterator[None]:
     try:
         yield
     except Exception as error:
-        if _is_ctrl_c(error):
+        if caused_by_ctrl_c(error):
             raise KeyboardInterrupt from error
         raise
 
@@ -74,7 +79,7 @@ def one_line_on_ctrl_c_while_starting() -> None:
     module = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else "kdist"
 
     def excepthook(kind: Any, value: BaseException, traceback: Any) -> None:
-        if not _is_ctrl_c(value):
+        if not caused_by_ctrl_c(value):
             previous(kind, value, traceback)
             return
         print(f"{module}: interrupted (Ctrl-C) while starting", file=sys.stderr, flush=True)
@@ -82,10 +87,10 @@ def one_line_on_ctrl_c_while_starting() -> None:
     sys.excepthook = excepthook
 
 
-def _is_ctrl_c(error: BaseException | None) -> bool:
+def caused_by_ctrl_c(error: BaseException | None) -> bool:
     """A `KeyboardInterrupt`, or an error it caused: Ctrl-C inside an import can surface as
     another error whose cause is the interrupt (a `RuntimeError` from a dataclass's
-    `__set_name__`)."""
+    `__set_name__`), and inside Hydra's file reading as an `UnboundLocalError`."""
     seen = 0
     while error is not None and seen < 20:
         if isinstance(error, KeyboardInterrupt):
