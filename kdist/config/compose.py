@@ -23,7 +23,7 @@ from kdist.config.errors import ConfigError
 from kdist.config.groups import check_choices
 from kdist.config.schema import register
 from kdist.config.yaml_limits import check_config_folder
-from kdist.process.interrupt import ctrl_c_kept
+from kdist.process.interrupt import caused_by_ctrl_c
 
 __all__ = ["CONFIG_MODULE", "compose", "format_hydra_error"]
 
@@ -68,14 +68,18 @@ def compose(
     # The config may name module paths that moved (`_target_: kdist.sweep.SummaryCallback`).
     moved.install()
     check_choices(overrides)
-    # Hydra's config source turns a Ctrl-C in its `open` into an `UnboundLocalError`:
-    # raised as the interrupt, which no caller takes for a config that does not compose.
-    with ctrl_c_kept():
+    try:
         if config_dir is None:
             with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
                 return hydra_compose(config_name=config_name, overrides=list(overrides))
         with _initialize_with_dir(Path(config_dir).resolve()):
             return hydra_compose(config_name=config_name, overrides=list(overrides))
+    except Exception as error:
+        # Hydra's config source turns a Ctrl-C in its `open` into an `UnboundLocalError`:
+        # raised as the interrupt, which no caller takes for a config that does not compose.
+        if caused_by_ctrl_c(error):
+            raise KeyboardInterrupt from error
+        raise
 
 
 def check_config_dir(config_dir: Path) -> None:
