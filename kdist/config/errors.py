@@ -48,7 +48,7 @@ def exit_with(error: BaseException | str) -> NoReturn:
         SystemExit: with `EXIT_CONFIG_ERROR` (2).
         KeyboardInterrupt: for an error a Ctrl-C caused.
     """
-    for handled in (error, sys.exception()):
+    for handled in (error, sys.exc_info()[1]):  # sys.exception() is 3.11 and later
         if isinstance(handled, BaseException) and caused_by_ctrl_c(handled):
             raise KeyboardInterrupt from handled
     print(f"kdist: config error: {error}", file=sys.stderr, flush=True)
