@@ -145,6 +145,53 @@ def test_a_config_error_exit_over_an_interrupt_is_the_interrupt(capsys):
     assert capsys.readouterr().err == "kdist: config error: trainer.epochs=0: must be positive\n"
 
 
+def test_ctrl_c_while_a_target_imports_is_the_interrupt_and_no_second_import(monkeypatch):
+    """A Ctrl-C in the import a `_target_` names (TensorFlow's, under `keras.optimizers`)
+    surfaces as an `ImportError`: before, kdist took it for a target that does not import,
+    imported it again to look for a hypermodel (unfiltered, so TensorFlow's start-up lines
+    reached stderr) and said so (found by make test: 7 lines where one was due)."""
+    from kdist.config import targets
+
+    def import_interrupted(path: str):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as error:
+            raise ImportError("initialization failed") from error
+
+    def imported_again(path: str):
+        raise AssertionError(f"{path} imported again")
+
+    monkeypatch.setattr(targets, "get_method", import_interrupted)
+    monkeypatch.setattr(targets, "hydra_locate", imported_again)
+    with pytest.raises(KeyboardInterrupt):
+        targets.check_target_keys("optimizer", {"_target_": "keras.optimizers.Adam"})
+
+
+def test_an_interrupted_tensorflow_import_is_filtered_again_when_retried(monkeypatch):
+    import importlib.machinery
+    import types
+
+    from kdist.process import quiet
+
+    class Interrupted:
+        def create_module(self, spec):
+            return None
+
+        def exec_module(self, module):
+            raise KeyboardInterrupt
+
+    spec = importlib.machinery.ModuleSpec("tensorflow", Interrupted())
+    monkeypatch.setattr(importlib.machinery.PathFinder, "find_spec", lambda *a, **k: spec)
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    finder = quiet._QuietImport()
+    monkeypatch.setattr(sys, "meta_path", [finder, *sys.meta_path])
+    found = finder.find_spec("tensorflow", None)
+    assert finder not in sys.meta_path  # removed on first use
+    with pytest.raises(KeyboardInterrupt):
+        found.loader.exec_module(types.ModuleType("tensorflow"))
+    assert any(isinstance(f, quiet._QuietImport) for f in sys.meta_path)  # armed again
+
+
 def _interrupt_after(seconds: float, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     """`python -m kdist ARGS`, SIGINT after `seconds` (its imports take longer than that)."""
     process = subprocess.Popen(

@@ -6,6 +6,7 @@ passed through unwrapped).
 from __future__ import annotations
 
 import inspect
+import logging
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -19,8 +20,11 @@ from kdist.compat import UpstreamMoved, moved
 from kdist.compat.tools_private import hydra_locate
 from kdist.config.constants import HYDRA_KEYS
 from kdist.config.errors import ConfigError
+from kdist.process.interrupt import caused_by_ctrl_c
 
 __all__ = ["check_target_keys", "instantiate"]
+
+_HYDRA_LOG = logging.getLogger("hydra.utils")
 
 
 def _hypermodel_instance(target: str) -> Any | None:
@@ -44,9 +48,14 @@ def _locate(key: str, target: Any) -> Callable[..., Any]:
             "must name a callable, e.g. mypkg.models.build",
             value=target,
         )
+    # Hydra's `get_method` logs a failure in three lines of its own; kdist's one says it.
+    level = _HYDRA_LOG.level
+    _HYDRA_LOG.setLevel(logging.CRITICAL)
     try:
         return get_method(target)
     except Exception as error:  # Hydra wraps ImportError/AttributeError in its own types
+        if caused_by_ctrl_c(error):  # a Ctrl-C in the import: not a missing target
+            raise KeyboardInterrupt from error
         instance = _hypermodel_instance(target)
         if instance is not None:
             return instance
@@ -56,6 +65,8 @@ def _locate(key: str, target: Any) -> Callable[..., Any]:
             value=target,
             hint="give the full dotted path of a function or class that is installed",
         ) from None
+    finally:
+        _HYDRA_LOG.setLevel(level)
 
 
 def check_target_keys(

@@ -116,8 +116,12 @@ class _QuietImport(importlib.abc.MetaPathFinder):
         execute = spec.loader.exec_module
 
         def exec_module(module: Any) -> None:
-            with filtered_stderr(stderr_noise()):
-                execute(module)
+            try:
+                with filtered_stderr(stderr_noise()):
+                    execute(module)
+            except BaseException:
+                _add_finder()  # an import a Ctrl-C stopped is filtered again when retried
+                raise
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
@@ -127,5 +131,9 @@ def install() -> None:
     """Filter the first `import tensorflow` (no-op once TensorFlow is imported)."""
     if "tensorflow" in sys.modules:
         return
+    _add_finder()
+
+
+def _add_finder() -> None:
     if not any(isinstance(finder, _QuietImport) for finder in sys.meta_path):
         sys.meta_path.insert(0, _QuietImport())
